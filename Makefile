@@ -1,0 +1,29 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test test-fast bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/eventspace ps demo
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/pastset_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

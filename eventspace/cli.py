@@ -1,0 +1,50 @@
+"""The `eventspace` command: a core that discovers each package's subcommands through entry points."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import entry_points
+
+GROUP = "eventspace.commands"
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line, exit status 2 (a traceback only with --debug)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser: every entry point in GROUP adds its subcommands via `register(subparsers)`.
+
+    Discovery by entry point keeps the layering: this core names no package above it.
+    """
+    parser = argparse.ArgumentParser(
+        prog="eventspace",
+        description="EventSpace: an online monitor of how parallel applications communicate.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for ep in sorted(entry_points(group=GROUP), key=lambda ep: ep.name):
+        ep.load()(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # one clear line for the user; the traceback is behind --debug
+        if args.debug:
+            raise
+        print(f"eventspace {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""The remote client: a node server reached over ZeroMQ, with the same API as `TupleServer`."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from time import monotonic
+
+import msgpack
+import zmq
+
+from . import protocol as p
+from .element import ElementInfo, _check_timeout
+from .errors import LimitExceeded, PastSetError, ServerGone, UnknownElement
+from .template import Template
+
+_unpackb = msgpack.unpackb
+
+
+def connect(endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0) -> Client:
+    """A client of the node server at `endpoint` (e.g. "tcp://127.0.0.1:5555").
+
+    Raises ServerGone if nothing answers within `timeout` seconds. Afterwards a server that
+    answers neither a request nor a liveness ping for `gone_after` seconds is reported as
+    ServerGone to every caller waiting on it; no call hangs on a dead server.
+    """
+    return Client(endpoint, timeout=timeout, gone_after=gone_after)
+
+
+class Client:
+    """A remote node server with the `TupleServer` API (enter, element, delete, elements, latest_many).
+
+    One client may be shared by many threads: each thread talks over its own DEALER socket,
+    so a thread blocked in `observe` never holds up another thread's `move`. Requests carry
+    ids; replies to abandoned requests are recognised and dropped.
+    """
+
+    # Silence after which a waiting caller pings the server to learn whether it is alive.
+    _PING_AFTER = 0.25
+    # How long past an operation's own timeout we wait for the server's Timeout reply.
+    _GRACE = 0.5
+
+    def __init__(self, endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0,
+                 limits: p.Limits = p.Limits()):
+        self.endpoint = endpoint
+        self.limits = limits
+        self._gone_after = gone_after
+        self._ctx = zmq.Context()
+        self._local = threading.local()
+        # The sockets mutex must be held whenever the set of sockets changes.
+        self._sockets_mutex = threading.Lock()
+        self._sockets: set[zmq.Socket] = set()
+        self._rids = itertools.count(1)
+        self._closed = False
+        try:
+            self.name = self._call(p.PING, (), wait=timeout, gone_after=timeout)
+        except ServerGone:
+            self.close()
+            raise ServerGone(f"no node server answers at {endpoint} (waited {timeout}s)") from None
+
+    # -- the TupleServer API -------------------------------------------------------------------
+
+    def enter(self, name: str, template, keep: int | None = None, delta: int | None = None) -> RemoteElement:
+        """As `TupleServer.enter`, on the remote server."""
+        spec = Template.of(template).spec
+        return self._handle(name, self._call(p.ENTER, (name, spec, keep, delta)))
+
+    def element(self, name: str) -> RemoteElement:
+        """The existing element `name` on the server; UnknownElement if absent."""
+        return self._handle(name, self._call(p.LOOKUP, (name,)))
+
+    def delete(self, name: str) -> None:
+        self._call(p.DELETE, (name,))
+
+    def elements(self) -> list[ElementInfo]:
+        return [ElementInfo(*row) for row in self._call(p.ELEMENTS, ())]
+
+    def latest_many(self, elements, n: int = 1) -> list[tuple[int, list | bytes]]:
+        """`latest(n)` of many elements (handles or names) in one round trip."""
+        handles = [self.element(e) if isinstance(e, str) else e for e in elements]
+        replies = self._call(p.LATEST_MANY, ([h.id for h in handles], n))
+        return [h._batch(r) for h, r in zip(handles, replies)]
+
+    def ping(self) -> str:
+        """The server's name; raises ServerGone if it does not answer."""
+        return self._call(p.PING, ())
+
+    def close(self) -> None:
+        """Close every socket of this client; calls still waiting raise PastSetError."""
+        self._closed = True
+        with self._sockets_mutex:
+            self._sockets.clear()
+        self._ctx.destroy(linger=0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<Client {self.endpoint}>"
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def _handle(self, name, reply) -> RemoteElement:
+        eid, spec, keep, delta = reply
+        return RemoteElement(self, eid, name, Template.of(spec), keep, delta)
+
+    def _socket(self) -> zmq.Socket:
+        sock = getattr(self._local, "sock", None)
+        if sock is None:
+            if self._closed:
+                raise PastSetError(f"client of {self.endpoint} is closed")
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVTIMEO, int(self._PING_AFTER * 1000))
+            sock.connect(self.endpoint)
+            with self._sockets_mutex:
+                self._sockets.add(sock)
+            self._local.sock = sock
+        return sock
+
+    def _call(self, op, args, wait=None, gone_after=None):
+        """Send one request from this thread and wait for its reply.
+
+        `wait` is how long the server may legitimately take (the operation's own timeout;
+        None for as long as it keeps answering pings).
+        """
+        sock = self._socket()
+        rid = next(self._rids)
+        frame = p.pack([rid, op, *args])
+        if len(frame) > self.limits.max_frame:
+            raise LimitExceeded(
+                f"{p.OP_NAMES[op]} request of {len(frame)} bytes exceeds the {self.limits.max_frame}-byte frame limit"
+            )
+        try:
+            sock.send(frame)
+            try:
+                raw = sock.recv()  # the common case: an answer within _PING_AFTER
+            except zmq.Again:
+                raw = self._wait(sock, rid, op, wait, gone_after or self._gone_after)
+        except zmq.ZMQError as exc:
+            raise PastSetError(f"client of {self.endpoint} is closed ({exc})") from None
+        reply = _unpackb(raw, raw=False) if raw else None
+        if reply is None or reply[0] != rid:
+            raw = self._wait(sock, rid, op, wait, gone_after or self._gone_after, early=reply)
+            reply = _unpackb(raw, raw=False)
+        if reply[1] == p.OK:
+            return reply[2]
+        p.raise_error(reply[2], reply[3])
+
+    def _wait(self, sock, rid, op, wait, gone_after, early=None) -> bytes:
+        # `early` is a reply the fast path already read that was not ours (None: a probe).
+        """The slow path of a reply: ping a quiet server, drop stale replies, give up if it is gone."""
+        start = monotonic()
+        deadline = None if wait is None else start + _check_timeout(wait) + self._GRACE
+        ping_rid = None
+        heard = start  # when the server last showed it is alive
+        while True:
+            if early is None:
+                now = monotonic()
+                if deadline is not None and now >= deadline:
+                    self._give_up(sock, f"no reply to {p.OP_NAMES[op]} within {wait + self._GRACE:.2f}s")
+                if now - heard >= gone_after:
+                    self._give_up(sock, f"no reply for {gone_after:.2f}s")
+                if ping_rid is None and now - heard >= self._PING_AFTER:
+                    ping_rid = next(self._rids)
+                    sock.send(p.pack([ping_rid, p.PING]))
+                limit = heard + gone_after if deadline is None else min(deadline, heard + gone_after)
+                ms = max(1, int(min(limit - now, self._PING_AFTER) * 1000))
+                if not sock.poll(ms):
+                    continue
+                raw = sock.recv()
+                if not raw:
+                    heard = monotonic()  # the server's liveness probe
+                    continue
+                reply = _unpackb(raw, raw=False)
+            else:
+                reply, early = early, None
+                raw = p.pack(reply)
+            if reply[0] == rid:
+                return raw
+            if ping_rid is not None and reply[0] == ping_rid:
+                ping_rid = None
+                heard = monotonic()
+            # anything else answers a request this thread abandoned earlier: drop it
+
+    def _give_up(self, sock, why):
+        # Close the socket so that requests still queued in it are never delivered later.
+        with self._sockets_mutex:
+            self._sockets.discard(sock)
+        self._local.sock = None
+        sock.close(linger=0)
+        raise ServerGone(f"node server at {self.endpoint} is gone: {why}")
+
+
+class RemoteElement:
+    """An element on a remote node server, with the `Element` API (see `pastset.element.Element`)."""
+
+    __slots__ = ("_client", "_call", "id", "name", "template", "keep")
+
+    def __init__(self, client: Client, eid: int, name: str, template: Template, keep, delta):
+        self._client = client
+        self._call = client._call
+        self.id = eid
+        self.name = name
+        self.template = template
+        self.keep = keep
+
+    def move(self, values, timeout: float | None = None) -> int:
+        return self._call(p.MOVE, (self.id, values, timeout), timeout)
+
+    def move_record(self, record: bytes) -> int:
+        """Append one packed record of a binary template."""
+        return self.move(self.template._struct.unpack(record))
+
+    def observe(self, index: int | None = None, timeout: float | None = None) -> tuple:
+        return tuple(self._call(p.OBSERVE, (self.id, index, timeout), timeout))
+
+    def find(self, pattern, remove: bool = False, timeout: float | None = None) -> tuple:
+        return tuple(self._call(p.FIND, (self.id, pattern, remove, timeout), timeout))
+
+    def first(self) -> int:
+        return self._call(p.FIRST, (self.id,))
+
+    def last(self) -> int:
+        return self._call(p.LAST, (self.id,))
+
+    def delta(self, n: int | None = None) -> int | None:
+        return self._call(p.DELTA, (self.id, n))
+
+    def axe(self, index: int) -> int:
+        return self._call(p.AXE, (self.id, index))
+
+    def read_range(self, lo: int, hi: int) -> tuple[int, list | bytes]:
+        return self._batch(self._call(p.READ_RANGE, (self.id, lo, hi)))
+
+    def latest(self, n: int = 1) -> tuple[int, list | bytes]:
+        return self._batch(self._call(p.LATEST, (self.id, n)))
+
+    def info(self) -> ElementInfo:
+        for info in self._client.elements():
+            if info.name == self.name:
+                return info
+        raise UnknownElement(f"no element named {self.name!r} on {self._client.endpoint}")
+
+    def _batch(self, reply):
+        start, items = reply
+        if isinstance(items, list):
+            items = [None if item is None else tuple(item) for item in items]
+        return start, items
+
+    def __repr__(self):
+        return f"<RemoteElement {self.name} {self.template} at {self._client.endpoint}>"

@@ -1,0 +1,480 @@
+"""Elements: ordered, append-only logs of tuples of one template, with blocking reads and flow control."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from struct import error as struct_error
+from time import monotonic
+
+from .errors import BadArgument, Expired, TemplateMismatch, Timeout, UnknownElement
+from .template import Template
+
+# Returned by the `_try_*` forms when the operation would have to wait.
+WOULD_BLOCK = object()
+# Marks a slot whose tuple a Linda `in_` removed out of order.
+_TAKEN = object()
+
+
+@dataclass(frozen=True)
+class ElementInfo:
+    """A snapshot of one element, as `eventspace ps stat` shows it."""
+
+    name: str
+    template: str
+    first: int
+    last: int
+    keep: int | None
+    delta: int | None
+    nbytes: int
+
+    @property
+    def held(self) -> int:
+        return self.last - self.first
+
+
+class Element:
+    """The ordered log of the tuples of one template, addressed by name.
+
+    Indices start at 0 and only grow. `first()` is the index of the oldest tuple still held
+    (the next one a consuming `observe()` returns); `last()` is the index the next `move`
+    will get, so `last() - first()` tuples are held. Tuples below `first()` are gone: read
+    by index they raise `Expired`.
+
+    Bounds, fixed when the element is entered:
+      keep=n   never blocks; after a move, tuples older than the newest n are discarded.
+      delta=n  flow control; `move` blocks while n tuples are held.
+
+    Blocking operations take `timeout` in seconds: None waits for ever, 0 only tries once;
+    when it passes they raise `Timeout`. Deleting the element wakes every waiter with
+    `UnknownElement`.
+
+    Variants differ only in their storage hooks (`_init_storage`, `_put`, `_get`, `_drop_to`,
+    `_read`, `_nbytes`), as in `queue.Queue`.
+    """
+
+    def __init__(self, name: str, template: Template, keep: int | None = None,
+                 delta: int | None = None, eid: int = 0):
+        self.name = name
+        self.template = template
+        self.keep = keep
+        self.id = eid
+        self._delta = delta
+        # The mutex must be held whenever first, last or the storage is read or mutated.
+        # Both conditions below share it.
+        self.mutex = threading.Lock()
+        self._changed = threading.Condition(self.mutex)
+        self._sleepers = 0      # threads waiting on _changed
+        # Remote requests parked on this element by the node server, and how the server
+        # wants to hear of a change while any are parked (called with the mutex held).
+        self.parked = 0
+        self.on_change = None
+        self._first = 0
+        self._last = 0
+        self._deleted = False
+        self._init_storage()
+
+    # -- the public API ----------------------------------------------------------------------
+
+    def move(self, values, timeout: float | None = None) -> int:
+        """Append one tuple; returns its index. Blocks only under `delta` flow control."""
+        with self.mutex:
+            index = self._try_move(values)
+            if index is WOULD_BLOCK:
+                index = self._block(self._try_move, (values,), timeout, "move")
+            return index
+
+    def observe(self, index: int | None = None, timeout: float | None = None) -> tuple:
+        """Read one tuple.
+
+        Without an index: the tuple at `first()`, and `first` advances past it (a consuming
+        cursor shared by every caller). With an index: that tuple, and nothing moves.
+        Blocks until the tuple exists; a discarded index raises `Expired`.
+        """
+        with self.mutex:
+            item = self._try_observe(index)
+            if item is WOULD_BLOCK:
+                item = self._block(self._try_observe, (index,), timeout, "observe")
+            return item
+
+    def first(self) -> int:
+        """Index of the oldest tuple still held (== last() when none is held)."""
+        with self.mutex:
+            self._check_alive()
+            return self._first
+
+    def last(self) -> int:
+        """Index the next move will get: the number of tuples ever moved."""
+        with self.mutex:
+            self._check_alive()
+            return self._last
+
+    def delta(self, n: int | None = None) -> int | None:
+        """The flow-control bound; with `n`, set it first (waking movers it now admits)."""
+        with self.mutex:
+            self._check_alive()
+            if n is not None:
+                _check_bound("delta", n)
+                if self.keep is None:
+                    self._bound_to(n)
+                self._delta = n
+                self._signal_change()
+            return self._delta
+
+    def axe(self, index: int) -> int:
+        """Discard every tuple up to and including `index` (at most up to `last()`); returns the new first."""
+        _check_index(index)
+        with self.mutex:
+            self._check_alive()
+            new_first = min(index + 1, self._last)
+            if new_first > self._first:
+                self._drop_to(new_first)
+                self._signal_change()
+            return self._first
+
+    def read_range(self, lo: int, hi: int) -> tuple[int, list | bytes]:
+        """The held tuples with lo <= index < hi, never blocking.
+
+        Returns (start, items): `start` is the index of the first item returned (above `lo`
+        when tuples were discarded). Items are a list of tuples for typed templates and one
+        `bytes` of concatenated records for binary ones.
+        """
+        _check_index(lo)
+        _check_index(hi)
+        with self.mutex:
+            self._check_alive()
+            start = min(max(lo, self._first), self._last)
+            return start, self._read(start, max(start, min(hi, self._last)))
+
+    def latest(self, n: int = 1) -> tuple[int, list | bytes]:
+        """The newest `n` held tuples (fewer if fewer are held), as (start, items); never blocks."""
+        _check_index(n)
+        with self.mutex:
+            self._check_alive()
+            start = max(self._first, self._last - n)
+            return start, self._read(start, self._last)
+
+    def find(self, pattern, remove: bool = False, timeout: float | None = None) -> tuple:
+        """Linda-style matching: the oldest held tuple matching `pattern` (removed if `remove`).
+
+        `pattern` has one entry per field: `(0, value)` matches that value, `(1, type_name)`
+        matches any value of that field type ('any' matches everything). Typed elements only.
+        """
+        if self.template.is_binary:
+            raise TemplateMismatch(f"element {self.name}: Linda matching needs a typed template")
+        pattern = _check_pattern(pattern, self.template)
+        with self.mutex:
+            item = self._try_find(pattern, remove)
+            if item is WOULD_BLOCK:
+                item = self._block(self._try_find, (pattern, remove), timeout, "find")
+            return item
+
+    def info(self) -> ElementInfo:
+        with self.mutex:
+            return ElementInfo(self.name, str(self.template), self._first, self._last,
+                               self.keep, self._delta, self._nbytes())
+
+    def __repr__(self) -> str:
+        return f"<Element {self.name} {self.template} first={self._first} last={self._last}>"
+
+    # -- non-blocking attempts, shared by local waiting and the server's parked requests ----
+    # Each is called with the mutex held and returns WOULD_BLOCK instead of waiting.
+
+    def _try_move(self, values):
+        if self._deleted:
+            raise UnknownElement(f"element {self.name} was deleted")
+        last = self._last
+        if self._delta is not None and last - self._first >= self._delta:
+            return WOULD_BLOCK
+        self._put(values, last)
+        self._last = last + 1
+        if self.keep is not None and last + 1 - self._first > self.keep:
+            self._drop_to(last + 1 - self.keep)
+        if self._sleepers or self.parked:
+            self._signal_change()
+        return last
+
+    def _try_observe(self, index):
+        found = self._peek(index)
+        if found is WOULD_BLOCK:
+            return found
+        if index is None:
+            self._remove(found[0])
+        return found[1]
+
+    def _try_find(self, pattern, remove):
+        found = self._peek_match(pattern)
+        if found is WOULD_BLOCK:
+            return found
+        if remove:
+            self._remove(found[0])
+        return found[1]
+
+    # Reads are split from removal so that the node server can remove a tuple only once its
+    # reply was handed to a connected peer: a consumer that vanished loses nothing.
+
+    def _peek(self, index):
+        """(index, tuple) for `observe(index)` without consuming anything."""
+        if self._deleted:
+            raise UnknownElement(f"element {self.name} was deleted")
+        if index is None:
+            index = self._first
+            if index >= self._last:
+                return WOULD_BLOCK
+            return index, self._get(index)
+        _check_index(index)
+        if index < self._first:
+            raise Expired(f"element {self.name}: tuple {index} was discarded (first held is {self._first})")
+        if index >= self._last:
+            return WOULD_BLOCK
+        return index, self._get(index)
+
+    def _peek_match(self, pattern):
+        if self._deleted:
+            raise UnknownElement(f"element {self.name} was deleted")
+        for offset, item in enumerate(self._items):
+            if item is not _TAKEN and _matches(pattern, item):
+                return self._first + offset, item
+        return WOULD_BLOCK
+
+    def _remove(self, index):
+        """Discard tuple `index` (the first one, or for typed elements any held one)."""
+        if index == self._first:
+            self._drop_to(index + 1)
+        else:
+            self._items[index - self._first] = _TAKEN
+        self._signal_change()
+
+    # -- waiting -------------------------------------------------------------------------------
+
+    def _block(self, attempt, args, timeout, what):
+        """Retry `attempt` each time the element changes, until it succeeds or `timeout` passes."""
+        deadline = None if _check_timeout(timeout) is None else monotonic() + timeout
+        while True:
+            remaining = None
+            if deadline is not None:
+                remaining = deadline - monotonic()
+                if remaining <= 0:
+                    raise Timeout(f"{what} on element {self.name} timed out after {timeout}s")
+            self._sleepers += 1
+            try:
+                self._changed.wait(remaining)
+            finally:
+                self._sleepers -= 1
+            result = attempt(*args)
+            if result is not WOULD_BLOCK:
+                return result
+
+    def _signal_change(self):
+        if self._sleepers:
+            self._changed.notify_all()
+        if self.parked:
+            self.on_change(self)
+
+    def _delete(self):
+        with self.mutex:
+            self._deleted = True
+            self._signal_change()
+
+    def _check_alive(self):
+        if self._deleted:
+            raise UnknownElement(f"element {self.name} was deleted")
+
+    # -- storage hooks (typed storage: a deque whose item 0 has index `first`) -----------------
+
+    def _init_storage(self):
+        self._items = deque()
+
+    def _put(self, values, index):
+        self._items.append(self.template.check(values))
+
+    def _get(self, index):
+        item = self._items[index - self._first]
+        if item is _TAKEN:
+            raise Expired(f"element {self.name}: tuple {index} was taken by a Linda in_")
+        return item
+
+    def _drop_to(self, new_first):
+        items = self._items
+        for _ in range(new_first - self._first):
+            items.popleft()
+        # A slot taken out of order never becomes `first`.
+        while items and items[0] is _TAKEN:
+            items.popleft()
+            new_first += 1
+        self._first = new_first
+
+    def _read(self, lo, hi):
+        base = self._first
+        return [None if item is _TAKEN else item
+                for item in (self._items[i - base] for i in range(lo, hi))]
+
+    def _nbytes(self):
+        return sum(len(v) for item in self._items if item is not _TAKEN
+                   for v in item if isinstance(v, (bytes, str)))
+
+    def _bound_to(self, capacity):
+        pass  # a deque needs no preallocation
+
+
+class BinaryElement(Element):
+    """An element of a binary template: records live packed in a preallocated ring of bytes.
+
+    The ring holds `keep` (or `delta`) records when bounded and doubles when an unbounded
+    element fills it. No Python object exists per tuple; batch reads return one `bytes`.
+    """
+
+    _INITIAL_CAPACITY = 64
+
+    def _init_storage(self):
+        st = self.template._struct
+        self._size = st.size
+        self._pack_into = st.pack_into
+        self._unpack_from = st.unpack_from
+        bounds = [b for b in (self.keep, self._delta) if b is not None]
+        self._fixed = bool(bounds)
+        self._cap = min(bounds) if bounds else self._INITIAL_CAPACITY
+        self._ring = bytearray(self._cap * self._size)
+
+    def move(self, values, timeout: float | None = None) -> int:
+        """Append one record; as `Element.move`. The common case runs inline: it is the hot path."""
+        with self.mutex:
+            last = self._last
+            if (self._fixed and self._delta is None and not self._deleted
+                    and not self._sleepers and not self.parked):
+                try:
+                    self._pack_into(self._ring, (last % self._cap) * self._size, *values)
+                except (TypeError, struct_error):
+                    raise self.template._mismatch(tuple(values)) from None
+                self._last = last + 1
+                if last + 1 - self._first > self.keep:
+                    self._first = last + 1 - self.keep
+                return last
+            index = self._try_move(values)
+            if index is WOULD_BLOCK:
+                index = self._block(self._try_move, (values,), timeout, "move")
+            return index
+
+    def _try_move(self, values):
+        if self._deleted:
+            raise UnknownElement(f"element {self.name} was deleted")
+        last = self._last
+        if self._delta is not None and last - self._first >= self._delta:
+            return WOULD_BLOCK
+        if not self._fixed and last - self._first >= self._cap:
+            self._resize(self._cap * 2)
+        try:
+            self._pack_into(self._ring, (last % self._cap) * self._size, *values)
+        except (TypeError, struct_error):
+            raise self.template._mismatch(tuple(values)) from None
+        self._last = last + 1
+        if self.keep is not None and last + 1 - self._first > self.keep:
+            self._first = last + 1 - self.keep
+        if self._sleepers or self.parked:
+            self._signal_change()
+        return last
+
+    def move_record(self, record: bytes) -> int:
+        """Append one already-packed record (exactly `template.record_size` bytes)."""
+        if len(record) != self._size:
+            raise TemplateMismatch(
+                f"element {self.name}: a record of {self.template} is {self._size} bytes, got {len(record)}"
+            )
+        return self.move(self._unpack_from(record))
+
+    def _put(self, values, index):
+        raise AssertionError("BinaryElement writes in _try_move")
+
+    def _get(self, index):
+        return self._unpack_from(self._ring, (index % self._cap) * self._size)
+
+    def _drop_to(self, new_first):
+        self._first = new_first
+
+    def _read(self, lo, hi):
+        if hi <= lo:
+            return b""
+        size, cap, ring = self._size, self._cap, self._ring
+        a = (lo % cap) * size
+        b = a + (hi - lo) * size
+        if b <= len(ring):
+            return bytes(ring[a:b])
+        return bytes(ring[a:]) + bytes(ring[: b - len(ring)])
+
+    def _nbytes(self):
+        return (self._last - self._first) * self._size
+
+    def _resize(self, capacity):
+        held = self._read(self._first, self._last)
+        capacity = max(capacity, self._last - self._first)
+        self._cap = capacity
+        self._ring = bytearray(capacity * self._size)
+        a = (self._first % capacity) * self._size
+        split = min(len(held), len(self._ring) - a)
+        self._ring[a:a + split] = held[:split]
+        self._ring[: len(held) - split] = held[split:]
+
+    def _bound_to(self, capacity):
+        self._resize(capacity)
+        self._fixed = True
+
+    def _peek_match(self, pattern):
+        raise TemplateMismatch(f"element {self.name}: Linda matching needs a typed template")
+
+
+def make_element(name: str, template: Template, keep=None, delta=None, eid=0) -> Element:
+    """The element variant for `template` (binary templates get a ring)."""
+    if keep is not None:
+        _check_bound("keep", keep)
+    if delta is not None:
+        _check_bound("delta", delta)
+    cls = BinaryElement if template.is_binary else Element
+    return cls(name, template, keep, delta, eid)
+
+
+def _check_bound(what, n):
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise BadArgument(f"{what} must be a positive integer (or None), got {n!r}")
+
+
+def _check_timeout(timeout):
+    """The timeout, if it is None or a non-negative number of seconds; BadArgument otherwise."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or timeout < 0):
+        raise BadArgument(f"timeout must be a non-negative number of seconds or None, got {timeout!r}")
+    return timeout
+
+
+def _check_index(index):
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise Expired(f"index {index!r} is not valid: indices are integers from 0")
+
+
+def _check_pattern(pattern, template):
+    if not isinstance(pattern, (list, tuple)) or len(pattern) != len(template.fields):
+        raise TemplateMismatch(f"a pattern needs {len(template.fields)} entries for {template}")
+    checked = []
+    for i, entry in enumerate(pattern):
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or entry[0] not in (0, 1):
+            raise TemplateMismatch(f"pattern entry {i}: expected (0, value) or (1, type name), got {entry!r}")
+        kind, value = entry
+        if kind == 1 and value not in ("any", "int", "float", "str", "bytes", "bool"):
+            raise TemplateMismatch(f"pattern entry {i}: unknown type {value!r}")
+        checked.append((kind, value))
+    return tuple(checked)
+
+
+_PATTERN_TYPES = {"int": int, "float": (float, int), "str": str, "bytes": bytes, "bool": bool}
+
+
+def _matches(pattern, item) -> bool:
+    for (kind, want), value in zip(pattern, item):
+        if kind == 0:
+            if value != want or (type(value) is bool) != (type(want) is bool):
+                return False
+        elif want != "any":
+            if not isinstance(value, _PATTERN_TYPES[want]) or (want != "bool" and isinstance(value, bool)):
+                return False
+    return True
+

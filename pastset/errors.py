@@ -1,0 +1,51 @@
+"""The PastSet error hierarchy: every failure a caller can see is one of these."""
+
+
+class PastSetError(Exception):
+    """Base of every PastSet error; carried over the wire by class name and message."""
+
+
+class UnknownElement(PastSetError):
+    """The named element does not exist (never entered, or deleted)."""
+
+
+class TemplateMismatch(PastSetError):
+    """A tuple or template does not fit the element's template; the message names the field."""
+
+
+class Expired(PastSetError):
+    """The index was discarded (consumed, axed, dropped by `keep`), taken, or is not valid."""
+
+
+class Timeout(PastSetError):
+    """A blocking operation did not complete within its timeout."""
+
+
+class ServerGone(PastSetError):
+    """The node server did not answer: it is down, unreachable, or stopped responding."""
+
+
+class ProtocolError(PastSetError):
+    """A request was malformed, too large, or named an unknown operation or bad arguments."""
+
+
+class LimitExceeded(ProtocolError):
+    """A server limit (frame size, element count, name length, parked requests) was reached."""
+
+
+class BadArgument(PastSetError, ValueError):
+    """An argument has the wrong type or value (a negative keep, a timeout that is not a number)."""
+
+
+class AuthError(PastSetError):
+    """The peer is not authorised to talk to this node server."""
+
+
+# The wire carries errors by name; only these names are ever turned back into exceptions.
+ERRORS_BY_NAME = {
+    cls.__name__: cls
+    for cls in (
+        PastSetError, UnknownElement, TemplateMismatch, Expired, Timeout,
+        ServerGone, ProtocolError, LimitExceeded, BadArgument, AuthError,
+    )
+}

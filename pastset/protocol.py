@@ -1,0 +1,80 @@
+"""The wire protocol: msgpack frames, operation codes, and the limits a node server enforces.
+
+A request is one frame, a msgpack array `[rid, op, *args]`; its reply is one frame,
+`[rid, OK, result]` or `[rid, ERROR, error_class_name, message]`. `rid` is the caller's
+request id (an integer), echoed so that a client can match replies to requests. Nothing on
+the wire is ever pickled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgpack
+
+from .errors import ERRORS_BY_NAME, PastSetError, ProtocolError
+
+OK, ERROR = 0, 1
+
+# Operation codes (small ints, so the server dispatches by list index).
+PING = 0
+ENTER = 1        # name, template spec, keep, delta          -> [eid, spec, keep, delta]
+LOOKUP = 2       # name                                       -> [eid, spec, keep, delta]
+MOVE = 3         # eid, values, timeout                       -> index
+OBSERVE = 4      # eid, index|None, timeout                   -> values
+FIRST = 5        # eid                                        -> index
+LAST = 6         # eid                                        -> index
+DELTA = 7        # eid, n|None                                -> delta
+AXE = 8          # eid, index                                 -> new first
+READ_RANGE = 9   # eid, lo, hi                                -> [start, items]
+LATEST = 10      # eid, n                                     -> [start, items]
+LATEST_MANY = 11 # [eid, ...], n                              -> [[start, items], ...]
+DELETE = 12      # name                                       -> None
+ELEMENTS = 13    # -                                          -> [[name, template, first, last, keep, delta, nbytes], ...]
+FIND = 14        # eid, pattern, remove, timeout              -> values
+
+OP_NAMES = {
+    PING: "ping", ENTER: "enter", LOOKUP: "lookup", MOVE: "move", OBSERVE: "observe",
+    FIRST: "first", LAST: "last", DELTA: "delta", AXE: "axe", READ_RANGE: "read_range",
+    LATEST: "latest", LATEST_MANY: "latest_many", DELETE: "delete", ELEMENTS: "elements",
+    FIND: "find",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one node server accepts; each breach is answered with a `LimitExceeded` error."""
+
+    max_frame: int = 16 * 1024 * 1024     # bytes in one request frame
+    max_elements: int = 100_000           # elements hosted by one server
+    max_name: int = 256                   # characters in an element name
+    max_parked: int = 10_000              # blocked requests parked at once, per server
+    max_batch: int = 100_000              # elements named in one latest_many
+
+
+def pack(obj) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack_request(frame: bytes, limits: Limits):
+    """(rid, op, args) from a request frame; raises ProtocolError for anything malformed."""
+    if len(frame) > limits.max_frame:
+        raise ProtocolError(f"request of {len(frame)} bytes exceeds the {limits.max_frame}-byte frame limit")
+    try:
+        request = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise ProtocolError(f"request is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    if not isinstance(request, list) or len(request) < 2 or not isinstance(request[0], int) \
+            or not isinstance(request[1], int):
+        raise ProtocolError("a request is a msgpack array [request_id, op, *args]")
+    return request[0], request[1], request[2:]
+
+
+def error_reply(rid, exc: BaseException) -> bytes:
+    name = type(exc).__name__ if isinstance(exc, PastSetError) else "ProtocolError"
+    return pack([rid, ERROR, name, str(exc)])
+
+
+def raise_error(name: str, message: str):
+    """Raise the error a reply names; unknown names become ProtocolError, never anything else."""
+    raise ERRORS_BY_NAME.get(name, ProtocolError)(message)

@@ -1,0 +1,509 @@
+"""The node server: hosts elements for in-process callers and, once served, for remote clients."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import threading
+import traceback
+from collections import deque
+from time import monotonic
+from urllib.parse import urlsplit
+
+import zmq
+
+from . import protocol as p
+from .element import WOULD_BLOCK, Element, ElementInfo, _check_pattern, _check_timeout, make_element
+from .errors import (BadArgument, LimitExceeded, PastSetError, ProtocolError, TemplateMismatch,
+                     Timeout, UnknownElement)
+from .template import Template
+
+
+class TupleServer:
+    """A PastSet node server: a table of elements, usable in-process and over ZeroMQ.
+
+    In-process callers use the elements directly (a lock and a memory copy). `serve()` adds a
+    ZeroMQ ROUTER endpoint through which `pastset.connect` clients reach the same elements.
+    Thread-safe; every method may be called from any thread.
+    """
+
+    def __init__(self, name: str = "pastset", limits: p.Limits = p.Limits()):
+        self.name = name
+        self.limits = limits
+        # The table mutex must be held whenever the element table changes.
+        self._table = threading.Lock()
+        self._by_name: dict[str, Element] = {}
+        self._by_id: dict[int, Element] = {}
+        self._ids = itertools.count(1)
+        self._endpoints: list[_Endpoint] = []
+
+    def enter(self, name: str, template, keep: int | None = None, delta: int | None = None) -> Element:
+        """Bind to the element `name`, creating it if absent.
+
+        Entering an existing element with another template (or another explicit keep/delta)
+        raises TemplateMismatch; keep/delta of None accept whatever the element has.
+        """
+        template = Template.of(template)
+        self._check_name(name)
+        with self._table:
+            element = self._by_name.get(name)
+            if element is None:
+                if len(self._by_name) >= self.limits.max_elements:
+                    raise LimitExceeded(
+                        f"server {self.name} already hosts {self.limits.max_elements} elements; "
+                        "delete some or raise Limits.max_elements"
+                    )
+                element = make_element(name, template, keep, delta, next(self._ids))
+                self._by_name[name] = element
+                self._by_id[element.id] = element
+                return element
+        if element.template != template:
+            raise TemplateMismatch(
+                f"element {name} exists with template {element.template}, not {template}"
+            )
+        for what, asked, has in (("keep", keep, element.keep), ("delta", delta, element.delta())):
+            if asked is not None and asked != has:
+                raise TemplateMismatch(f"element {name} exists with {what}={has}, not {asked}")
+        return element
+
+    def element(self, name: str) -> Element:
+        """The existing element `name`; raises UnknownElement (with close names) if absent."""
+        element = self._by_name.get(name)
+        if element is None:
+            raise UnknownElement(_unknown_message(name, self._by_name))
+        return element
+
+    def delete(self, name: str) -> None:
+        """Remove the element; callers blocked on it get UnknownElement."""
+        with self._table:
+            element = self._by_name.pop(name, None)
+            if element is None:
+                raise UnknownElement(_unknown_message(name, self._by_name))
+            del self._by_id[element.id]
+        element._delete()
+
+    def elements(self) -> list[ElementInfo]:
+        """A snapshot of every element, sorted by name."""
+        with self._table:
+            hosted = sorted(self._by_name.values(), key=lambda e: e.name)
+        return [e.info() for e in hosted]
+
+    def latest_many(self, elements, n: int = 1) -> list[tuple[int, list | bytes]]:
+        """`latest(n)` of many elements (Element objects or names) at once, in the given order."""
+        return [(self.element(e) if isinstance(e, str) else e).latest(n) for e in elements]
+
+    def serve(self, bind: str = "tcp://127.0.0.1:0") -> str:
+        """Open a ZeroMQ endpoint for remote clients; returns the bound endpoint.
+
+        Port 0 picks a free port. The endpoint's loop runs in a background thread until
+        `close()`.
+        """
+        endpoint = _Endpoint(self, bind)
+        self._endpoints.append(endpoint)
+        return endpoint.endpoint
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [e.endpoint for e in self._endpoints]
+
+    def close(self) -> None:
+        """Stop serving remote clients (in-process use goes on working)."""
+        while self._endpoints:
+            self._endpoints.pop().close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_name(self, name):
+        if not isinstance(name, str) or not name:
+            raise BadArgument(f"an element name is a non-empty string, got {name!r}")
+        if len(name) > self.limits.max_name:
+            raise LimitExceeded(
+                f"element name of {len(name)} characters exceeds the limit of {self.limits.max_name}"
+            )
+
+    def _element_by_id(self, eid) -> Element:
+        element = self._by_id.get(eid)
+        if element is None:
+            raise UnknownElement(f"no element with id {eid!r} on server {self.name} (deleted?)")
+        return element
+
+
+def _unknown_message(name, known) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(known), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; enter it first"
+    return f"no element named {name!r}{hint}"
+
+
+class _Parked:
+    """A remote request waiting for its element to change."""
+
+    __slots__ = ("peer", "rid", "element", "kind", "args", "deadline", "done")
+
+    def __init__(self, peer, rid, element, kind, args, deadline):
+        self.peer, self.rid, self.element = peer, rid, element
+        self.kind, self.args, self.deadline = kind, args, deadline
+        self.done = False
+
+
+class _Endpoint:
+    """One ROUTER socket and the loop thread that answers it.
+
+    The loop never blocks on an element: a request that must wait is parked with its
+    element, retried whenever the element changes, and answered with Timeout when its
+    deadline passes. In-process threads that change an element with parked requests wake
+    the loop through a private inproc socket (the only socket touched outside the loop
+    thread, always under `_waker_mutex`).
+    """
+
+    def __init__(self, server: TupleServer, bind: str):
+        self.server = server
+        self.limits = server.limits
+        self._ctx = zmq.Context()
+        sock = self._sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # libzmq drops a peer that sends a message far beyond the frame limit before we
+        # allocate it; anything between the two limits gets a proper error reply.
+        sock.setsockopt(zmq.MAXMSGSIZE, 2 * self.limits.max_frame)
+        sock.setsockopt(zmq.SNDHWM, 100_000)
+        try:
+            self.endpoint = _bind(sock, bind)
+        except zmq.ZMQError as exc:
+            self._ctx.destroy(linger=0)
+            raise PastSetError(f"cannot bind {bind}: {exc}") from None
+        inproc = f"inproc://pastset-waker-{id(self)}"
+        sock.bind(inproc)
+        self._waker_id = b"!waker-" + os.urandom(16)
+        self._waker = self._ctx.socket(zmq.DEALER)
+        self._waker.setsockopt(zmq.ROUTING_ID, self._waker_id)
+        self._waker.setsockopt(zmq.LINGER, 0)
+        self._waker.connect(inproc)
+        self._waker_mutex = threading.Lock()
+
+        self._dirty: deque[Element] = deque()     # elements changed while requests are parked
+        self._waiting: dict[int, deque[_Parked]] = {}
+        self._by_peer: dict[bytes, list[_Parked]] = {}
+        self._deadlines: list = []                 # heap of (deadline, seq, _Parked)
+        self._seq = itertools.count()
+        self._n_parked = 0
+        self._lost: list[bytes] = []               # peers a send found disconnected
+        self._next_probe = 0.0
+        self._rcvtimeo = -1
+        self._stopping = False
+        self._loop_ident = None
+        self._ops = self._op_table()
+        self._thread = threading.Thread(target=self._run, name=f"pastset-{server.name}", daemon=True)
+        self._thread.start()
+
+    def close(self):
+        self._stopping = True
+        self._wake()
+        self._thread.join(timeout=5)
+        self._waker.close(linger=0)
+        self._ctx.destroy(linger=0)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def _run(self):
+        self._loop_ident = threading.get_ident()
+        sock = self._sock
+        recv, handle = sock.recv_multipart, self._handle
+        while not self._stopping:
+            try:
+                frames = recv()
+            except zmq.Again:
+                frames = None
+            except zmq.ZMQError:
+                break  # context terminated
+            try:
+                if frames is not None:
+                    handle(frames)
+                if self._dirty:
+                    self._service()
+                if self._deadlines:
+                    self._expire()
+                if self._by_peer and monotonic() >= self._next_probe:
+                    self._probe()
+                while self._lost:
+                    self._forget(self._lost.pop())
+            except Exception:  # a bug must not stop a server that others depend on
+                traceback.print_exc()
+        sock.close(linger=0)
+
+    def _handle(self, frames):
+        if len(frames) != 2:
+            if len(frames) > 2:
+                self._send(frames[0], p.error_reply(None, ProtocolError("a request is exactly one frame")))
+            return
+        peer, frame = frames
+        if peer == self._waker_id:
+            return  # a wake-up: the loop services dirty elements next
+        try:
+            rid, op, args = p.unpack_request(frame, self.limits)
+        except ProtocolError as exc:
+            self._send(peer, p.error_reply(None, exc))
+            return
+        try:
+            handler, arity = self._ops[op] if 0 <= op < len(self._ops) else (None, 0)
+            if handler is None:
+                raise ProtocolError(f"unknown operation {op}; known: {sorted(p.OP_NAMES)}")
+            if len(args) != arity:
+                raise ProtocolError(
+                    f"{p.OP_NAMES[op]} takes {arity} arguments, got {len(args)}"
+                )
+            result = handler(peer, rid, *args)
+        except PastSetError as exc:
+            self._send(peer, p.error_reply(rid, exc))
+            return
+        except Exception as exc:  # a hostile or buggy request must not stop the loop
+            self._send(peer, p.error_reply(rid, ProtocolError(
+                f"bad arguments for {p.OP_NAMES.get(op, op)}: {type(exc).__name__}: {exc}")))
+            return
+        if result is not _ANSWERED:
+            self._send(peer, p.pack([rid, p.OK, result]))
+
+    def _send(self, peer, payload) -> bool:
+        """Send a reply; False if the peer is gone (or so far behind that it stopped reading)."""
+        try:
+            self._sock.send_multipart([peer, payload], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                self._lost.append(peer)
+            return False
+
+    # How often peers with parked requests are probed (an empty frame, which clients ignore):
+    # ROUTER_MANDATORY makes a send to a disconnected peer fail, and its requests are dropped.
+    _PROBE_INTERVAL = 2.0
+
+    def _probe(self):
+        for peer in list(self._by_peer):
+            self._send(peer, b"")
+        self._next_probe = monotonic() + self._PROBE_INTERVAL
+
+    # -- operations --------------------------------------------------------------------------------
+
+    def _op_table(self):
+        table = [(None, 0)] * (max(p.OP_NAMES) + 1)
+        for op, handler, arity in (
+            (p.PING, lambda peer, rid: self.server.name, 0),
+            (p.ENTER, self._op_enter, 4),
+            (p.LOOKUP, self._op_lookup, 1),
+            (p.MOVE, self._op_move, 3),
+            (p.OBSERVE, self._op_observe, 3),
+            (p.FIRST, lambda peer, rid, eid: self._el(eid).first(), 1),
+            (p.LAST, lambda peer, rid, eid: self._el(eid).last(), 1),
+            (p.DELTA, lambda peer, rid, eid, n: self._el(eid).delta(n), 2),
+            (p.AXE, lambda peer, rid, eid, i: self._el(eid).axe(i), 2),
+            (p.READ_RANGE, lambda peer, rid, eid, lo, hi: self._el(eid).read_range(lo, hi), 3),
+            (p.LATEST, lambda peer, rid, eid, n: self._el(eid).latest(n), 2),
+            (p.LATEST_MANY, self._op_latest_many, 2),
+            (p.DELETE, lambda peer, rid, name: self.server.delete(name), 1),
+            (p.ELEMENTS, self._op_elements, 0),
+            (p.FIND, self._op_find, 4),
+        ):
+            table[op] = (handler, arity)
+        return table
+
+    def _el(self, eid) -> Element:
+        return self.server._element_by_id(eid)
+
+    @staticmethod
+    def _describe(element):
+        return [element.id, element.template.spec, element.keep, element.delta()]
+
+    def _op_enter(self, peer, rid, name, spec, keep, delta):
+        return self._describe(self.server.enter(name, spec, keep, delta))
+
+    def _op_lookup(self, peer, rid, name):
+        return self._describe(self.server.element(name))
+
+    def _op_elements(self, peer, rid):
+        return [[i.name, i.template, i.first, i.last, i.keep, i.delta, i.nbytes]
+                for i in self.server.elements()]
+
+    def _op_latest_many(self, peer, rid, eids, n):
+        if not isinstance(eids, list) or len(eids) > self.limits.max_batch:
+            raise BadArgument(f"latest_many takes a list of at most {self.limits.max_batch} element ids")
+        by_id = self.server._by_id
+        out = []
+        for eid in eids:
+            element = by_id.get(eid)
+            if element is None:
+                raise UnknownElement(f"no element with id {eid!r} on server {self.server.name}")
+            out.append(element.latest(n))
+        return out
+
+    def _op_move(self, peer, rid, eid, values, timeout):
+        return self._attempt_or_park(peer, rid, self._el(eid), p.MOVE, (values,), timeout)
+
+    def _op_observe(self, peer, rid, eid, index, timeout):
+        return self._attempt_or_park(peer, rid, self._el(eid), p.OBSERVE, (index,), timeout)
+
+    def _op_find(self, peer, rid, eid, pattern, remove, timeout):
+        element = self._el(eid)
+        if element.template.is_binary:
+            raise TemplateMismatch(f"element {element.name}: Linda matching needs a typed template")
+        pattern = _check_pattern(pattern, element.template)
+        return self._attempt_or_park(peer, rid, element, p.FIND, (pattern, bool(remove)), timeout)
+
+    # -- blocking operations: attempt now, or park until the element changes ----------------
+
+    def _attempt_or_park(self, peer, rid, element, kind, args, timeout):
+        deadline = _deadline(timeout)
+        with element.mutex:
+            if self._complete(peer, rid, element, kind, args):
+                return _ANSWERED
+            if timeout == 0:
+                raise Timeout(f"{p.OP_NAMES[kind]} on element {element.name} would block")
+            if self._n_parked >= self.limits.max_parked:
+                raise LimitExceeded(
+                    f"server {self.server.name} already holds {self.limits.max_parked} blocked requests"
+                )
+            waiter = _Parked(peer, rid, element, kind, args, deadline)
+            self._waiting.setdefault(element.id, deque()).append(waiter)
+            self._by_peer.setdefault(peer, []).append(waiter)
+            self._n_parked += 1
+            element.parked += 1
+            element.on_change = self._element_changed
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, next(self._seq), waiter))
+        now = monotonic()
+        if self._next_probe < now:
+            self._next_probe = now + self._PROBE_INTERVAL
+        self._set_rcvtimeo()
+        return _ANSWERED
+
+    def _complete(self, peer, rid, element, kind, args) -> bool:
+        """Try the operation once (element mutex held); True when it was answered.
+
+        A consumed or taken tuple is removed only after its reply was handed to the peer,
+        so a consumer that disconnected while parked loses nothing and takes nothing.
+        """
+        try:
+            if kind == p.MOVE:
+                result = element._try_move(args[0])
+                if result is WOULD_BLOCK:
+                    return False
+                self._send(peer, p.pack([rid, p.OK, result]))
+                return True
+            if kind == p.OBSERVE:
+                found = element._peek(args[0])
+                consume = args[0] is None
+            else:
+                found = element._peek_match(args[0])
+                consume = args[1]
+            if found is WOULD_BLOCK:
+                return False
+            if self._send(peer, p.pack([rid, p.OK, found[1]])) and consume:
+                element._remove(found[0])
+            return True
+        except PastSetError as exc:
+            self._send(peer, p.error_reply(rid, exc))
+            return True
+
+    def _element_changed(self, element):
+        """Called, element mutex held, by whichever thread changed an element with parked requests."""
+        self._dirty.append(element)
+        if threading.get_ident() != self._loop_ident:
+            self._wake()
+
+    def _wake(self):
+        with self._waker_mutex:
+            try:
+                self._waker.send(b"w", zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass  # a wake-up is already queued, or the endpoint is closing
+
+    def _service(self):
+        while self._dirty:
+            element = self._dirty.popleft()
+            queue = self._waiting.get(element.id)
+            if not queue:
+                continue
+            with element.mutex:
+                for waiter in queue:
+                    if not waiter.done and self._complete(waiter.peer, waiter.rid, element,
+                                                          waiter.kind, waiter.args):
+                        self._finish(waiter)
+                self._prune(element)
+
+    def _finish(self, waiter):
+        waiter.done = True
+        self._n_parked -= 1
+        waiter.element.parked -= 1
+        mine = self._by_peer.get(waiter.peer)
+        if mine is not None:
+            mine.remove(waiter)
+            if not mine:
+                del self._by_peer[waiter.peer]
+
+    def _prune(self, element):
+        queue = self._waiting.get(element.id)
+        if queue is not None:
+            kept = deque(w for w in queue if not w.done)
+            if kept:
+                self._waiting[element.id] = kept
+            else:
+                del self._waiting[element.id]
+
+    def _expire(self):
+        now = monotonic()
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, _, waiter = heapq.heappop(heap)
+            if waiter.done:
+                continue
+            element = waiter.element
+            with element.mutex:
+                # One last try: the element may have changed in the same instant.
+                if not self._complete(waiter.peer, waiter.rid, element, waiter.kind, waiter.args):
+                    self._send(waiter.peer, p.error_reply(waiter.rid, Timeout(
+                        f"{p.OP_NAMES[waiter.kind]} on element {element.name} timed out")))
+                self._finish(waiter)
+                self._prune(element)
+        self._set_rcvtimeo()
+
+    def _forget(self, peer):
+        """A peer disconnected: its parked requests are dropped, taking nothing with them."""
+        for waiter in self._by_peer.pop(peer, []):
+            if not waiter.done:
+                waiter.done = True
+                self._n_parked -= 1
+                with waiter.element.mutex:
+                    waiter.element.parked -= 1
+                    self._prune(waiter.element)
+
+    def _set_rcvtimeo(self):
+        heap = self._deadlines
+        while heap and heap[0][2].done:
+            heapq.heappop(heap)
+        ms = -1 if not heap else max(1, int((heap[0][0] - monotonic()) * 1000) + 1)
+        if self._by_peer:
+            ms = min(ms if ms > 0 else 1 << 30, int(self._PROBE_INTERVAL * 1000))
+        if ms != self._rcvtimeo:
+            self._sock.setsockopt(zmq.RCVTIMEO, ms)
+            self._rcvtimeo = ms
+
+
+_ANSWERED = object()
+
+
+def _deadline(timeout):
+    return None if _check_timeout(timeout) is None else monotonic() + timeout
+
+
+def _bind(sock, bind: str) -> str:
+    """Bind, turning port 0 into a free port; returns the endpoint actually bound."""
+    parts = urlsplit(bind)
+    if parts.scheme == "tcp" and parts.port == 0:
+        bind = f"tcp://{parts.hostname}:*"
+    sock.bind(bind)
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)

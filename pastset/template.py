@@ -1,0 +1,156 @@
+"""Templates: the field types of an element's tuples, typed (msgpack fields) or binary (a struct)."""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+
+import msgpack
+
+from .errors import TemplateMismatch
+
+# Field type name -> the Python types a value of that field may have.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (float, int),
+    "str": (str,),
+    "bytes": (bytes,),
+    "bool": (bool,),
+}
+_TYPE_NAMES = {int: "int", float: "float", str: "str", bytes: "bytes", bool: "bool"}
+FIELD_NAMES = (*_FIELD_TYPES, "any")
+
+
+@dataclass(frozen=True)
+class Template:
+    """An ordered list of field types.
+
+    Typed: `Template.typed("int", "bytes")`; fields are msgpack-encodable values and `check`
+    verifies each one. Binary: `Template.binary("=HHIIIIQQ")`; a fixed-size record in native
+    byte order, stored packed. `Template.of(spec)` accepts either form as plain data (a list of
+    field names, or a struct format string starting with "="), which is also how templates
+    travel on the wire.
+    """
+
+    fields: tuple[str, ...] = ()
+    fmt: str | None = None
+    _struct: struct.Struct | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def typed(cls, *fields: str | type) -> Template:
+        names = []
+        for i, f in enumerate(fields):
+            name = _TYPE_NAMES.get(f, f) if isinstance(f, type) else f
+            if name not in FIELD_NAMES:
+                raise TemplateMismatch(
+                    f"template field {i}: unknown type {f!r}; use one of {', '.join(FIELD_NAMES)}"
+                )
+            names.append(name)
+        if not names:
+            raise TemplateMismatch("a typed template needs at least one field")
+        return cls(fields=tuple(names))
+
+    @classmethod
+    def binary(cls, fmt: str) -> Template:
+        if not isinstance(fmt, str) or not fmt.startswith("="):
+            raise TemplateMismatch(
+                f"binary template {fmt!r}: a struct format in native byte order must start with '='"
+            )
+        try:
+            st = struct.Struct(fmt)
+        except struct.error as exc:
+            raise TemplateMismatch(f"binary template {fmt!r}: {exc}") from None
+        if st.size == 0:
+            raise TemplateMismatch(f"binary template {fmt!r} has no fields")
+        return cls(fields=_struct_fields(fmt), fmt=fmt, _struct=st)
+
+    @classmethod
+    def of(cls, spec) -> Template:
+        """A template from a Template, a list/tuple of field types, or a binary struct format."""
+        if isinstance(spec, Template):
+            return spec
+        if isinstance(spec, str):
+            return cls.binary(spec)
+        if isinstance(spec, (list, tuple)):
+            return cls.typed(*spec)
+        raise TemplateMismatch(
+            f"template {spec!r}: give a list of field types (e.g. ['int', 'bytes']) "
+            "or a struct format starting with '=' (e.g. '=HHIIIIQQ')"
+        )
+
+    @property
+    def is_binary(self) -> bool:
+        return self.fmt is not None
+
+    @property
+    def record_size(self) -> int:
+        """Bytes per record (binary templates only)."""
+        return self._struct.size
+
+    @property
+    def spec(self):
+        """Plain-data form for the wire and for display: the struct format, or the field list."""
+        return self.fmt if self.fmt is not None else list(self.fields)
+
+    def __str__(self) -> str:
+        return self.fmt if self.fmt is not None else "[" + ", ".join(self.fields) + "]"
+
+    def check(self, values) -> tuple:
+        """The tuple, validated against this template; raises TemplateMismatch naming the field."""
+        if not isinstance(values, (tuple, list)):
+            raise TemplateMismatch(
+                f"expected a tuple of {len(self.fields)} fields {self}, got {type(values).__name__}"
+            )
+        if len(values) != len(self.fields):
+            raise TemplateMismatch(
+                f"expected {len(self.fields)} fields {self}, got {len(values)}"
+            )
+        if self.fmt is not None:
+            self.pack(values)
+            return tuple(values)
+        for i, (name, value) in enumerate(zip(self.fields, values)):
+            if name == "any":
+                try:
+                    msgpack.packb(value, use_bin_type=True)
+                except (TypeError, ValueError, OverflowError) as exc:
+                    raise TemplateMismatch(
+                        f"field {i} (any): {type(value).__name__} is not msgpack-encodable ({exc})"
+                    ) from None
+                continue
+            # bool is an int in Python; an int field must not silently take one.
+            if not isinstance(value, _FIELD_TYPES[name]) or (name != "bool" and isinstance(value, bool)):
+                raise TemplateMismatch(
+                    f"field {i}: expected {name}, got {type(value).__name__} ({value!r:.40})"
+                )
+        return tuple(values)
+
+    def pack(self, values) -> bytes:
+        """One binary record; raises TemplateMismatch naming the first field that does not fit."""
+        try:
+            return self._struct.pack(*values)
+        except struct.error:
+            raise self._mismatch(values) from None
+
+    def _mismatch(self, values) -> TemplateMismatch:
+        if len(values) != len(self.fields):
+            return TemplateMismatch(f"expected {len(self.fields)} fields {self}, got {len(values)}")
+        for i, (code, value) in enumerate(zip(self.fields, values)):
+            try:
+                struct.pack("=" + code, value)
+            except struct.error as exc:
+                return TemplateMismatch(
+                    f"field {i} ({code!r} in {self.fmt}): {type(value).__name__} {value!r:.40} does not fit: {exc}"
+                )
+        return TemplateMismatch(f"values {values!r:.80} do not fit {self.fmt}")
+
+
+def _struct_fields(fmt: str) -> tuple[str, ...]:
+    """One struct code per field: '=2I4sQ' -> ('I', 'I', '4s', 'Q'); pad bytes are no field."""
+    fields: list[str] = []
+    for count, code in re.findall(r"(\d*)([a-zA-Z?])", fmt):
+        if code in "sp":
+            fields.append(count + code)
+        elif code != "x":
+            fields.extend([code] * int(count or 1))
+    return tuple(fields)
