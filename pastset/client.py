@@ -81,6 +81,14 @@ class Client:
         replies = self._call(p.LATEST_MANY, ([h.id for h in handles], n))
         return [h._batch(r) for h, r in zip(handles, replies)]
 
+    def call(self, name: str, *args, timeout: float | None = None):
+        """Run the callable the server hosts as `name` (see `TupleServer.host`); returns its result.
+
+        `timeout` is how long the callable may take before ServerGone; None waits as long as
+        the server answers liveness pings.
+        """
+        return self._call(p.CALL, (name, list(args)), timeout)
+
     def ping(self) -> str:
         """The server's name; raises ServerGone if it does not answer."""
         return self._call(p.PING, ())

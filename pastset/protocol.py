@@ -32,12 +32,13 @@ LATEST_MANY = 11 # [eid, ...], n                              -> [[start, items]
 DELETE = 12      # name                                       -> None
 ELEMENTS = 13    # -                                          -> [[name, template, first, last, keep, delta, nbytes], ...]
 FIND = 14        # eid, pattern, remove, timeout              -> values
+CALL = 15        # name, [args...]                            -> what the hosted callable returns
 
 OP_NAMES = {
     PING: "ping", ENTER: "enter", LOOKUP: "lookup", MOVE: "move", OBSERVE: "observe",
     FIRST: "first", LAST: "last", DELTA: "delta", AXE: "axe", READ_RANGE: "read_range",
     LATEST: "latest", LATEST_MANY: "latest_many", DELETE: "delete", ELEMENTS: "elements",
-    FIND: "find",
+    FIND: "find", CALL: "call",
 }
 
 
@@ -50,6 +51,7 @@ class Limits:
     max_name: int = 256                   # characters in an element name
     max_parked: int = 10_000              # blocked requests parked at once, per server
     max_batch: int = 100_000              # elements named in one latest_many
+    max_calls: int = 512                  # hosted calls running at once (each holds a worker thread)
 
 
 def pack(obj) -> bytes:
@@ -73,6 +75,12 @@ def unpack_request(frame: bytes, limits: Limits):
 def error_reply(rid, exc: BaseException) -> bytes:
     name = type(exc).__name__ if isinstance(exc, PastSetError) else "ProtocolError"
     return pack([rid, ERROR, name, str(exc)])
+
+
+def register_error(cls: type[PastSetError]) -> type[PastSetError]:
+    """Let an error class defined above PastSet (e.g. by PATHS) travel the wire by name."""
+    ERRORS_BY_NAME.setdefault(cls.__name__, cls)
+    return cls
 
 
 def raise_error(name: str, message: str):

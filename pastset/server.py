@@ -37,6 +37,7 @@ class TupleServer:
         self._by_id: dict[int, Element] = {}
         self._ids = itertools.count(1)
         self._endpoints: list[_Endpoint] = []
+        self._hosted: dict[str, object] = {}
 
     def enter(self, name: str, template, keep: int | None = None, delta: int | None = None) -> Element:
         """Bind to the element `name`, creating it if absent.
@@ -92,6 +93,30 @@ class TupleServer:
     def latest_many(self, elements, n: int = 1) -> list[tuple[int, list | bytes]]:
         """`latest(n)` of many elements (Element objects or names) at once, in the given order."""
         return [(self.element(e) if isinstance(e, str) else e).latest(n) for e in elements]
+
+    def host(self, name: str, fn) -> None:
+        """Offer `fn` to remote clients as `client.call(name, *args)`.
+
+        This is how layers above PastSet (PATHS stages) run code inside a node server. A
+        hosted callable may block: remote calls run on worker threads (at most
+        `Limits.max_calls` at once), never on the endpoint's loop. It receives and returns
+        msgpack-encodable values; a PastSetError it raises reaches the caller by name.
+        """
+        self._check_name(name)
+        self._hosted[name] = fn
+
+    def unhost(self, name: str) -> None:
+        self._hosted.pop(name, None)
+
+    def call(self, name: str, *args):
+        """Run a hosted callable in this thread (the in-process form of `Client.call`)."""
+        return self._hosted_fn(name)(*args)
+
+    def _hosted_fn(self, name):
+        fn = self._hosted.get(name)
+        if fn is None:
+            raise UnknownElement(f"nothing is hosted as {name!r} on server {self.name}")
+        return fn
 
     def serve(self, bind: str = "tcp://127.0.0.1:0") -> str:
         """Open a ZeroMQ endpoint for remote clients; returns the bound endpoint.
@@ -194,6 +219,9 @@ class _Endpoint:
         self._seq = itertools.count()
         self._n_parked = 0
         self._lost: list[bytes] = []               # peers a send found disconnected
+        self._executor = None                      # worker threads for hosted calls, made on first use
+        self._calls = 0                            # hosted calls running
+        self._replies: deque = deque()             # (peer, payload) finished by workers
         self._next_probe = 0.0
         self._rcvtimeo = -1
         self._stopping = False
@@ -206,6 +234,8 @@ class _Endpoint:
         self._stopping = True
         self._wake()
         self._thread.join(timeout=5)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
         self._waker.close(linger=0)
         self._ctx.destroy(linger=0)
 
@@ -231,6 +261,9 @@ class _Endpoint:
                     self._expire()
                 if self._by_peer and monotonic() >= self._next_probe:
                     self._probe()
+                while self._replies:
+                    self._calls -= 1
+                    self._send(*self._replies.popleft())
                 while self._lost:
                     self._forget(self._lost.pop())
             except Exception:  # a bug must not stop a server that others depend on
@@ -308,6 +341,7 @@ class _Endpoint:
             (p.DELETE, lambda peer, rid, name: self.server.delete(name), 1),
             (p.ELEMENTS, self._op_elements, 0),
             (p.FIND, self._op_find, 4),
+            (p.CALL, self._op_call, 2),
         ):
             table[op] = (handler, arity)
         return table
@@ -353,6 +387,31 @@ class _Endpoint:
             raise TemplateMismatch(f"element {element.name}: Linda matching needs a typed template")
         pattern = _check_pattern(pattern, element.template)
         return self._attempt_or_park(peer, rid, element, p.FIND, (pattern, bool(remove)), timeout)
+
+    def _op_call(self, peer, rid, name, args):
+        fn = self.server._hosted_fn(name)
+        if not isinstance(args, list):
+            raise BadArgument("call takes a name and a list of arguments")
+        if self._calls >= self.limits.max_calls:
+            raise LimitExceeded(f"server {self.server.name} already runs {self.limits.max_calls} hosted calls")
+        if self._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(self.limits.max_calls, f"pastset-{self.server.name}-call")
+        self._calls += 1
+        self._executor.submit(self._run_call, peer, rid, name, fn, args)
+        return _ANSWERED
+
+    def _run_call(self, peer, rid, name, fn, args):
+        """On a worker thread: run the hosted callable, hand the reply to the loop."""
+        try:
+            payload = p.pack([rid, p.OK, fn(*args)])
+        except PastSetError as exc:
+            payload = p.error_reply(rid, exc)
+        except Exception as exc:
+            payload = p.error_reply(rid, ProtocolError(f"hosted call {name} failed: {type(exc).__name__}: {exc}"))
+        self._replies.append((peer, payload))
+        self._wake()
 
     # -- blocking operations: attempt now, or park until the element changes ----------------
 
