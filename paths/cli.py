@@ -1,0 +1,152 @@
+"""The `pathmap` subcommands of `eventspace`: validate, show, generate."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path as FilePath
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree as RichTree
+
+from .document import PathmapError, listing
+from .generate import generate
+from .inputs import RULES, AppMap, ClusterMap, Placement
+from .pathmap import Pathmap
+
+
+def register(subparsers) -> None:
+    """Add `pathmap validate | show | generate` to the `eventspace` command."""
+    pathmap = subparsers.add_parser("pathmap", help="validate, draw and generate pathmaps")
+    commands = pathmap.add_subparsers(dest="pathmap_command", metavar="SUBCOMMAND", required=True)
+
+    validate = commands.add_parser("validate", help="check a pathmap; print a summary, or every problem")
+    validate.add_argument("file", help="a pathmap (YAML)")
+    validate.set_defaults(func=_validate)
+
+    show = commands.add_parser("show", help="draw a pathmap's paths and trees, with the node of each stage")
+    show.add_argument("file", help="a pathmap (YAML)")
+    only = show.add_mutually_exclusive_group()
+    only.add_argument("--tree", metavar="NAME", help="draw only this tree")
+    only.add_argument("--thread", metavar="T", help="draw only this thread's paths")
+    show.set_defaults(func=_show)
+
+    gen = commands.add_parser("generate", help="build a pathmap from an application map, a cluster "
+                                               "map and an application-to-cluster map")
+    gen.add_argument("--app", required=True, help="application map (YAML)")
+    gen.add_argument("--cluster", required=True, help="cluster map (YAML)")
+    gen.add_argument("--mapping", required=True,
+                     help=f"application-to-cluster map (YAML), or a rule alone: {' or '.join(RULES)}")
+    gen.add_argument("--tree-shape", default="flat",
+                     help="flat, kary:K, knomial:K, per-node or per-cluster (default %(default)s)")
+    gen.add_argument("--name", help="the pathmap's name (default: the output file's stem)")
+    gen.add_argument("-o", "--output", required=True, help="the pathmap file to write")
+    gen.set_defaults(func=_generate)
+
+
+def _validate(args) -> int:
+    try:
+        pathmap = Pathmap.load(args.file)
+    except PathmapError as exc:
+        for problem in exc.problems:
+            print(problem)
+        count = len(exc.problems)
+        print(f"{count} problem{'s' if count != 1 else ''} in {args.file}")
+        return 1
+    console = Console(highlight=False)
+    totals = ", ".join(f"{what} {n}" for what, n in pathmap.summary().items())
+    console.print(f"ok: {args.file} ({pathmap.name}): {totals}, "
+                  f"instrumented points {len(pathmap.collector_points())}", soft_wrap=True)
+    console.print(_node_table(pathmap))
+    return 0
+
+
+def _node_table(pathmap: Pathmap) -> Table:
+    table = Table(title=f"pathmap {pathmap.name}: per node")
+    for column in ("node", "cluster", "endpoint"):
+        table.add_column(column)
+    for column in ("threads", "elements", "stages"):
+        table.add_column(column, justify="right")
+    for node in pathmap.nodes:
+        endpoint = f"{node.host}:{node.port if node.port else 'free port'}"
+        table.add_row(node.name, node.cluster, endpoint, str(len(pathmap.threads_on(node.name))),
+                      str(len(pathmap.elements_on(node.name))), str(len(pathmap.stages_on(node.name))))
+    return table
+
+
+def _show(args) -> int:
+    pathmap = Pathmap.load(args.file)
+    if args.tree:
+        drawing = _draw_tree(pathmap, args.tree)
+    elif args.thread:
+        drawing = _draw_thread(pathmap, args.thread)
+    else:
+        drawing = RichTree(Text(f"pathmap {pathmap.name} ({pathmap.source})", style="bold"))
+        for thread in pathmap.threads:
+            drawing.children.append(_draw_thread(pathmap, thread.name))
+        for tree in pathmap.trees:
+            drawing.children.append(_draw_tree(pathmap, tree.name))
+    Console(highlight=False).print(drawing)
+    return 0
+
+
+def _stage_label(pathmap: Pathmap, stage_id: str) -> Text:
+    stage = pathmap.stage(stage_id)
+    extra = ", ".join(f"{k}={v}" for k, v in stage.params.items() if k != "element")
+    return Text.assemble((stage_id, "bold"), f"  {stage.type} @ {stage.node}",
+                         (f"  {extra}" if extra else "", "dim"))
+
+
+def _draw_thread(pathmap: Pathmap, name: str) -> RichTree:
+    thread = _known(pathmap.thread, name, "thread", [t.name for t in pathmap.threads])
+    drawing = RichTree(Text.assemble(("thread ", ""), (thread.name, "bold cyan"), f" @ {thread.node}"))
+    for path in pathmap.paths_of(thread.name):
+        element = pathmap.element(path.element)
+        branch = drawing.add(Text.assemble(f"path {path.name} -> element ",
+                                           (element.name, "bold green"), f" @ {element.node}"))
+        for stage_id in path.stages:
+            branch.add(_stage_label(pathmap, stage_id))
+    return drawing
+
+
+def _draw_tree(pathmap: Pathmap, name: str) -> RichTree:
+    tree = _known(pathmap.tree, name, "tree", [t.name for t in pathmap.trees])
+    drawing = RichTree(Text.assemble(("tree ", ""), (tree.name, "bold magenta"),
+                                     f" ({tree.kind}, {tree.shape}, {len(tree.members)} members)"))
+
+    def grow(branch: RichTree, stage_id: str) -> None:
+        here = branch.add(_stage_label(pathmap, stage_id))
+        for member in tree.entrants(stage_id):
+            here.add(Text.assemble(("thread ", ""), (member, "cyan"), f" @ {pathmap.thread(member).node}"))
+        for child in tree.children(stage_id):
+            grow(here, child)
+
+    grow(drawing, tree.root)
+    return drawing
+
+
+def _known(lookup, name: str, what: str, names: list[str]):
+    try:
+        return lookup(name)
+    except KeyError:
+        # ValueError, not KeyError: the command prints the message, and KeyError's has quotes.
+        raise ValueError(f"no {what} {name!r}; the pathmap has: {listing(names)}") from None
+
+
+def _generate(args) -> int:
+    app = AppMap.load(args.app)
+    cluster = ClusterMap.load(args.cluster)
+    mapping = Placement(rule=args.mapping) if args.mapping in RULES else Placement.load(args.mapping)
+    out = FilePath(args.output)
+    pathmap = generate(app, cluster, mapping, args.tree_shape, name=args.name or out.stem)
+    command = ["eventspace", "pathmap", "generate", "--app", args.app, "--cluster", args.cluster,
+               "--mapping", args.mapping, "--tree-shape", args.tree_shape]
+    if args.name:
+        command += ["--name", args.name]
+    command += ["-o", args.output]
+    pathmap.dump(out, header=f"Generated by: {shlex.join(command)}")
+    totals = ", ".join(f"{what} {n}" for what, n in pathmap.summary().items())
+    print(f"wrote {out}: {totals}", file=sys.stdout)
+    return 0

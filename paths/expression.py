@@ -1,0 +1,141 @@
+"""Filter expressions: a small, safe language over a tuple's named fields (never `eval`)."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class ExpressionError(ValueError):
+    """The expression does not parse or uses something outside the language; says where."""
+
+
+_COMPARE = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+}
+_ARITH = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+}
+
+
+class Expression:
+    """A boolean expression over named fields, e.g. `op == 1 and t_end - t_start > 5000`.
+
+    The language: field names, numbers, strings, bytes, True/False/None, arithmetic
+    (+ - * / // %), comparisons (== != < <= > >=, chained), `in` / `not in` a literal
+    tuple or list, and `and`, `or`, `not`. Anything else is an ExpressionError at
+    construction, naming the offending part and its column.
+
+    `matches(row)` evaluates it on one tuple (fields by position); `mask(batch)` on a numpy
+    structured array (fields by name), giving a boolean array.
+    """
+
+    def __init__(self, text: str, fields: Sequence[str]):
+        self.text = text
+        self.fields = tuple(fields)
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise ExpressionError(
+                f"filter {text!r}: does not parse at column {exc.offset}: {exc.msg}"
+            ) from None
+        self._tree = tree.body
+        self._row = self._compile(self._tree, vector=False)
+        self._vector = None
+
+    def matches(self, row) -> bool:
+        return bool(self._row(row))
+
+    def mask(self, batch: np.ndarray) -> np.ndarray:
+        if self._vector is None:
+            self._vector = self._compile(self._tree, vector=True)
+        result = self._vector(batch)
+        return np.broadcast_to(np.asarray(result, dtype=bool), batch.shape)
+
+    def __repr__(self):
+        return f"Expression({self.text!r})"
+
+    def _fail(self, node, what):
+        raise ExpressionError(
+            f"filter {self.text!r}: {what} at column {getattr(node, 'col_offset', 0) + 1}; "
+            f"fields are {', '.join(self.fields)}"
+        )
+
+    def _compile(self, node, vector):
+        c = lambda n: self._compile(n, vector)  # noqa: E731
+        if isinstance(node, ast.Constant):
+            if not isinstance(node.value, (int, float, str, bytes, bool, type(None))):
+                self._fail(node, f"constant {node.value!r} is not allowed")
+            value = node.value
+            return lambda r: value
+        if isinstance(node, ast.Name):
+            if node.id not in self.fields:
+                self._fail(node, f"unknown field {node.id!r}")
+            if vector:
+                name = node.id
+                return lambda r: r[name]
+            return operator.itemgetter(self.fields.index(node.id))
+        if isinstance(node, ast.BoolOp):
+            parts = [c(v) for v in node.values]
+            if isinstance(node.op, ast.And):
+                if vector:
+                    return lambda r: np.logical_and.reduce([p(r) for p in parts])
+                return lambda r: all(p(r) for p in parts)
+            if vector:
+                return lambda r: np.logical_or.reduce([p(r) for p in parts])
+            return lambda r: any(p(r) for p in parts)
+        if isinstance(node, ast.UnaryOp):
+            inner = c(node.operand)
+            if isinstance(node.op, ast.Not):
+                return (lambda r: np.logical_not(inner(r))) if vector else (lambda r: not inner(r))
+            if isinstance(node.op, ast.USub):
+                return lambda r: -inner(r)
+            if isinstance(node.op, ast.UAdd):
+                return inner
+            self._fail(node, "this unary operator is not allowed")
+        if isinstance(node, ast.BinOp):
+            fn = _ARITH.get(type(node.op))
+            if fn is None:
+                self._fail(node, "this operator is not allowed")
+            left, right = c(node.left), c(node.right)
+            return lambda r: fn(left(r), right(r))
+        if isinstance(node, ast.Compare):
+            return self._compare(node, vector)
+        self._fail(node, f"{type(node).__name__.lower()} is not allowed")
+
+    def _compare(self, node, vector):
+        operands = [self._compile(node.left, vector)]
+        tests = []
+        for op, right in zip(node.ops, node.comparators):
+            if isinstance(op, (ast.In, ast.NotIn)):
+                if not isinstance(right, (ast.Tuple, ast.List)) or not all(
+                        isinstance(e, ast.Constant) for e in right.elts):
+                    self._fail(right, "`in` takes a literal tuple or list")
+                values = tuple(e.value for e in right.elts)
+                negate = isinstance(op, ast.NotIn)
+                if vector:
+                    tests.append(lambda a, b, v=values, n=negate: np.isin(a, v, invert=n))
+                else:
+                    tests.append(lambda a, b, v=values, n=negate: (a in v) != n)
+                operands.append(lambda r: None)
+                continue
+            fn = _COMPARE.get(type(op))
+            if fn is None:
+                self._fail(node, "this comparison is not allowed")
+            tests.append(fn)
+            operands.append(self._compile(right, vector))
+        if len(tests) == 1:
+            test, left, right = tests[0], operands[0], operands[1]
+            return lambda r: test(left(r), right(r))
+
+        def chained(r):
+            values = [o(r) for o in operands]
+            results = [t(values[i], values[i + 1]) for i, t in enumerate(tests)]
+            return np.logical_and.reduce(results) if vector else all(results)
+
+        return chained

@@ -1,0 +1,159 @@
+"""Tree shapes: how a collective's members are joined, level by level, and where each join runs."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+SHAPES = ("flat", "kary:K", "knomial:K", "per-node", "per-cluster")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A tree shape: `flat` (one join), `kary:K` (joins of at most K children, level by level),
+    `knomial:K` (a k-nomial tree over the members, binomial for K=2), `per-node` (a join per
+    node, then a root), `per-cluster` (per node, then per cluster, then a root)."""
+
+    kind: str
+    k: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        """The shape `text` names; raises ValueError saying what is wrong and what to write."""
+        match = re.fullmatch(r"(kary|knomial):(\d+)", text or "")
+        if match:
+            k = int(match.group(2))
+            if k < 2:
+                raise ValueError(f"shape {text!r}: a {match.group(1)} tree needs K of at least 2; "
+                                 f"write e.g. {match.group(1)}:2")
+            return cls(match.group(1), k)
+        if text in ("flat", "per-node", "per-cluster"):
+            return cls(text)
+        raise ValueError(f"unknown tree shape {text!r}; use one of {', '.join(SHAPES)} "
+                         "(K a whole number of at least 2)")
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.k}" if self.k is not None else self.kind
+
+
+@dataclass(frozen=True)
+class Member:
+    """A member thread, as a vertex of a laid-out tree."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Join:
+    """A join, as a vertex of a laid-out tree; the top one is labelled `root`."""
+
+    label: str
+
+
+def lay_out(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
+            cluster_of: Mapping[str, str], node_order: Sequence[str]) -> nx.DiGraph:
+    """The tree of `shape` over `members` (thread names), as a networkx DiGraph.
+
+    Vertices are Member and Join objects, each with a `node` attribute (where it runs); edges
+    lead from child to parent; `graph.graph["root"]` is the root Join. Members are ordered by
+    their node (in `node_order`) first, so that subtrees stay on one node where they can. A
+    join runs on the node of most of its children (the first of them on a tie). A level that
+    makes one join is the top: that join is the root, labelled `root`.
+    """
+    if not members:
+        raise ValueError("a tree needs at least one member")
+    rank = {n: i for i, n in enumerate(node_order)}
+    ordered = sorted(members, key=lambda m: rank[node_of[m]])  # stable: keeps order within a node
+    graph = nx.DiGraph()
+    for m in ordered:
+        graph.add_node(Member(m), node=node_of[m])
+    level = [Member(m) for m in ordered]
+    if shape.kind == "knomial":
+        _knomial(graph, level, shape.k)
+        return graph
+    if shape.kind == "flat":
+        groupings = [lambda items: [items]]
+    elif shape.kind == "kary":
+        groupings = [lambda items: _chunks(items, shape.k)]
+    elif shape.kind == "per-node":
+        groupings = [lambda items: _by(graph, items, lambda n: n, "node"), lambda items: [items]]
+    elif shape.kind == "per-cluster":
+        groupings = [lambda items: _by(graph, items, lambda n: n, "node"),
+                     lambda items: _by(graph, items, lambda n: cluster_of[n], "cluster"),
+                     lambda items: [items]]
+    else:
+        raise ValueError(f"unknown tree shape {shape}")
+    depth = 0
+    while True:
+        group = groupings[min(depth, len(groupings) - 1)]
+        depth += 1
+        level = [_join(graph, g, label) for label, g in _labelled(group(level), depth)]
+        if len(level) == 1:
+            nx.relabel_nodes(graph, {level[0]: Join("root")}, copy=False)
+            graph.graph["root"] = Join("root")
+            return graph
+
+
+def _labelled(groups, depth):
+    """(label, items) per group: a grouping names its groups itself, or they get level-i names."""
+    for i, group in enumerate(groups):
+        if isinstance(group, tuple):
+            yield group
+        else:
+            yield f"level{depth}-{i}", group
+
+
+def _chunks(items: list, k: int) -> list[list]:
+    return [items[i:i + k] for i in range(0, len(items), k)]
+
+
+def _by(graph: nx.DiGraph, items: list, key, prefix: str) -> list[tuple[str, list]]:
+    """Items grouped by key(node they run on), groups in order of first appearance."""
+    groups: dict[str, list] = {}
+    for item in items:
+        groups.setdefault(key(graph.nodes[item]["node"]), []).append(item)
+    return [(f"{prefix}-{name}", group) for name, group in groups.items()]
+
+
+def _join(graph: nx.DiGraph, children: list, label: str) -> Join:
+    """A new join over `children`, on the node most of them run on."""
+    nodes = [graph.nodes[c]["node"] for c in children]
+    counts = Counter(nodes)
+    top = max(counts.values())
+    join = Join(label)
+    graph.add_node(join, node=next(n for n in nodes if counts[n] == top))
+    for child in children:
+        graph.add_edge(child, join)
+    return join
+
+
+def knomial_parent(i: int, k: int) -> int:
+    """The parent of position i > 0 in a k-nomial tree: i with its lowest non-zero base-k digit
+    cleared (for k = 2, the lowest set bit: the binomial tree)."""
+    power = 1
+    while (i // power) % k == 0:
+        power *= k
+    return i - ((i // power) % k) * power
+
+
+def _knomial(graph: nx.DiGraph, members: list[Member], k: int) -> None:
+    """Member i's join (a Join `join-NAME` on i's node) exists where i has children in the
+    k-nomial tree over the positions; member i enters its own join, or else its parent's. The
+    join of position 0 is the root."""
+    n = len(members)
+    parents = {i: knomial_parent(i, k) for i in range(1, n)}
+    has_children = {0} | set(parents.values())
+    joins = {}
+    for i in sorted(has_children):
+        label = "root" if i == 0 else f"join-{members[i].name}"
+        joins[i] = Join(label)
+        graph.add_node(joins[i], node=graph.nodes[members[i]]["node"])
+    for i, member in enumerate(members):
+        graph.add_edge(member, joins[i] if i in joins else joins[parents[i]])
+        if i in joins and i > 0:
+            graph.add_edge(joins[i], joins[parents[i]])
+    graph.graph["root"] = joins[0]

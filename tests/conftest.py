@@ -1,0 +1,135 @@
+"""Shared fixtures: PastSet node servers, in this process and in real separate processes."""
+
+from __future__ import annotations
+
+import re
+import select
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+import pastset
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A node server in its own process: prints its endpoint, serves until its stdin closes (so it
+# also ends when the test run dies), then closes its endpoint.
+SERVER_SCRIPT = """\
+import sys
+import pastset
+srv = pastset.TupleServer("test-node")
+print(srv.serve("tcp://127.0.0.1:0"), flush=True)
+sys.stdin.read()
+srv.close()
+"""
+
+
+class ServerProcess:
+    """A node server running in a child process; `stop()` ends it and reaps it."""
+
+    def __init__(self, start_timeout: float = 20.0):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER_SCRIPT], cwd=REPO,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        ready, _, _ = select.select([self.proc.stdout], [], [], start_timeout)
+        line = self.proc.stdout.readline().strip() if ready else ""
+        if not line.startswith("tcp://"):
+            self.kill()
+            raise RuntimeError(f"node server process did not start (printed {line!r})")
+        self.endpoint = line
+
+    def kill(self) -> None:
+        """End the process at once (SIGKILL), as a crashed node would."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        self._close_pipes()
+
+    def stop(self) -> None:
+        """Ask the process to stop (close its stdin); kill it if it does not within 5 s."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (subprocess.TimeoutExpired, OSError):
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+@pytest.fixture(scope="session")
+def server_process():
+    """One node server process shared by the whole session (tests use unique element names)."""
+    server = ServerProcess()
+    yield server
+    server.stop()
+    assert server.proc.returncode == 0, "the node server process did not stop cleanly"
+
+
+@pytest.fixture
+def endpoint(server_process) -> str:
+    return server_process.endpoint
+
+
+@pytest.fixture
+def spawn_server():
+    """Start extra node server processes (e.g. to kill them); all are reaped at teardown."""
+    started: list[ServerProcess] = []
+
+    def spawn() -> ServerProcess:
+        server = ServerProcess()
+        started.append(server)
+        return server
+
+    yield spawn
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def client(endpoint):
+    """A client of the session's node server process."""
+    c = pastset.connect(endpoint)
+    yield c
+    c.close()
+
+
+@pytest.fixture(params=["local", "remote"])
+def space(request):
+    """The same PastSet API in-process (a TupleServer) and remote (a client of another process)."""
+    if request.param == "local":
+        yield pastset.TupleServer("local")
+    else:
+        yield request.getfixturevalue("client")
+
+
+@pytest.fixture
+def served():
+    """(server, client): a TupleServer in this process, also served to a client over ZeroMQ."""
+    server = pastset.TupleServer("served")
+    c = pastset.connect(server.serve("tcp://127.0.0.1:0"))
+    yield server, c
+    c.close()
+    server.close()
+
+
+@pytest.fixture
+def names(request):
+    """Unique element names for this test: `names("x")` -> "<test>-<random>/x"."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:60] + "-" + uuid.uuid4().hex[:8]
+
+    def name(suffix: str = "e") -> str:
+        return f"{stem}/{suffix}"
+
+    return name
