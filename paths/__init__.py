@@ -1,14 +1,21 @@
-"""PATHS: pathmaps (paths and trees of wrapper stages from threads to elements) and their generators."""
+"""PATHS: pathmaps (paths and trees of wrapper stages from threads to elements), their generators, and the runtime."""
 
+from .context import Context, PathHandle
 from .document import PathmapError, Problem
 from .generate import generate
 from .inputs import AppMap, ClusterMap, Placement
 from .instrument import CollectorPoint, Instrument, Selector
+from .launch import NodeDied, ProgramFailed, Run, attach, launch
+from .node import NodeServer, collector_points
 from .pathmap import Clock, ElementSpec, Node, Path, Pathmap, Stage, Thread, Tree, TreePoints
+from .runfile import RunError, RunFile
 from .shapes import Shape
+from .wrapper import PathsError, Wrapper
 
 __all__ = [
     "Pathmap", "PathmapError", "Problem", "Node", "Thread", "ElementSpec", "Stage", "Path", "Tree",
     "TreePoints", "Instrument", "Selector", "CollectorPoint", "Clock",
     "generate", "AppMap", "ClusterMap", "Placement", "Shape",
+    "launch", "attach", "Run", "RunFile", "RunError", "NodeDied", "ProgramFailed",
+    "NodeServer", "Context", "PathHandle", "Wrapper", "PathsError", "collector_points",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path as FilePath
 
 from rich.console import Console
@@ -15,6 +16,9 @@ from .document import PathmapError, listing
 from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
 from .pathmap import Pathmap
+
+# Applications add `eventspace run NAME` through this entry-point group: `register(subparsers)`.
+RUN_COMMANDS = "eventspace.run"
 
 
 def register(subparsers) -> None:
@@ -44,6 +48,20 @@ def register(subparsers) -> None:
     gen.add_argument("--name", help="the pathmap's name (default: the output file's stem)")
     gen.add_argument("-o", "--output", required=True, help="the pathmap file to write")
     gen.set_defaults(func=_generate)
+
+    node = subparsers.add_parser("node", help="run one node server of a pathmap in the foreground "
+                                              "(start one per host with ssh, mpirun or srun)")
+    node.add_argument("--pathmap", required=True, help="the pathmap (YAML)")
+    node.add_argument("--node", required=True, help="which of its nodes this process is")
+    node.add_argument("--bind", help="endpoint to bind (default: the node's host and port in the pathmap)")
+    node.add_argument("--insecure", action="store_true",
+                      help="allow a non-loopback address without authentication")
+    node.set_defaults(func=_node)
+
+    run = subparsers.add_parser("run", help="launch a pathmap's nodes and run an application on them")
+    programs = run.add_subparsers(dest="program", metavar="PROGRAM", required=True)
+    for ep in sorted(entry_points(group=RUN_COMMANDS), key=lambda ep: ep.name):
+        ep.load()(programs)
 
 
 def _validate(args) -> int:
@@ -150,3 +168,17 @@ def _generate(args) -> int:
     totals = ", ".join(f"{what} {n}" for what, n in pathmap.summary().items())
     print(f"wrote {out}: {totals}", file=sys.stdout)
     return 0
+
+
+def _node(args) -> int:
+    from pastset.cli import check_bind
+
+    from .__main__ import run_node
+
+    pathmap = Pathmap.load(args.pathmap)
+    spec = pathmap.node(args.node) if args.node in {n.name for n in pathmap.nodes} else None
+    if spec is None:
+        raise ValueError(f"no node {args.node!r} in {args.pathmap}; its nodes: "
+                         f"{listing([n.name for n in pathmap.nodes])}")
+    check_bind(args.bind or f"tcp://{spec.host}:{spec.port}", args.insecure)
+    return run_node(args.pathmap, args.node, args.bind)

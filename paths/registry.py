@@ -49,3 +49,49 @@ def split_reference(reference: str) -> tuple[str, str] | None:
 def module_allowed(module: str, allow_modules: Iterable[str]) -> bool:
     """True if `module`, or a package it belongs to, is listed in `allow_modules`."""
     return any(module == m or module.startswith(m + ".") for m in allow_modules)
+
+
+# Programs (what a node runs in each application thread) register under this group by name;
+# a pathmap may also name `module:function` from one of its allow_modules.
+PROGRAMS = "eventspace.programs"
+# Packages above `paths` (eventspace) add services to every node server through this group:
+# each entry point is a function called with the starting node (see paths.node.NodeServer).
+NODE_SERVICES = "eventspace.node_services"
+
+
+def load_reference(reference: str, allow_modules: Iterable[str], group: str, what: str):
+    """The object a pathmap names: an entry point of `group`, or `module:attr` from an allowed module.
+
+    Raises LookupError saying what to do when the name is unknown or its module not allowed.
+    """
+    if ":" not in reference:
+        found = entry_points(group=group, name=reference)
+        if not found:
+            known = sorted(entry_points(group=group).names)
+            raise LookupError(f"unknown {what} {reference!r}; use one of {', '.join(known) or '(none installed)'}, "
+                              "or module:name from a module in the pathmap's allow_modules")
+        return next(iter(found)).load()
+    parts = split_reference(reference)
+    if parts is None:
+        raise LookupError(f"{reference!r} is not a {what} reference; write module.sub:name")
+    module, attr = parts
+    if not module_allowed(module, allow_modules):
+        raise LookupError(f"module {module!r} is not listed in the pathmap's allow_modules; "
+                          f"add `allow_modules: [{module}]` if you trust it")
+    import importlib
+
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def wrapper_class(type_name: str, allow_modules: Iterable[str]):
+    """The class of wrapper type `type_name`: a built-in, an entry point, or an allowed `module:Class`."""
+    from .collective import BUILTIN as JOINS
+    from .wrapper import BUILTIN
+
+    cls = BUILTIN.get(type_name) or JOINS.get(type_name)
+    if cls is not None:
+        return cls
+    return load_reference(type_name, allow_modules, GROUP, "wrapper type")

@@ -6,10 +6,12 @@ import threading
 from typing import Any, Protocol
 
 from pastset import PastSetError
+from pastset.protocol import register_error
 
 from . import operation as op
 
 
+@register_error
 class PathsError(PastSetError):
     """A PATHS failure: a broken tree, a collective called wrongly, a stage that cannot be built."""
 

@@ -1,0 +1,275 @@
+"""The launcher: one node server process per pathmap node, started, linked, watched and stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path as FilePath
+
+import pastset
+
+from .node import INFO, JOIN, LINK, START, STOP
+from .pathmap import Pathmap
+from .runfile import DEFAULT_DIR, RunError, RunFile
+from .wrapper import PathsError
+
+
+class NodeDied(PathsError):
+    """A node server process ended (or stopped answering) while the run needed it."""
+
+
+class ProgramFailed(PathsError):
+    """An application thread raised; `failures` maps thread -> (error class name, message)."""
+
+    def __init__(self, failures: dict[str, tuple[str, str]], where: dict[str, str]):
+        self.failures = failures
+        first = sorted(failures)[:4]
+        lines = [f"thread {t} on node {where.get(t, '?')}: {failures[t][0]}: {failures[t][1]}" for t in first]
+        more = f" (and {len(failures) - len(first)} more threads)" if len(failures) > len(first) else ""
+        super().__init__("; ".join(lines) + more)
+
+
+class Run:
+    """A set of live node servers for one pathmap: start a program on them, wait, stop them.
+
+    Made by `launch` (which owns the processes) or `attach` (nodes started elsewhere, e.g. with
+    `eventspace node` on several hosts).
+    """
+
+    def __init__(self, pathmap: Pathmap, run_file: RunFile, processes: dict[str, subprocess.Popen] | None = None,
+                 logs: dict[str, FilePath] | None = None):
+        self.pathmap = pathmap
+        self.run_file = run_file
+        self.endpoints = dict(run_file.endpoints)
+        self._processes = processes or {}
+        self._logs = logs or {}
+        self._clients: dict[str, pastset.Client] = {}
+        self._thread_node = {t.name: t.node for t in pathmap.threads}
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return dict(self.run_file.pids)
+
+    def client(self, node: str) -> pastset.Client:
+        """A client of `node`'s server (kept open until the run stops)."""
+        client = self._clients.get(node)
+        if client is None:
+            client = self._clients[node] = pastset.connect(self.endpoints[node])
+        return client
+
+    # -- programs ------------------------------------------------------------------------------
+
+    def start(self, program: str, args: dict | None = None) -> None:
+        """Start `program` in every application thread, on every node; returns at once."""
+        for node in self._nodes_with_threads():
+            self._call(node, START, program, args or {})
+
+    def wait(self, timeout: float | None = None, poll: float = 0.1) -> dict[str, object]:
+        """Every thread's result once all have ended: {thread: what program(ctx) returned}.
+
+        Raises ProgramFailed if a thread raised, NodeDied as soon as a node process ends or stops
+        answering (naming it and its exit code), pastset.Timeout after `timeout` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = set(self._nodes_with_threads())
+        outcomes: dict[str, list] = {}
+        while pending:
+            self.check_nodes()
+            for node in sorted(pending):
+                joined = self._call(node, JOIN, 0)
+                if not joined["running"]:
+                    outcomes.update(joined["outcomes"])
+                    pending.discard(node)
+            if not pending:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise pastset.Timeout(f"the program still runs on node(s) {', '.join(sorted(pending))} "
+                                      f"after {timeout} s")
+            time.sleep(poll)
+        failures = {t: (o[1], o[2]) for t, o in outcomes.items() if o[0] != "ok"}
+        if failures:
+            raise ProgramFailed(failures, self._thread_node)
+        return {t: o[1] for t, o in outcomes.items()}
+
+    def run(self, program: str, args: dict | None = None, timeout: float | None = None) -> dict[str, object]:
+        """`start` then `wait`."""
+        self.start(program, args)
+        return self.wait(timeout)
+
+    # -- health --------------------------------------------------------------------------------
+
+    def dead(self) -> dict[str, int]:
+        """Launched nodes whose process has ended: node -> exit code."""
+        return {n: p.returncode for n, p in self._processes.items() if p.poll() is not None}
+
+    def check_nodes(self) -> None:
+        """Raise NodeDied if a launched node's process has ended."""
+        dead = self.dead()
+        if dead:
+            node, code = sorted(dead.items())[0]
+            raise NodeDied(f"node {node} died (exit code {code}){self._log_tail(node)}")
+
+    def kill(self, node: str, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` to a launched node's process (fault injection)."""
+        self._processes[node].send_signal(sig)
+
+    def _call(self, node, name, *args):
+        try:
+            return self.client(node).call(name, *args, timeout=30)
+        except pastset.ServerGone:
+            self.check_nodes()
+            raise NodeDied(f"node {node} at {self.endpoints[node]} stopped answering") from None
+
+    def _nodes_with_threads(self) -> list[str]:
+        return [n.name for n in self.pathmap.nodes if self.pathmap.threads_on(n.name)]
+
+    def _log_tail(self, node: str, lines: int = 5) -> str:
+        log = self._logs.get(node)
+        if log is None or not log.exists():
+            return ""
+        tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-lines:]
+        return (": " + " | ".join(tail)) if tail else ""
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def close_clients(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop every launched node (asked first, killed if it lingers) and remove the run file."""
+        for node, proc in self._processes.items():
+            if proc.poll() is None:
+                with contextlib.suppress(pastset.PastSetError):
+                    self.client(node).call(STOP, timeout=1)
+        self.close_clients()
+        _stop_processes(self._processes, timeout)
+        if self._processes:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.run_file.path)
+
+
+@contextlib.contextmanager
+def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike | None = None,
+           start_timeout: float = 30.0, env: dict[str, str] | None = None) -> Iterator[Run]:
+    """Start one node server process per pathmap node on this machine; stop them all on exit.
+
+    Waits until every node answers (PathsError naming a node that does not within
+    `start_timeout`, after stopping the others), tells each where the others listen, and writes
+    a run file (`run_dir`/<pathmap name>.json, default .eventspace/runs) that monitors use to
+    find the run; it is removed on exit. Exiting, also by an exception or Ctrl-C, stops every
+    node; a node also stops by itself if the launcher dies (its stdin closes). `env` adds
+    environment variables for the node processes.
+    """
+    pathmap = Pathmap.load(pathmap) if not isinstance(pathmap, Pathmap) else pathmap.validate()
+    run_dir = FilePath(run_dir or DEFAULT_DIR)
+    run_path = run_dir / f"{pathmap.name}.json"
+    _refuse_live(run_path)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    snapshot = run_dir / f"{pathmap.name}.pathmap.yaml"
+    snapshot.write_text(pathmap.dumps(header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
+                                             "for a live run; written by paths.launch"))
+    logs = {n.name: run_dir / f"{pathmap.name}.{n.name}.log" for n in pathmap.nodes}
+    processes: dict[str, subprocess.Popen] = {}
+    run = None
+    try:
+        for node in pathmap.nodes:
+            with open(logs[node.name], "wb") as log:
+                processes[node.name] = subprocess.Popen(
+                    [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--node", node.name, "--launched"],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                    env={**os.environ, **(env or {})},
+                )
+        endpoints = _await_endpoints(processes, logs, start_timeout)
+        run_file = RunFile(os.fspath(snapshot.resolve()), endpoints,
+                           {n: p.pid for n, p in processes.items()}, time.time()).write(run_path)
+        run = Run(pathmap, run_file, processes, logs)
+        for node in endpoints:
+            run.client(node).call(LINK, endpoints, timeout=10)
+        yield run
+    finally:
+        if run is not None:
+            run.stop()
+        else:
+            _stop_processes(processes, 2.0)
+        with contextlib.suppress(FileNotFoundError):
+            run_path.unlink()
+            snapshot.unlink()
+        for log in logs.values():  # a log worth keeping tells why a node failed
+            with contextlib.suppress(OSError):
+                if log.stat().st_size == 0:
+                    log.unlink()
+
+
+def attach(run: str | os.PathLike | RunFile, run_dir: str | os.PathLike | None = None) -> Run:
+    """A Run over nodes that are already live (a run file, or a pathmap name in `run_dir`).
+
+    RunError if the run file is missing or stale. Stopping an attached run stops nothing.
+    """
+    run_file = run if isinstance(run, RunFile) else RunFile.find(run, run_dir)
+    run_file.check_live()
+    attached = Run(run_file.pathmap(), run_file)
+    for node in run_file.endpoints:
+        attached.client(node).call(INFO, timeout=5)
+    return attached
+
+
+def _refuse_live(run_path: FilePath) -> None:
+    if not run_path.exists():
+        return
+    try:
+        RunFile.read(run_path).check_live(timeout=1.0)
+    except RunError:
+        return  # stale or unreadable: the new run replaces it
+    raise RunError(f"a run of this pathmap is already live ({run_path}); stop it first, "
+                   "or launch with another run_dir")
+
+
+def _await_endpoints(processes: dict[str, subprocess.Popen], logs: dict[str, FilePath],
+                     timeout: float) -> dict[str, str]:
+    """Each node's endpoint, from the JSON line it prints once it serves."""
+    deadline = time.monotonic() + timeout
+    waiting = {p.stdout.fileno(): n for n, p in processes.items()}
+    endpoints: dict[str, str] = {}
+    while waiting:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            late = ", ".join(sorted(waiting.values()))
+            raise PathsError(f"node{'s' if len(waiting) > 1 else ''} {late} did not come up within "
+                             f"{timeout} s; the other nodes were stopped (logs: {logs[min(waiting.values())]})")
+        ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.5))
+        for fd in ready:
+            node = waiting.pop(fd)
+            line = processes[node].stdout.readline()
+            try:
+                endpoints[node] = json.loads(line)["endpoint"]
+            except (ValueError, KeyError, TypeError):
+                code = processes[node].wait(timeout=5)
+                tail = [ln for ln in logs[node].read_text(errors="replace").splitlines() if ln.strip()][-3:]
+                raise PathsError(f"node {node} did not start (exit code {code}): "
+                                 f"{' | '.join(tail) or 'no output'}") from None
+    return endpoints
+
+
+def _stop_processes(processes: dict[str, subprocess.Popen], timeout: float) -> None:
+    """Close each node's stdin (its signal to stop), wait, kill what lingers, reap everything."""
+    for proc in processes.values():
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    deadline = time.monotonic() + timeout
+    for proc in processes.values():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            proc.stdout.close()

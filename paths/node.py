@@ -1,0 +1,359 @@
+"""A node server: one process's share of a pathmap, its elements, its stages, and the threads placed on it."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+
+import pastset
+from pastset import PastSetError, TupleServer
+
+from . import operation as op
+from .instrument import CollectorPoint
+from .pathmap import Pathmap
+from .registry import NODE_SERVICES, PROGRAMS, load_reference, wrapper_class
+from .wrapper import ElementStage, PathsError, Remote, Wrapper
+
+# Hosted call names (see pastset.TupleServer.host); every node server answers these.
+STAGE = "paths.stage"      # (stage index, code, args)       -> the stage's result
+LINK = "paths.link"        # ({node: endpoint})              -> None
+START = "paths.start"      # (program, args)                 -> [thread, ...] started here
+JOIN = "paths.join"        # (timeout)                       -> {outcomes: {thread: outcome}, running: [thread]}
+INFO = "paths.info"        # ()                              -> {node, pid, threads, endpoint}
+STOP = "paths.stop"        # ()                              -> None; the node's process ends
+
+CLOCK_OFFSET_ENV = "EVENTSPACE_CLOCK_OFFSET_NS"
+
+
+def collector_points(pathmap: Pathmap) -> tuple[CollectorPoint, ...]:
+    """The collector points of a run in catalogue order: the instrument section's points, then the
+    collector stages written into paths. Collector id = position + 1 (0 means none)."""
+    explicit = tuple(CollectorPoint("stage", s.id, s.node) for s in pathmap.collectors)
+    return pathmap.collector_points() + explicit
+
+
+class NodeServer:
+    """One node of a pathmap: a pastset TupleServer holding the node's elements, plus its stages.
+
+    The stages are built from the pathmap by wrapper type and linked in path and tree order.
+    Event collectors the instrument section asks for are inserted in front of (or, for
+    `departure`, behind) their stages. A `remote` stage reaches the next stage on another node
+    through that node's hosted `paths.stage` call (or, when the next stage is a bare element
+    stage, through the pastset element protocol, whose blocking requests are parked on the
+    server instead of holding a thread).
+
+    Application threads placed on this node run `program(ctx)` with a `paths.Context`.
+    """
+
+    def __init__(self, pathmap: Pathmap, name: str, endpoints: Mapping[str, str] | None = None,
+                 limits: pastset.Limits = pastset.Limits()):
+        self.pathmap = pathmap
+        self.name = name
+        self.spec = pathmap.node(name)
+        offset = os.environ.get(CLOCK_OFFSET_ENV)
+        self.clock_offset_ns = int(offset) if offset else self.spec.clock_offset_ns
+        self.server = TupleServer(name, limits)
+        self.endpoint: str | None = None
+        self.endpoints: dict[str, str] = dict(endpoints or {})
+        self._clients: dict[str, pastset.Client] = {}
+        self._clients_mutex = threading.Lock()  # held while _clients changes
+        self._threads: dict[str, threading.Thread] = {}
+        self._outcomes: dict[str, list] = {}
+        self._stopped = threading.Event()
+        self.services: dict[str, object] = {}
+
+        for spec in pathmap.elements_on(name):
+            template = spec.template if isinstance(spec.template, str) else list(spec.template)
+            self.server.enter(spec.name, template, keep=spec.keep, delta=spec.delta)
+        self._index = {s.id: i for i, s in enumerate(pathmap.stages)}
+        points = collector_points(pathmap)
+        # A collector stage written into a path learns its catalogue id from its position.
+        ids = {p.stage: cid for cid, p in enumerate(points, 1) if p.role == "stage"
+               and pathmap.stage(p.stage).type == "collector"}
+        self.stages: dict[str, Wrapper] = {}
+        for stage in pathmap.stages_on(name):
+            cls = _wrapper_class(stage.type, pathmap)
+            params = dict(stage.params, id=ids[stage.id]) if stage.id in ids else dict(stage.params)
+            self.stages[stage.id] = cls(stage.id, params, self)
+        self._fronted = _fronted_stages(pathmap)
+        self.collectors: dict[int, Wrapper] = {}
+        self.front: dict[str, Callable] = dict(self.stages)       # how to enter each stage
+        self.path_entry: dict[str, Callable] = {}                  # path name -> its first callable
+        self.member_entry: dict[tuple[str, str], Callable] = {}    # (tree, member) -> entry callable
+        self._build_collectors(points)
+        self._link_stages()
+        self._host()
+        for ep in entry_points(group=NODE_SERVICES):
+            ep.load()(self)
+
+    # -- building ----------------------------------------------------------------------------
+
+    def _collector(self, cid: int, point: CollectorPoint) -> Wrapper:
+        cls = _wrapper_class("collector", self.pathmap)
+        collector = cls(f"collector/{cid}", {"id": cid, "role": point.role}, self)
+        self.collectors[cid] = collector
+        return collector
+
+    def _build_collectors(self, points) -> None:
+        """Collectors in front of stages (sink, arrival, stage) wrap `front`; per-path and
+        per-member ones (source, contribute) wrap only that entry; departure ones wrap `next`."""
+        self._departures: dict[str, Wrapper] = {}
+        per_path: dict[str, list] = {}
+        per_member: dict[tuple[str, str], list] = {}
+        for cid, point in enumerate(points, 1):
+            if point.node != self.name:
+                continue
+            if point.role == "stage" and self.pathmap.stage(point.stage).type == "collector":
+                self.collectors[cid] = self.stages[point.stage]  # a stage of its own, already built
+                continue
+            collector = self._collector(cid, point)
+            if point.role == "source":
+                per_path.setdefault(point.path, []).append(collector)
+            elif point.role == "contribute":
+                per_member.setdefault((point.tree, point.thread), []).append(collector)
+            elif point.role == "departure":
+                self._departures[point.stage] = collector
+            else:
+                collector.next = self.front[point.stage]
+                self.front[point.stage] = collector
+        for path in self.pathmap.paths:
+            if self.pathmap.thread(path.thread).node != self.name:
+                continue
+            entry = self.front[path.stages[0]]
+            for collector in per_path.get(path.name, ()):
+                collector.next, entry = entry, collector
+            self.path_entry[path.name] = entry
+        for tree in self.pathmap.trees:
+            for member, sid in tree.members.items():
+                if self.pathmap.thread(member).node != self.name:
+                    continue
+                entry = self.front[sid]
+                for collector in per_member.get((tree.name, member), ()):
+                    collector.next, entry = entry, collector
+                self.member_entry[(tree.name, member)] = entry
+
+    def _link_stages(self) -> None:
+        for sid, stage in self.stages.items():
+            target = self.pathmap.next_stage(sid)
+            if target is None:
+                continue
+            if isinstance(stage, Remote):
+                stage.next = self.remote_stage(target)
+            else:
+                stage.next = self.front[target]
+            departure = self._departures.get(sid)
+            if departure is not None:
+                departure.next, stage.next = stage.next, departure
+
+    def remote_stage(self, stage_id: str) -> Callable:
+        """A callable entering `stage_id` on its (other) node; resolved at its first call."""
+        spec = self.pathmap.stage(stage_id)
+        return _RemoteStage(self, spec.node, self._index[stage_id],
+                            spec.params.get("element") if spec.type == "element"
+                            and stage_id not in self._fronted else None)
+
+    # -- the Node protocol of wrappers -----------------------------------------------------------
+
+    def element(self, name: str):
+        return self.server.element(name)
+
+    def function(self, reference: str):
+        try:
+            return load_reference(reference, self.pathmap.allow_modules, "eventspace.functions", "function")
+        except LookupError as exc:
+            raise PathsError(str(exc)) from None
+
+    def client(self, node: str) -> pastset.Client:
+        """A client of another node's server (one per node, shared by this process's threads)."""
+        client = self._clients.get(node)
+        if client is None:
+            with self._clients_mutex:
+                client = self._clients.get(node)
+                if client is None:
+                    endpoint = self.endpoints.get(node) or _pathmap_endpoint(self.pathmap, node)
+                    client = pastset.connect(endpoint)
+                    self._clients[node] = client
+        return client
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def serve(self, bind: str | None = None) -> str:
+        """Open the node's endpoint (default: its host and port from the pathmap); returns it."""
+        if bind is None:
+            bind = f"tcp://{self.spec.host}:{self.spec.port}"
+        self.endpoint = self.server.serve(bind)
+        self.endpoints[self.name] = self.endpoint
+        return self.endpoint
+
+    def _host(self) -> None:
+        front_by_index = {self._index[sid]: fn for sid, fn in self.front.items()}
+
+        def stage(index, code, args):
+            try:
+                enter = front_by_index[index]
+            except KeyError:
+                raise PathsError(f"node {self.name} runs no stage with index {index!r}") from None
+            return enter(code, tuple(args))
+
+        self.server.host(STAGE, stage)
+        self.server.host(LINK, self.link)
+        self.server.host(START, self.start)
+        self.server.host(JOIN, self.join)
+        self.server.host(INFO, self.info)
+        self.server.host(STOP, self.request_stop)
+
+    def link(self, endpoints: dict) -> None:
+        """Learn where the other nodes listen (the launcher's resolved endpoints)."""
+        self.endpoints.update(endpoints)
+
+    def info(self) -> dict:
+        return {"node": self.name, "pid": os.getpid(), "endpoint": self.endpoint,
+                "threads": [t.name for t in self.pathmap.threads_on(self.name)],
+                "running": [t for t, th in self._threads.items() if th.is_alive()]}
+
+    # -- application threads -------------------------------------------------------------------
+
+    def start(self, program: str, args: dict | None = None) -> list[str]:
+        """Start `program(ctx)` in a thread per pathmap thread on this node; returns their names.
+
+        `program` is a name registered in the `eventspace.programs` entry-point group, or
+        `module:function` from a module in the pathmap's allow_modules.
+        """
+        from .context import Context
+
+        if any(t.is_alive() for t in self._threads.values()):
+            raise PathsError(f"node {self.name} is still running a program; join it first")
+        try:
+            fn = load_reference(program, self.pathmap.allow_modules, PROGRAMS, "program")
+        except (LookupError, ImportError) as exc:
+            raise PathsError(str(exc)) from None
+        self._threads, self._outcomes = {}, {}
+        for thread in self.pathmap.threads_on(self.name):
+            ctx = Context(self, thread.name, dict(args or {}))
+            th = threading.Thread(target=self._run_thread, args=(fn, ctx), name=f"app-{thread.name}",
+                                  daemon=True)
+            self._threads[thread.name] = th
+        for th in self._threads.values():
+            th.start()
+        return list(self._threads)
+
+    def _run_thread(self, fn, ctx) -> None:
+        try:
+            result = fn(ctx)
+            pastset.protocol.pack(result)  # a result must travel back to the launcher
+            self._outcomes[ctx.thread] = ["ok", result]
+        except BaseException as exc:  # the launcher must hear of every failure, by thread
+            if not isinstance(exc, PastSetError):
+                traceback.print_exc()
+            self._outcomes[ctx.thread] = ["error", type(exc).__name__, str(exc)]
+
+    def join(self, timeout: float | None = None) -> dict:
+        """Wait up to `timeout` seconds for this node's threads to end.
+
+        Returns {"outcomes": {thread: outcome} of the threads that ended, "running": [threads
+        still running]}; an outcome is ["ok", result] or ["error", error class name, message].
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for th in self._threads.values():
+            th.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        running = [t for t, th in self._threads.items() if th.is_alive()]
+        return {"outcomes": {t: o for t, o in self._outcomes.items() if t not in running},
+                "running": running}
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)
+
+    def close(self) -> None:
+        """Flush and close stages, close clients and the endpoint."""
+        for stage in self.stages.values():
+            try:
+                stage.close()
+            except PastSetError:
+                pass  # a buffer that cannot flush to a node that is gone
+        for service in self.services.values():
+            close = getattr(service, "close", None)
+            if close is not None:
+                close()
+        with self._clients_mutex:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+        self.server.close()
+
+
+class _RemoteStage:
+    """The far side of a `remote` stage: a stage on another node, reached over the wire."""
+
+    __slots__ = ("node", "target", "index", "element", "_fn")
+
+    def __init__(self, node: NodeServer, target: str, index: int, element: str | None):
+        self.node, self.target, self.index, self.element = node, target, index, element
+        self._fn = None
+
+    def __call__(self, code, args):
+        fn = self._fn
+        if fn is None:
+            fn = self._fn = self._resolve()
+        return fn(code, args)
+
+    def _resolve(self):
+        client = self.node.client(self.target)
+        if self.element is not None:
+            handle = client.element(self.element)
+            ops = {
+                op.MOVE: handle.move, op.OBSERVE: handle.observe, op.FIRST: handle.first,
+                op.LAST: handle.last, op.DELTA: handle.delta, op.AXE: handle.axe,
+                op.READ_RANGE: handle.read_range, op.LATEST: handle.latest,
+            }
+            index, call = self.index, client.call
+
+            def element_op(code, args):
+                fn = ops.get(code)
+                if fn is None:  # move_many and the like go through the hosted stage call
+                    return call(STAGE, index, code, list(args), timeout=_timeout_of(code, args))
+                return fn(*args)
+
+            return element_op
+        index, call = self.index, client.call
+
+        def stage_op(code, args):
+            return call(STAGE, index, code, list(args), timeout=_timeout_of(code, args))
+
+        return stage_op
+
+
+def _timeout_of(code, args):
+    """How long a remote stage may take: the operation's own timeout (None: as long as it answers)."""
+    if code in op.BLOCKING and args:
+        return args[-1]
+    return None
+
+
+def _fronted_stages(pathmap: Pathmap) -> frozenset[str]:
+    """Stages with a collector in front of them (so a remote hop must enter through the stage call)."""
+    return frozenset(p.stage for p in collector_points(pathmap)
+                     if p.role in ("sink", "arrival", "stage"))
+
+
+def _wrapper_class(type_name: str, pathmap: Pathmap):
+    try:
+        return wrapper_class(type_name, pathmap.allow_modules)
+    except (LookupError, ImportError) as exc:
+        raise PathsError(f"cannot build wrapper type {type_name!r}: {exc}") from None
+
+
+def _pathmap_endpoint(pathmap: Pathmap, node: str) -> str:
+    spec = pathmap.node(node)
+    if not spec.port:
+        raise PathsError(f"node {node} has port 0 in the pathmap and no endpoint was given; start the "
+                         "nodes with `paths.launch` (which resolves free ports), or give each a fixed port")
+    return f"tcp://{spec.host}:{spec.port}"

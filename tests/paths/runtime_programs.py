@@ -1,0 +1,62 @@
+"""Application programs and user functions that the runtime tests run inside node processes."""
+
+import time
+
+
+def ring(ctx):
+    """Pass a token round the ring of row_I_J elements; allreduce the thread numbers each step."""
+    me = int(ctx.thread[1:])
+    n = len(ctx.pathmap.threads)
+    out = ctx.path(f"row_{me}_{(me + 1) % n}")
+    inn = ctx.path(f"row_{(me - 1) % n}_{me}")
+    seen, sums = [], []
+    for step in range(int(ctx.args.get("steps", 10))):
+        out.move((step * 1000 + me, ctx.thread.encode()))
+        value, sender = inn.observe(timeout=20)
+        seen.append([value, sender.decode()])
+        sums.append(ctx.allreduce(me, "sum", tree="count", timeout=20))
+        ctx.barrier(tree="step", timeout=20)
+    return {"seen": seen, "sums": sums, "node": ctx.node}
+
+
+def collectives(ctx):
+    """Every collective, with every built-in op and an allowed user function."""
+    me = int(ctx.thread[1:])
+    tree = ctx.args.get("tree", "count")
+    out = {}
+    for op_name in ("sum", "min", "max", "count"):
+        out[op_name] = ctx.allreduce(me + 1, op_name, tree=tree, timeout=20)
+    out["product"] = ctx.allreduce(me + 1, "runtime_programs:product", tree=tree, timeout=20)
+    out["reduce"] = ctx.reduce(me + 1, "sum", tree=tree, timeout=20)
+    out["broadcast"] = ctx.broadcast(f"from {ctx.thread}", tree=tree, timeout=20)
+    out["gather"] = ctx.gather(me * me, tree=tree, timeout=20)
+    ctx.barrier(tree=tree, timeout=20)
+    return out
+
+
+def product(values):
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+def block_forever(ctx):
+    """Wait on the element from the left neighbour in the ring, into which nobody ever moves."""
+    me = int(ctx.thread[1:])
+    n = len(ctx.pathmap.threads)
+    ctx.path(f"row_{(me - 1) % n}_{me}").observe()
+
+
+def not_a_member(ctx):
+    return ctx.allreduce(1, "sum", tree=ctx.args["tree"], timeout=5)
+
+
+def disagree(ctx):
+    """Even threads allreduce with sum, odd ones with max, in the same round."""
+    me = int(ctx.thread[1:])
+    return ctx.allreduce(me, "sum" if me % 2 == 0 else "max", tree="count", timeout=20)
+
+
+def sleepy(ctx):
+    time.sleep(float(ctx.args.get("seconds", 60)))
