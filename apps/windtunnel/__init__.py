@@ -1,0 +1,21 @@
+"""The wind-tunnel application: an FHP lattice gas in eight matrices, sliced by rows."""
+
+from apps.windtunnel.lattice import (
+    SIZES,
+    Slice,
+    assemble,
+    density_picture,
+    grid_sha256,
+    reference_run,
+    slice_rows,
+)
+
+__all__ = [
+    "SIZES",
+    "Slice",
+    "assemble",
+    "density_picture",
+    "grid_sha256",
+    "reference_run",
+    "slice_rows",
+]
