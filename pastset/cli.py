@@ -73,15 +73,17 @@ def _serve(args) -> int:
 
 def _stat(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    # Names and templates are data, not markup: "[int, str]" must print as itself.
     with connect(args.endpoint, timeout=args.timeout) as client:
         infos = client.elements()
-        table = Table(title=f"node server {client.name} at {args.endpoint}")
+        table = Table(title=escape(f"node server {client.name} at {args.endpoint}"))
         for column in ("element", "template", "first", "last", "held", "keep", "delta", "bytes"):
             table.add_column(column, justify="left" if column in ("element", "template") else "right")
         for i in infos:
-            table.add_row(i.name, i.template, str(i.first), str(i.last), str(i.held),
+            table.add_row(escape(i.name), escape(i.template), str(i.first), str(i.last), str(i.held),
                           "-" if i.keep is None else str(i.keep),
                           "-" if i.delta is None else str(i.delta), f"{i.nbytes:,}")
         Console().print(table)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from dataclasses import replace
 from time import monotonic
 
 import msgpack
@@ -11,7 +12,7 @@ import zmq
 
 from . import protocol as p
 from .element import ElementInfo, _check_timeout
-from .errors import LimitExceeded, PastSetError, ServerGone, UnknownElement
+from .errors import BadArgument, LimitExceeded, PastSetError, ServerGone, UnknownElement
 from .template import Template
 
 _unpackb = msgpack.unpackb
@@ -53,10 +54,14 @@ class Client:
         self._rids = itertools.count(1)
         self._closed = False
         try:
-            self.name = self._call(p.PING, (), wait=timeout, gone_after=timeout)
+            self.name, max_frame = self._call(p.PING, (), wait=timeout, gone_after=timeout)
         except ServerGone:
             self.close()
             raise ServerGone(f"no node server answers at {endpoint} (waited {timeout}s)") from None
+        # A frame far beyond the server's limit is dropped with its connection, unanswered:
+        # such a request must never leave this client.
+        if max_frame < limits.max_frame:
+            self.limits = replace(limits, max_frame=max_frame)
 
     # -- the TupleServer API -------------------------------------------------------------------
 
@@ -77,9 +82,13 @@ class Client:
 
     def latest_many(self, elements, n: int = 1) -> list[tuple[int, list | bytes]]:
         """`latest(n)` of many elements (handles or names) in one round trip."""
-        handles = [self.element(e) if isinstance(e, str) else e for e in elements]
-        replies = self._call(p.LATEST_MANY, ([h.id for h in handles], n))
-        return [h._batch(r) for h, r in zip(handles, replies)]
+        refs = [e if isinstance(e, str) else e.id for e in elements]
+        return [_batch(reply) for reply in self._call(p.LATEST_MANY, (refs, n))]
+
+    def range_many(self, elements, los, hi: int) -> list[tuple[int, list | bytes]]:
+        """`read_range(lo, hi)` of many elements (handles or names), each from its own lo, in one round trip."""
+        refs = [e if isinstance(e, str) else e.id for e in elements]
+        return [_batch(reply) for reply in self._call(p.RANGE_MANY, (refs, list(los), hi))]
 
     def call(self, name: str, *args, timeout: float | None = None):
         """Run the callable the server hosts as `name` (see `TupleServer.host`); returns its result.
@@ -91,7 +100,7 @@ class Client:
 
     def ping(self) -> str:
         """The server's name; raises ServerGone if it does not answer."""
-        return self._call(p.PING, ())
+        return self._call(p.PING, ())[0]
 
     def close(self) -> None:
         """Close every socket of this client; calls still waiting raise PastSetError."""
@@ -137,7 +146,10 @@ class Client:
         """
         sock = self._socket()
         rid = next(self._rids)
-        frame = p.pack([rid, op, *args])
+        try:
+            frame = p.pack([rid, op, *args])
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _Unsendable(f"{p.OP_NAMES[op]}: an argument cannot be sent as msgpack ({exc})") from None
         if len(frame) > self.limits.max_frame:
             raise LimitExceeded(
                 f"{p.OP_NAMES[op]} request of {len(frame)} bytes exceeds the {self.limits.max_frame}-byte frame limit"
@@ -217,14 +229,22 @@ class RemoteElement:
         self.keep = keep
 
     def move(self, values, timeout: float | None = None) -> int:
-        return self._call(p.MOVE, (self.id, values, timeout), timeout)
+        try:
+            return self._call(p.MOVE, (self.id, values, timeout), timeout)
+        except _Unsendable:
+            self.template.check(values)  # names the field, as a local move would
+            raise
 
     def move_record(self, record: bytes) -> int:
         """Append one packed record of a binary template."""
-        return self.move(self.template._struct.unpack(record))
+        return self.move(self.template.unpack(record))
 
     def observe(self, index: int | None = None, timeout: float | None = None) -> tuple:
         return tuple(self._call(p.OBSERVE, (self.id, index, timeout), timeout))
+
+    def observe_indexed(self, index: int | None = None, timeout: float | None = None) -> tuple[int, tuple]:
+        found, values = self._call(p.OBSERVE_INDEXED, (self.id, index, timeout), timeout)
+        return found, tuple(values)
 
     def find(self, pattern, remove: bool = False, timeout: float | None = None) -> tuple:
         return tuple(self._call(p.FIND, (self.id, pattern, remove, timeout), timeout))
@@ -242,10 +262,10 @@ class RemoteElement:
         return self._call(p.AXE, (self.id, index))
 
     def read_range(self, lo: int, hi: int) -> tuple[int, list | bytes]:
-        return self._batch(self._call(p.READ_RANGE, (self.id, lo, hi)))
+        return _batch(self._call(p.READ_RANGE, (self.id, lo, hi)))
 
     def latest(self, n: int = 1) -> tuple[int, list | bytes]:
-        return self._batch(self._call(p.LATEST, (self.id, n)))
+        return _batch(self._call(p.LATEST, (self.id, n)))
 
     def info(self) -> ElementInfo:
         for info in self._client.elements():
@@ -253,11 +273,17 @@ class RemoteElement:
                 return info
         raise UnknownElement(f"no element named {self.name!r} on {self._client.endpoint}")
 
-    def _batch(self, reply):
-        start, items = reply
-        if isinstance(items, list):
-            items = [None if item is None else tuple(item) for item in items]
-        return start, items
-
     def __repr__(self):
         return f"<RemoteElement {self.name} {self.template} at {self._client.endpoint}>"
+
+
+class _Unsendable(BadArgument):
+    """An argument msgpack cannot encode, found before anything was sent."""
+
+
+def _batch(reply) -> tuple[int, list | bytes]:
+    """(start, items) from a batch reply: typed items become tuples, binary ones stay one bytes."""
+    start, items = reply
+    if isinstance(items, list):
+        items = [None if item is None else tuple(item) for item in items]
+    return start, items

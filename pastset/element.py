@@ -79,6 +79,8 @@ class Element:
 
     def move(self, values, timeout: float | None = None) -> int:
         """Append one tuple; returns its index. Blocks only under `delta` flow control."""
+        if timeout is not None:
+            _check_timeout(timeout)
         with self.mutex:
             index = self._try_move(values)
             if index is WOULD_BLOCK:
@@ -92,11 +94,17 @@ class Element:
         cursor shared by every caller). With an index: that tuple, and nothing moves.
         Blocks until the tuple exists; a discarded index raises `Expired`.
         """
+        return self.observe_indexed(index, timeout)[1]
+
+    def observe_indexed(self, index: int | None = None, timeout: float | None = None) -> tuple[int, tuple]:
+        """As `observe`, returning (index, tuple): which tuple a consuming observe read."""
+        if timeout is not None:
+            _check_timeout(timeout)
         with self.mutex:
-            item = self._try_observe(index)
-            if item is WOULD_BLOCK:
-                item = self._block(self._try_observe, (index,), timeout, "observe")
-            return item
+            found = self._try_observe(index)
+            if found is WOULD_BLOCK:
+                found = self._block(self._try_observe, (index,), timeout, "observe")
+            return found
 
     def first(self) -> int:
         """Index of the oldest tuple still held (== last() when none is held)."""
@@ -116,8 +124,8 @@ class Element:
             self._check_alive()
             if n is not None:
                 _check_bound("delta", n)
-                if self.keep is None:
-                    self._bound_to(n)
+                # A ring must hold as many records as may now be held: delta, or keep if fewer.
+                self._bound_to(n if self.keep is None else min(n, self.keep))
                 self._delta = n
                 self._signal_change()
             return self._delta
@@ -164,6 +172,8 @@ class Element:
         if self.template.is_binary:
             raise TemplateMismatch(f"element {self.name}: Linda matching needs a typed template")
         pattern = _check_pattern(pattern, self.template)
+        if timeout is not None:
+            _check_timeout(timeout)
         with self.mutex:
             item = self._try_find(pattern, remove)
             if item is WOULD_BLOCK:
@@ -201,7 +211,7 @@ class Element:
             return found
         if index is None:
             self._remove(found[0])
-        return found[1]
+        return found
 
     def _try_find(self, pattern, remove):
         found = self._peek_match(pattern)
@@ -339,6 +349,8 @@ class BinaryElement(Element):
 
     def move(self, values, timeout: float | None = None) -> int:
         """Append one record; as `Element.move`. The common case runs inline: it is the hot path."""
+        if timeout is not None:
+            _check_timeout(timeout)
         with self.mutex:
             last = self._last
             if (self._fixed and self._delta is None and not self._deleted
@@ -346,7 +358,7 @@ class BinaryElement(Element):
                 try:
                     self._pack_into(self._ring, (last % self._cap) * self._size, *values)
                 except (TypeError, struct_error):
-                    raise self.template._mismatch(tuple(values)) from None
+                    raise self.template._mismatch(values) from None
                 self._last = last + 1
                 if last + 1 - self._first > self.keep:
                     self._first = last + 1 - self.keep
@@ -367,7 +379,7 @@ class BinaryElement(Element):
         try:
             self._pack_into(self._ring, (last % self._cap) * self._size, *values)
         except (TypeError, struct_error):
-            raise self.template._mismatch(tuple(values)) from None
+            raise self.template._mismatch(values) from None
         self._last = last + 1
         if self.keep is not None and last + 1 - self._first > self.keep:
             self._first = last + 1 - self.keep
@@ -375,13 +387,37 @@ class BinaryElement(Element):
             self._signal_change()
         return last
 
+    def appender(self):
+        """A function appending one record given as its field values, returning its index.
+
+        For a bounded ring (`keep`, no `delta`) and a writer that appends often (an event
+        collector): everything it touches is bound once, so an append is a lock, one
+        `pack_into` and two stores. Other elements get `move`.
+        """
+        if self.keep is None or self._delta is not None:
+            return lambda *values: self.move(values)
+        pack_into, size, cap, ring, keep = self._pack_into, self._size, self._cap, self._ring, self.keep
+        mutex = self.mutex
+
+        def append(*values):
+            with mutex:
+                last = self._last
+                try:
+                    pack_into(ring, (last % cap) * size, *values)
+                except (TypeError, struct_error):
+                    raise self.template._mismatch(values) from None
+                self._last = last + 1
+                if last + 1 - self._first > keep:
+                    self._first = last + 1 - keep
+                if self._sleepers or self.parked:
+                    self._signal_change()
+            return last
+
+        return append
+
     def move_record(self, record: bytes) -> int:
         """Append one already-packed record (exactly `template.record_size` bytes)."""
-        if len(record) != self._size:
-            raise TemplateMismatch(
-                f"element {self.name}: a record of {self.template} is {self._size} bytes, got {len(record)}"
-            )
-        return self.move(self._unpack_from(record))
+        return self.move(self.template.unpack(record))
 
     def _put(self, values, index):
         raise AssertionError("BinaryElement writes in _try_move")
@@ -416,7 +452,9 @@ class BinaryElement(Element):
         self._ring[: len(held) - split] = held[split:]
 
     def _bound_to(self, capacity):
-        self._resize(capacity)
+        # A bounded ring only grows: it is reallocated only when it could not hold the new bound.
+        if not self._fixed or capacity > self._cap:
+            self._resize(capacity)
         self._fixed = True
 
     def _peek_match(self, pattern):

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import msgpack
 
-from .errors import ERRORS_BY_NAME, PastSetError, ProtocolError
+from .errors import ERRORS_BY_NAME, LimitExceeded, PastSetError, ProtocolError
 
 OK, ERROR = 0, 1
 
 # Operation codes (small ints, so the server dispatches by list index).
-PING = 0
+PING = 0         # -                                          -> [server name, max_frame]
 ENTER = 1        # name, template spec, keep, delta          -> [eid, spec, keep, delta]
 LOOKUP = 2       # name                                       -> [eid, spec, keep, delta]
 MOVE = 3         # eid, values, timeout                       -> index
@@ -28,17 +28,19 @@ DELTA = 7        # eid, n|None                                -> delta
 AXE = 8          # eid, index                                 -> new first
 READ_RANGE = 9   # eid, lo, hi                                -> [start, items]
 LATEST = 10      # eid, n                                     -> [start, items]
-LATEST_MANY = 11 # [eid, ...], n                              -> [[start, items], ...]
+LATEST_MANY = 11 # [eid or name, ...], n                      -> [[start, items], ...]
 DELETE = 12      # name                                       -> None
 ELEMENTS = 13    # -                                          -> [[name, template, first, last, keep, delta, nbytes], ...]
 FIND = 14        # eid, pattern, remove, timeout              -> values
 CALL = 15        # name, [args...]                            -> what the hosted callable returns
+RANGE_MANY = 16  # [eid or name, ...], [lo, ...], hi          -> [[start, items], ...]
+OBSERVE_INDEXED = 17  # eid, index|None, timeout              -> [index, values]
 
 OP_NAMES = {
     PING: "ping", ENTER: "enter", LOOKUP: "lookup", MOVE: "move", OBSERVE: "observe",
     FIRST: "first", LAST: "last", DELTA: "delta", AXE: "axe", READ_RANGE: "read_range",
     LATEST: "latest", LATEST_MANY: "latest_many", DELETE: "delete", ELEMENTS: "elements",
-    FIND: "find", CALL: "call",
+    FIND: "find", CALL: "call", RANGE_MANY: "range_many", OBSERVE_INDEXED: "observe_indexed",
 }
 
 
@@ -61,7 +63,7 @@ def pack(obj) -> bytes:
 def unpack_request(frame: bytes, limits: Limits):
     """(rid, op, args) from a request frame; raises ProtocolError for anything malformed."""
     if len(frame) > limits.max_frame:
-        raise ProtocolError(f"request of {len(frame)} bytes exceeds the {limits.max_frame}-byte frame limit")
+        raise LimitExceeded(f"request of {len(frame)} bytes exceeds the {limits.max_frame}-byte frame limit")
     try:
         request = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises several unrelated types for bad input

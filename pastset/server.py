@@ -38,6 +38,7 @@ class TupleServer:
         self._ids = itertools.count(1)
         self._endpoints: list[_Endpoint] = []
         self._hosted: dict[str, object] = {}
+        self._inline: set[str] = set()   # hosted names that run on the endpoint loop
 
     def enter(self, name: str, template, keep: int | None = None, delta: int | None = None) -> Element:
         """Bind to the element `name`, creating it if absent.
@@ -94,16 +95,27 @@ class TupleServer:
         """`latest(n)` of many elements (Element objects or names) at once, in the given order."""
         return [(self.element(e) if isinstance(e, str) else e).latest(n) for e in elements]
 
-    def host(self, name: str, fn) -> None:
+    def range_many(self, elements, los, hi: int) -> list[tuple[int, list | bytes]]:
+        """`read_range(lo, hi)` of many elements (Element objects or names), each from its own lo."""
+        return [(self.element(e) if isinstance(e, str) else e).read_range(lo, hi)
+                for e, lo in zip(elements, los)]
+
+    def host(self, name: str, fn, inline: bool = False) -> None:
         """Offer `fn` to remote clients as `client.call(name, *args)`.
 
         This is how layers above PastSet (PATHS stages) run code inside a node server. A
         hosted callable may block: remote calls run on worker threads (at most
-        `Limits.max_calls` at once), never on the endpoint's loop. It receives and returns
-        msgpack-encodable values; a PastSetError it raises reaches the caller by name.
+        `Limits.max_calls` at once), never on the endpoint's loop. `inline=True` is for a
+        callable that never blocks and returns at once (a clock reading): it runs on the
+        loop itself, with no thread hand-off. It receives and returns msgpack-encodable
+        values; a PastSetError it raises reaches the caller by name.
         """
         self._check_name(name)
         self._hosted[name] = fn
+        if inline:
+            self._inline.add(name)
+        else:
+            self._inline.discard(name)
 
     def unhost(self, name: str) -> None:
         self._hosted.pop(name, None)
@@ -150,6 +162,11 @@ class TupleServer:
             raise LimitExceeded(
                 f"element name of {len(name)} characters exceeds the limit of {self.limits.max_name}"
             )
+
+    def _element_changed(self, element):
+        """Called, element mutex held, when an element with parked remote requests changes."""
+        for endpoint in self._endpoints:  # requests may be parked on any of them
+            endpoint._element_changed(element)
 
     def _element_by_id(self, eid) -> Element:
         element = self._by_id.get(eid)
@@ -234,6 +251,13 @@ class _Endpoint:
         self._stopping = True
         self._wake()
         self._thread.join(timeout=5)
+        # Requests still parked are never answered now: their elements must stop counting them.
+        for queue in self._waiting.values():
+            for waiter in queue:
+                if not waiter.done:
+                    with waiter.element.mutex:
+                        waiter.element.parked -= 1
+        self._waiting.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self._waker.close(linger=0)
@@ -305,7 +329,10 @@ class _Endpoint:
     def _send(self, peer, payload) -> bool:
         """Send a reply; False if the peer is gone (or so far behind that it stopped reading)."""
         try:
-            self._sock.send_multipart([peer, payload], zmq.NOBLOCK)
+            # Two plain sends with int flags: send_multipart combines enum flags per frame,
+            # which costs more than the rest of a small reply.
+            self._sock.send(peer, _MORE_NOWAIT)
+            self._sock.send(payload, _NOWAIT)
             return True
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:
@@ -326,7 +353,7 @@ class _Endpoint:
     def _op_table(self):
         table = [(None, 0)] * (max(p.OP_NAMES) + 1)
         for op, handler, arity in (
-            (p.PING, lambda peer, rid: self.server.name, 0),
+            (p.PING, lambda peer, rid: [self.server.name, self.limits.max_frame], 0),
             (p.ENTER, self._op_enter, 4),
             (p.LOOKUP, self._op_lookup, 1),
             (p.MOVE, self._op_move, 3),
@@ -342,6 +369,8 @@ class _Endpoint:
             (p.ELEMENTS, self._op_elements, 0),
             (p.FIND, self._op_find, 4),
             (p.CALL, self._op_call, 2),
+            (p.RANGE_MANY, self._op_range_many, 3),
+            (p.OBSERVE_INDEXED, self._op_observe_indexed, 3),
         ):
             table[op] = (handler, arity)
         return table
@@ -363,15 +392,17 @@ class _Endpoint:
         return [[i.name, i.template, i.first, i.last, i.keep, i.delta, i.nbytes]
                 for i in self.server.elements()]
 
-    def _op_latest_many(self, peer, rid, eids, n):
-        if not isinstance(eids, list) or len(eids) > self.limits.max_batch:
-            raise BadArgument(f"latest_many takes a list of at most {self.limits.max_batch} element ids")
-        by_id = self.server._by_id
+    def _op_latest_many(self, peer, rid, refs, n):
+        if not isinstance(refs, list) or len(refs) > self.limits.max_batch:
+            raise BadArgument(
+                f"latest_many takes a list of at most {self.limits.max_batch} element ids or names"
+            )
+        by_id, by_name = self.server._by_id, self.server.element
         out = []
-        for eid in eids:
-            element = by_id.get(eid)
+        for ref in refs:
+            element = by_name(ref) if isinstance(ref, str) else by_id.get(ref)
             if element is None:
-                raise UnknownElement(f"no element with id {eid!r} on server {self.server.name}")
+                raise UnknownElement(f"no element with id {ref!r} on server {self.server.name}")
             out.append(element.latest(n))
         return out
 
@@ -380,6 +411,24 @@ class _Endpoint:
 
     def _op_observe(self, peer, rid, eid, index, timeout):
         return self._attempt_or_park(peer, rid, self._el(eid), p.OBSERVE, (index,), timeout)
+
+    def _op_observe_indexed(self, peer, rid, eid, index, timeout):
+        return self._attempt_or_park(peer, rid, self._el(eid), p.OBSERVE_INDEXED, (index,), timeout)
+
+    def _op_range_many(self, peer, rid, refs, los, hi):
+        """read_range(lo, hi) of many elements (a monitor's stream over many trace elements)."""
+        if (not isinstance(refs, list) or not isinstance(los, list) or len(refs) != len(los)
+                or len(refs) > self.limits.max_batch):
+            raise BadArgument(f"range_many takes equal lists of at most {self.limits.max_batch} "
+                              "element ids or names and of start indices, and an end index")
+        by_id, by_name = self.server._by_id, self.server.element
+        out = []
+        for ref, lo in zip(refs, los):
+            element = by_name(ref) if isinstance(ref, str) else by_id.get(ref)
+            if element is None:
+                raise UnknownElement(f"no element with id {ref!r} on server {self.server.name}")
+            out.append(element.read_range(lo, hi))
+        return out
 
     def _op_find(self, peer, rid, eid, pattern, remove, timeout):
         element = self._el(eid)
@@ -392,6 +441,8 @@ class _Endpoint:
         fn = self.server._hosted_fn(name)
         if not isinstance(args, list):
             raise BadArgument("call takes a name and a list of arguments")
+        if name in self.server._inline:
+            return fn(*args)
         if self._calls >= self.limits.max_calls:
             raise LimitExceeded(f"server {self.server.name} already runs {self.limits.max_calls} hosted calls")
         if self._executor is None:
@@ -431,7 +482,7 @@ class _Endpoint:
             self._by_peer.setdefault(peer, []).append(waiter)
             self._n_parked += 1
             element.parked += 1
-            element.on_change = self._element_changed
+            element.on_change = self.server._element_changed
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, next(self._seq), waiter))
         now = monotonic()
@@ -453,7 +504,7 @@ class _Endpoint:
                     return False
                 self._send(peer, p.pack([rid, p.OK, result]))
                 return True
-            if kind == p.OBSERVE:
+            if kind == p.OBSERVE or kind == p.OBSERVE_INDEXED:
                 found = element._peek(args[0])
                 consume = args[0] is None
             else:
@@ -461,7 +512,8 @@ class _Endpoint:
                 consume = args[1]
             if found is WOULD_BLOCK:
                 return False
-            if self._send(peer, p.pack([rid, p.OK, found[1]])) and consume:
+            reply = found if kind == p.OBSERVE_INDEXED else found[1]
+            if self._send(peer, p.pack([rid, p.OK, reply])) and consume:
                 element._remove(found[0])
             return True
         except PastSetError as exc:
@@ -470,6 +522,8 @@ class _Endpoint:
 
     def _element_changed(self, element):
         """Called, element mutex held, by whichever thread changed an element with parked requests."""
+        if element.id not in self._waiting:
+            return  # they are parked on another endpoint
         self._dirty.append(element)
         if threading.get_ident() != self._loop_ident:
             self._wake()
@@ -553,6 +607,8 @@ class _Endpoint:
 
 
 _ANSWERED = object()
+_NOWAIT = int(zmq.NOBLOCK)
+_MORE_NOWAIT = int(zmq.SNDMORE | zmq.NOBLOCK)
 
 
 def _deadline(timeout):

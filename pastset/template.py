@@ -19,6 +19,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
 }
 _TYPE_NAMES = {int: "int", float: "float", str: "str", bytes: "bytes", bool: "bool"}
+_MSGPACK_INTS = range(-(2 ** 63), 2 ** 64)
 FIELD_NAMES = (*_FIELD_TYPES, "any")
 
 
@@ -123,6 +124,15 @@ class Template:
                 raise TemplateMismatch(
                     f"field {i}: expected {name}, got {type(value).__name__} ({value!r:.40})"
                 )
+            # Every tuple must be able to travel the wire, whoever moved it.
+            if isinstance(value, int):
+                if value not in _MSGPACK_INTS:
+                    raise TemplateMismatch(f"field {i} ({name}): {value} does not fit in 64 bits")
+            elif name == "str" and not value.isascii():
+                try:
+                    value.encode()
+                except UnicodeEncodeError as exc:
+                    raise TemplateMismatch(f"field {i} (str): {value!r:.40} is not valid text ({exc.reason})") from None
         return tuple(values)
 
     def pack(self, values) -> bytes:
@@ -132,7 +142,20 @@ class Template:
         except struct.error:
             raise self._mismatch(values) from None
 
+    def unpack(self, record: bytes) -> tuple:
+        """The values of one packed record; TemplateMismatch unless it is exactly `record_size` bytes."""
+        if self._struct is None:
+            raise TemplateMismatch(f"template {self} is typed: packed records need a binary template")
+        if not isinstance(record, (bytes, bytearray, memoryview)) or len(record) != self._struct.size:
+            got = f"{len(record)} bytes" if isinstance(record, (bytes, bytearray, memoryview)) else type(record).__name__
+            raise TemplateMismatch(f"a record of {self} is {self._struct.size} bytes, got {got}")
+        return self._struct.unpack(record)
+
     def _mismatch(self, values) -> TemplateMismatch:
+        if not isinstance(values, (tuple, list)):
+            return TemplateMismatch(
+                f"expected a tuple of {len(self.fields)} fields {self}, got {type(values).__name__}"
+            )
         if len(values) != len(self.fields):
             return TemplateMismatch(f"expected {len(self.fields)} fields {self}, got {len(values)}")
         for i, (code, value) in enumerate(zip(self.fields, values)):

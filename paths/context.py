@@ -41,7 +41,13 @@ class PathHandle:
         return self._enter(op.MOVE_MANY, (batch, timeout))
 
     def observe(self, index: int | None = None, timeout: float | None = None) -> tuple:
-        return tuple(self._enter(op.OBSERVE, (index, timeout)))
+        """Read one tuple (consuming without an index); see `pastset.Element.observe`."""
+        return tuple(self._enter(op.OBSERVE, (index, timeout))[1])
+
+    def observe_indexed(self, index: int | None = None, timeout: float | None = None) -> tuple[int, tuple]:
+        """As observe, with the index of the tuple read: (index, tuple)."""
+        found, values = self._enter(op.OBSERVE, (index, timeout))
+        return found, tuple(values)
 
     def first(self) -> int:
         return self._enter(op.FIRST, ())

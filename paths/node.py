@@ -16,7 +16,7 @@ from . import operation as op
 from .instrument import CollectorPoint
 from .pathmap import Pathmap
 from .registry import NODE_SERVICES, PROGRAMS, load_reference, wrapper_class
-from .wrapper import ElementStage, PathsError, Remote, Wrapper
+from .wrapper import PathsError, Remote, Wrapper
 
 # Hosted call names (see pastset.TupleServer.host); every node server answers these.
 STAGE = "paths.stage"      # (stage index, code, args)       -> the stage's result
@@ -86,6 +86,7 @@ class NodeServer:
         self.member_entry: dict[tuple[str, str], Callable] = {}    # (tree, member) -> entry callable
         self._build_collectors(points)
         self._link_stages()
+        self._finalize()
         self._host()
         for ep in entry_points(group=NODE_SERVICES):
             ep.load()(self)
@@ -148,6 +149,25 @@ class NodeServer:
             departure = self._departures.get(sid)
             if departure is not None:
                 departure.next, stage.next = stage.next, departure
+
+    def _finalize(self) -> None:
+        """Replace every link to a stage by the stage's `entry()`, now that all links are known."""
+        memo: dict[int, Callable] = {}
+
+        def fast(target):
+            if not isinstance(target, Wrapper):
+                return target  # a remote stage's far side, or None at an end
+            fn = memo.get(id(target))
+            if fn is None:
+                target.next = fast(target.next)
+                fn = memo[id(target)] = target.entry()
+            return fn
+
+        self.front = {sid: fast(fn) for sid, fn in self.front.items()}
+        self.path_entry = {name: fast(fn) for name, fn in self.path_entry.items()}
+        self.member_entry = {key: fast(fn) for key, fn in self.member_entry.items()}
+        for stage in self.stages.values():
+            fast(stage)
 
     def remote_stage(self, stage_id: str) -> Callable:
         """A callable entering `stage_id` on its (other) node; resolved at its first call."""
@@ -310,7 +330,7 @@ class _RemoteStage:
         if self.element is not None:
             handle = client.element(self.element)
             ops = {
-                op.MOVE: handle.move, op.OBSERVE: handle.observe, op.FIRST: handle.first,
+                op.MOVE: handle.move, op.OBSERVE: handle.observe_indexed, op.FIRST: handle.first,
                 op.LAST: handle.last, op.DELTA: handle.delta, op.AXE: handle.axe,
                 op.READ_RANGE: handle.read_range, op.LATEST: handle.latest,
             }

@@ -2,7 +2,7 @@
 
 # Element operations (the PastSet API, forwarded stage by stage).
 MOVE = 1          # (values, timeout)            -> index
-OBSERVE = 2       # (index|None, timeout)        -> tuple
+OBSERVE = 2       # (index|None, timeout)        -> (index read, tuple)
 FIRST = 3         # ()                           -> index
 LAST = 4          # ()                           -> index
 DELTA = 5         # (n|None,)                    -> delta

@@ -46,6 +46,14 @@ class Wrapper:
     def __call__(self, code: int, args: tuple):
         return self.next(code, args)
 
+    def entry(self):
+        """The callable that enters this stage once the path is linked (`self.next` is final).
+
+        The default is the stage itself; a hot stage (the event collector) returns a closure
+        that holds what it needs in local cells instead of looking attributes up per call.
+        """
+        return self
+
     def close(self) -> None:
         """Release what the stage holds (flush buffers); called when its node stops."""
 
@@ -63,7 +71,7 @@ class ElementStage(Wrapper):
         e = node.element(params["element"])
         self.element = e
         self._ops = {
-            op.MOVE: e.move, op.OBSERVE: e.observe, op.FIRST: e.first, op.LAST: e.last,
+            op.MOVE: e.move, op.OBSERVE: e.observe_indexed, op.FIRST: e.first, op.LAST: e.last,
             op.DELTA: e.delta, op.AXE: e.axe, op.READ_RANGE: e.read_range, op.LATEST: e.latest,
             op.MOVE_MANY: self._move_many,
         }

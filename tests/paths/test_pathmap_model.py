@@ -135,21 +135,25 @@ def test_pathmap_built_in_code_is_validated_without_lines():
 
 
 def test_registry_names_entry_points_without_loading_them(tmp_path, monkeypatch, base_text):
-    """A package that registers `collector` in eventspace.wrappers makes it valid, with no change here."""
+    """A package that registers a wrapper type in eventspace.wrappers makes it valid, with no change here."""
     text = base_text.replace("  sum/T1/remote: {type: remote, node: B}\n",
                              "  sum/T1/remote: {type: remote, node: B}\n"
-                             "  T0/e01/collector: {type: collector, node: A}\n")
+                             "  T0/e01/probe: {type: probe, node: A}\n")
     text = text.replace("stages: [T0/e01/remote, e01/element]",
-                        "stages: [T0/e01/collector, T0/e01/remote, e01/element]")
-    with pytest.raises(PathmapError, match="unknown wrapper type 'collector'"):
+                        "stages: [T0/e01/probe, T0/e01/remote, e01/element]")
+    with pytest.raises(PathmapError, match="unknown wrapper type 'probe'"):
         Pathmap.loads(text)
     dist = tmp_path / "fake_wrappers-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-wrappers\nVersion: 1.0\n")
     # The object named does not exist: a registry that loaded it would fail.
-    (dist / "entry_points.txt").write_text("[eventspace.wrappers]\ncollector = no_such_module:Collector\n")
+    (dist / "entry_points.txt").write_text("[eventspace.wrappers]\nprobe = no_such_module:Probe\n")
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
-    assert "collector" in registered_types() and BUILTIN_TYPES < registered_types()
+    assert "probe" in registered_types() and BUILTIN_TYPES < registered_types()
     pm = Pathmap.loads(text)
-    assert [s.id for s in pm.collectors] == ["T0/e01/collector"]
-    assert pm.summary()["collectors"] == 1
+    assert pm.stage("T0/e01/probe").type == "probe"
+
+
+def test_the_collector_wrapper_comes_from_eventspace_by_entry_point():
+    assert "collector" in registered_types()
+    assert "collector" not in BUILTIN_TYPES

@@ -7,48 +7,12 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 import pastset
-from paths import (AppMap, ClusterMap, NodeDied, Pathmap, PathsError, Placement, ProgramFailed, RunError,
-                   RunFile, attach, generate, launch)
-
-HERE = Path(__file__).parent
-ENV = {"PYTHONPATH": str(HERE)}  # node processes import runtime_programs from here
-
-TWO_NODES = "clusters: {c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.1}}}}"
-THREE_NODES = ("clusters: {c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.1}}}, "
-               "c2: {nodes: {C: {host: 127.0.0.1}}}}")
-
-
-def ring_app(n: int) -> AppMap:
-    lines = [f"threads: {n}", "elements:"]
-    for i in range(n):
-        j = (i + 1) % n
-        lines.append(f"  - {{name: row_{i}_{j}, template: [int, bytes], delta: 2, users: [T{i}, T{j}]}}")
-    lines += ["trees:", "  - {name: count, kind: allreduce, members: all}",
-              "  - {name: step, kind: barrier, members: all}"]
-    return AppMap.loads("\n".join(lines))
-
-
-def pathmap_for(app: AppMap, cluster: str, rule="block", shape="flat", name="rt") -> Pathmap:
-    pm = generate(app, ClusterMap.loads(cluster), Placement(rule=rule), shape, name=name)
-    return dataclasses.replace(pm, allow_modules=("runtime_programs",)).validate()
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # A zombie still answers kill(0); it is gone once its parent reaped it.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] == "Z"
-    except FileNotFoundError:
-        return True
+from paths import AppMap, NodeDied, PathsError, ProgramFailed, RunError, RunFile, attach, launch
+from runs import ENV, THREE_NODES, TWO_NODES, gone, node_children, pathmap_for, ring_app
 
 
 def test_a_program_runs_on_every_thread_and_the_nodes_are_gone_after(tmp_path):
@@ -58,7 +22,7 @@ def test_a_program_runs_on_every_thread_and_the_nodes_are_gone_after(tmp_path):
         assert set(pids) == {"A", "B"}
         run_file = RunFile.find(pm.name, tmp_path)
         assert run_file.endpoints == run.endpoints
-        results = run.run("runtime_programs:ring", {"steps": 5}, timeout=60)
+        results = run.run("programs:ring", {"steps": 5}, timeout=60)
     assert set(results) == {"T0", "T1", "T2", "T3"}
     for thread, result in results.items():
         me = int(thread[1:])
@@ -75,7 +39,7 @@ def test_moving_threads_and_elements_is_a_pathmap_edit_only(tmp_path):
     for rule in ("block", "round-robin"):
         pm = pathmap_for(ring_app(6), THREE_NODES, rule=rule, name=f"rt-{rule}")
         with launch(pm, run_dir=tmp_path, env=ENV) as run:
-            results[rule] = run.run("runtime_programs:ring", {"steps": 4}, timeout=60)
+            results[rule] = run.run("programs:ring", {"steps": 4}, timeout=60)
     placements = {rule: {t: r.pop("node") for t, r in res.items()} for rule, res in results.items()}
     assert placements["block"] != placements["round-robin"]
     assert results["block"] == results["round-robin"]
@@ -86,7 +50,7 @@ def test_collectives_are_correct_for_every_tree_shape(tmp_path, shape):
     app = AppMap.loads("threads: 7\ntrees: [{name: count, kind: allreduce, members: all}]")
     pm = pathmap_for(app, THREE_NODES, rule="round-robin", shape=shape)
     with launch(pm, run_dir=tmp_path, env=ENV) as run:
-        results = run.run("runtime_programs:collectives", timeout=60)
+        results = run.run("programs:collectives", timeout=60)
     values = range(1, 8)
     for thread, out in results.items():
         assert out["sum"] == 28 and out["min"] == 1 and out["max"] == 7 and out["count"] == 7
@@ -103,18 +67,18 @@ def test_a_collective_outside_the_tree_or_out_of_step_fails_clearly(tmp_path):
     pm = pathmap_for(app, TWO_NODES)
     with launch(pm, run_dir=tmp_path, env=ENV) as run:
         with pytest.raises(ProgramFailed) as failed:
-            run.run("runtime_programs:not_a_member", {"tree": "pair"}, timeout=60)
+            run.run("programs:not_a_member", {"tree": "pair"}, timeout=60)
         assert set(failed.value.failures) == {"T2", "T3"}
         assert "not a member of tree pair" in str(failed.value)
         with pytest.raises(ProgramFailed, match="disagree"):
-            run.run("runtime_programs:disagree", timeout=60)
+            run.run("programs:disagree", timeout=60)
 
 
 def test_a_node_that_dies_stops_the_run_naming_it(tmp_path):
     pm = pathmap_for(ring_app(4), TWO_NODES)
     with launch(pm, run_dir=tmp_path, env=ENV) as run:
         pids = run.pids
-        run.start("runtime_programs:block_forever")
+        run.start("programs:block_forever")
         time.sleep(0.5)
         run.kill("B")
         started = time.monotonic()
@@ -138,11 +102,11 @@ def test_a_node_that_cannot_start_is_named_and_the_others_are_stopped(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         nodes = tuple(dataclasses.replace(n, port=port) if n.name == "B" else n for n in pm.nodes)
-        before = set(_children())
+        before = set(node_children())
         with pytest.raises(PathsError, match=rf"node B did not start \(exit code 2\): .*{port}"):
             with launch(dataclasses.replace(pm, nodes=nodes), run_dir=tmp_path, env=ENV):
                 pass
-    assert set(_children()) <= before
+    assert set(node_children()) <= before
 
 
 def test_ctrl_c_inside_the_run_stops_every_node(tmp_path):
@@ -150,7 +114,7 @@ def test_ctrl_c_inside_the_run_stops_every_node(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         with launch(pm, run_dir=tmp_path, env=ENV) as run:
             pids = run.pids
-            run.start("runtime_programs:sleepy", {"seconds": 60})
+            run.start("programs:sleepy", {"seconds": 60})
             raise KeyboardInterrupt
     assert all(gone(pid) for pid in pids.values())
 
@@ -160,7 +124,7 @@ def test_attach_finds_a_live_run_and_refuses_a_stale_one(tmp_path):
     with launch(pm, run_dir=tmp_path, env=ENV) as run:
         attached = attach(pm.name, run_dir=tmp_path)
         assert attached.endpoints == run.endpoints
-        assert attached.run("runtime_programs:ring", {"steps": 2}, timeout=60)["T0"]["sums"] == [6, 6]
+        assert attached.run("programs:ring", {"steps": 2}, timeout=60)["T0"]["sums"] == [6, 6]
         attached.close_clients()
         with pytest.raises(RunError, match="already live"):
             with launch(pm, run_dir=tmp_path, env=ENV):
@@ -204,19 +168,3 @@ def test_eventspace_node_refuses_an_unknown_node(tmp_path, capsys):
     assert main(["node", "--pathmap", str(file), "--node", "Z"]) == 2
     err = capsys.readouterr().err
     assert "no node 'Z'" in err and err.count("\n") == 1
-
-
-def _children():
-    """PIDs of this process's node server children (`python -m paths ...`) that are still running."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if int(stat[1]) == os.getpid() and stat[0] != "Z" and b"paths" in cmdline:
-            found.append(int(entry.name))
-    return found

@@ -26,7 +26,7 @@ def collectives(ctx):
     out = {}
     for op_name in ("sum", "min", "max", "count"):
         out[op_name] = ctx.allreduce(me + 1, op_name, tree=tree, timeout=20)
-    out["product"] = ctx.allreduce(me + 1, "runtime_programs:product", tree=tree, timeout=20)
+    out["product"] = ctx.allreduce(me + 1, "programs:product", tree=tree, timeout=20)
     out["reduce"] = ctx.reduce(me + 1, "sum", tree=tree, timeout=20)
     out["broadcast"] = ctx.broadcast(f"from {ctx.thread}", tree=tree, timeout=20)
     out["gather"] = ctx.gather(me * me, tree=tree, timeout=20)
@@ -60,3 +60,21 @@ def disagree(ctx):
 
 def sleepy(ctx):
     time.sleep(float(ctx.args.get("seconds", 60)))
+
+
+def ring_forever(ctx):
+    """The ring, paced, until `stop_after` seconds have passed (the threads agree when to stop)."""
+    me = int(ctx.thread[1:])
+    n = len(ctx.pathmap.threads)
+    out = ctx.path(f"row_{me}_{(me + 1) % n}")
+    inn = ctx.path(f"row_{(me - 1) % n}_{me}")
+    deadline = time.monotonic() + float(ctx.args.get("stop_after", 5))
+    pause = float(ctx.args.get("pause", 0.001))
+    steps = 0
+    while ctx.allreduce(int(time.monotonic() < deadline), "min", tree="count", timeout=30):
+        out.move((steps, b"x" * 16))
+        inn.observe(timeout=30)
+        ctx.barrier(tree="step", timeout=30)
+        steps += 1
+        time.sleep(pause)
+    return steps

@@ -1,0 +1,69 @@
+"""Clock synchronisation: each node's clock offset from the monitor's, estimated NTP-style."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pastset import PastSetError
+from pastset import protocol as p
+from pastset.fanout import Fanout
+
+from .space import CLOCK
+
+
+@dataclass(frozen=True)
+class ClockEstimate:
+    """A node's clock minus the monitor's, in nanoseconds (`offset_ns`), from the exchange with the
+    least round trip (`delay_ns`); the error is at most half that delay. `drift` is the offset's
+    change per second between two rounds (0.0 when only one was made)."""
+
+    node: str
+    offset_ns: int
+    delay_ns: int
+    drift: float = 0.0
+
+
+def estimate(endpoints: dict[str, str], samples: int = 8, drift_after: float | None = None,
+             timeout: float = 2.0) -> dict[str, ClockEstimate]:
+    """Estimate every node's offset: `samples` exchanges each (t0 sent, t1 = t2 the node's clock,
+    t3 received; offset = t1 - (t0 + t3) / 2), keeping the least-delay one. With `drift_after`
+    seconds, a second round estimates drift. Raises PastSetError naming a node that does not answer.
+    """
+    fanout = Fanout(endpoints)
+    try:
+        first = {node: _best(fanout, node, samples, timeout) for node in endpoints}
+        if drift_after is None:
+            return {node: ClockEstimate(node, o, d) for node, (o, d, _) in first.items()}
+        time.sleep(drift_after)
+        out = {}
+        for node in endpoints:
+            offset2, delay2, at2 = _best(fanout, node, samples, timeout)
+            offset1, _, at1 = first[node]
+            drift = (offset2 - offset1) / ((at2 - at1) / 1e9) if at2 != at1 else 0.0
+            out[node] = ClockEstimate(node, offset2, delay2, drift)
+        return out
+    finally:
+        fanout.close()
+
+
+def _best(fanout: Fanout, node: str, samples: int, timeout: float) -> tuple[int, int, int]:
+    best = None
+    for _ in range(max(1, samples)):
+        t0 = time.monotonic_ns()
+        replies, missing = fanout.request([(node, p.CALL, (CLOCK, []))], timeout)
+        t3 = time.monotonic_ns()
+        if missing or isinstance(replies[0], PastSetError):
+            raise PastSetError(f"node {node} does not answer clock queries: "
+                               f"{replies[0] if replies[0] is not None else 'no reply'}")
+        delay = t3 - t0
+        offset = replies[0] - (t0 + t3) // 2
+        if best is None or delay < best[1]:
+            best = (offset, delay, (t0 + t3) // 2)
+    return best
+
+
+def relative_to(estimates: dict[str, ClockEstimate], reference: str) -> dict[str, int]:
+    """Offsets relative to node `reference`'s clock instead of the monitor's."""
+    base = estimates[reference].offset_ns
+    return {node: e.offset_ns - base for node, e in estimates.items()}

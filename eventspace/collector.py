@@ -1,0 +1,98 @@
+"""Event collectors: wrappers that time each operation and append one trace tuple to their trace element."""
+
+from __future__ import annotations
+
+import time
+
+from paths import Wrapper
+from paths import operation as op
+from pastset import Template
+
+from . import trace
+from .space import NodeSpace
+
+_U32 = 0xFFFFFFFF
+
+
+class Collector(Wrapper):
+    """The `collector` wrapper: clock, forward, clock, append (op, flags, collector, element, arg,
+    nbytes, t_start, t_end) to its own trace element. Nothing else: no decoding, no sending
+    (lazy event processing); consumers read the trace element when they choose to.
+
+    `arg` is the tuple index a move got or an observe read (0 for other operations); `nbytes`
+    the payload size of the tuple moved or observed; times are the node's monotonic clock in
+    nanoseconds. An operation that raises is recorded with flag trace.ERROR, then re-raised.
+    Switched off (see eventspace.control), the collector only forwards.
+    """
+
+    type_name = "collector"
+
+    def __init__(self, stage_id, params, node):
+        super().__init__(stage_id, params, node)
+        space = NodeSpace.of(node)
+        self.entry_info = space.catalogue[params["id"]]
+        self._append = space.appender(self.entry_info)
+        self._on = space.switch(self.entry_info.id)
+        self._clock = space.clock
+        self._size_of = _payload_size(node.pathmap, self.entry_info.element)
+
+    def __call__(self, code, args):
+        # The slow form, for callers that hold the instance; linked paths call `entry()`'s closure.
+        return self.entry()(code, args)
+
+    def entry(self):
+        """The collecting function, with everything it needs in closure cells (the hot path)."""
+        nxt, append, on, clock, size_of = self.next, self._append, self._on, self._clock, self._size_of
+        cid, eid, flags = self.entry_info.id, self.entry_info.element_id, self.entry_info.flags
+        failed = flags | trace.ERROR
+        MOVE, OBSERVE = op.MOVE, op.OBSERVE
+
+        def collect(code, args):
+            if not on[0]:
+                return nxt(code, args)
+            t0 = clock()
+            try:
+                result = nxt(code, args)
+            except BaseException:
+                append(code, failed, cid, eid, 0, 0, t0, clock())
+                raise
+            t1 = clock()
+            if code == MOVE:
+                append(code, flags, cid, eid, (result or 0) & _U32, size_of(args[0]), t0, t1)
+            elif code == OBSERVE:
+                append(code, flags, cid, eid, result[0] & _U32, size_of(result[1]), t0, t1)
+            else:
+                append(code, flags, cid, eid, 0, 0, t0, t1)
+            return result
+
+        return collect
+
+
+def _payload_size(pathmap, element: str | None):
+    """A function giving the payload bytes of one tuple of `element` (its bytes and str fields)."""
+    if element is None:
+        return _zero
+    spec = pathmap.element(element).template
+    template = Template.of(spec if isinstance(spec, str) else list(spec))
+    if template.is_binary:
+        size = template.record_size
+        return lambda values: size
+    positions = [i for i, f in enumerate(template.fields) if f in ("bytes", "str")]
+    if not positions:
+        return _zero
+    if len(positions) == 1:
+        p = positions[0]
+        return lambda values: len(values[p])
+    return lambda values: sum(len(values[p]) for p in positions)
+
+
+def _zero(values) -> int:
+    return 0
+
+
+def monotonic_clock(offset_ns: int):
+    """The node's clock: CLOCK_MONOTONIC in nanoseconds, shifted by `offset_ns` (for testing clock sync)."""
+    if not offset_ns:
+        return time.monotonic_ns
+    base = time.monotonic_ns
+    return lambda: base() + offset_ns

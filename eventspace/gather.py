@@ -1,0 +1,208 @@
+"""Gather joins: the inner stages of an event scope's tree, run in a monitor or inside a node server."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pastset import PastSetError
+from pastset import protocol as p
+
+from . import trace
+from .catalogue import Catalogue
+from .stages import ScopeStage, compile_stages
+
+PULL = "eventspace.scope.pull"
+INSTALL = "eventspace.scope.install"
+REMOVE = "eventspace.scope.remove"
+RENEW = "eventspace.scope.renew"
+LIST = "eventspace.scope.list"
+
+MODES = ("latest", "stream", "backlog")
+_END = 1 << 62  # read_range's hi for "everything held"
+
+
+@dataclass
+class Pulled:
+    """What one pull of a join brought: records, how many were discarded before they were read
+    (stream mode), which nodes did not answer, and per tree level (seconds, tuples, bytes in)."""
+
+    records: np.ndarray
+    discarded: int = 0
+    missing: set[str] = field(default_factory=set)
+    levels: dict[int, list] = field(default_factory=dict)
+
+    def wire(self) -> list:
+        return [trace.encode(self.records), self.discarded, sorted(self.missing),
+                {str(k): v for k, v in self.levels.items()}]
+
+    @classmethod
+    def from_wire(cls, reply) -> Pulled:
+        data, discarded, missing, levels = reply
+        return cls(trace.decode(data), discarded, set(missing), {int(k): v for k, v in levels.items()})
+
+    def add_level(self, level: int, seconds: float, tuples: int, nbytes: int) -> None:
+        mine = self.levels.setdefault(level, [0.0, 0, 0])
+        mine[0] += seconds
+        mine[1] += tuples
+        mine[2] += nbytes
+
+    def merge_levels(self, levels: dict) -> None:
+        for level, (seconds, tuples, nbytes) in levels.items():
+            self.add_level(int(level), seconds, tuples, nbytes)
+
+
+@dataclass
+class JoinSpec:
+    """One join of a scope's tree, as plain data (it travels to node servers when placed `near`).
+
+    `node` is where it runs (None: in the monitor). `leaves` maps a node to the trace elements
+    there that the join reads itself; `children` lists the joins below it as [node, key].
+    """
+
+    key: str
+    level: int
+    node: str | None
+    leaves: dict[str, list[str]]
+    children: list[list]
+    stages: list[str]
+    mode: str
+    concurrency: str
+    timeout: float
+    endpoints: dict[str, str]
+    cursors: dict[str, int] = field(default_factory=dict)   # "node/element" -> next index (stream)
+
+    def wire(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Join:
+    """A gather join: pulls its leaves and child joins (concurrently or one by one), then applies
+    its stages. `local` is the pastset server whose elements it may read in memory (the node it
+    runs on) and `joins` the other joins in the same process, by key; everything else is asked
+    for through `fanout`.
+    """
+
+    def __init__(self, spec: JoinSpec, catalogue: Catalogue, local=None, joins=None):
+        self.spec = spec
+        self.catalogue = catalogue
+        self.local = local
+        self.joins = joins if joins is not None else {}
+        self.apply = compile_stages([ScopeStage.parse(s, catalogue.pathmap.allow_modules) for s in spec.stages],
+                                    catalogue)
+        self.cursors = dict(spec.cursors)
+        self.lease_until = 0.0
+
+    def pull(self, fanout) -> Pulled:
+        """Pull this join and, in the same round of requests, every join below it in this process."""
+        requests: list = []
+        finish = self._gather(requests)
+        nbytes = 0
+        missing: set[str] = set()
+        if requests:
+            before = fanout.bytes_received
+            replies, missing = fanout.request([r[:3] for r in requests], self.spec.timeout,
+                                              sequential=self.spec.concurrency == "sequential")
+            nbytes = fanout.bytes_received - before
+            for reply, (node, _, _, handle) in zip(replies, requests):
+                if reply is None:
+                    continue
+                if isinstance(reply, PastSetError):
+                    missing.add(node)  # it answered, but not with data: a removed join, a deleted element
+                    continue
+                handle(reply)
+        out = finish()
+        out.missing |= missing
+        if nbytes:
+            out.add_level(self.spec.level, 0.0, 0, nbytes)
+        return out
+
+    def _gather(self, requests: list):
+        """Read local leaves now, add (node, op, args, handler) for the rest to `requests`, and
+        return the function that combines everything once the replies are in."""
+        started = time.perf_counter()
+        spec = self.spec
+        out = Pulled(trace.empty())
+        parts: list[np.ndarray] = []
+        for node, names in spec.leaves.items():
+            if self.local is not None and node == spec.node:
+                parts.append(self._read_local(names, out))
+            else:
+                requests.append((*self._leaf_request(node, names),
+                                 lambda reply, node=node, names=names: parts.append(
+                                     self._leaf_reply(node, names, reply, out))))
+        below = []
+        for node, key in spec.children:
+            child = self.joins.get(key) if node == spec.node else None
+            if child is not None:
+                below.append(child._gather(requests))
+            else:
+                requests.append((node, p.CALL, (PULL, [key]),
+                                 lambda reply: parts.append(self._child_reply(reply, out))))
+
+        def finish() -> Pulled:
+            for child_finish in below:
+                pulled = child_finish()
+                parts.append(pulled.records)
+                out.discarded += pulled.discarded
+                out.missing |= pulled.missing
+                out.merge_levels(pulled.levels)
+            records = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else trace.empty())
+            out.records = self.apply(records)
+            out.add_level(spec.level, time.perf_counter() - started, len(out.records), 0)
+            return out
+
+        return finish
+
+    # -- leaves --------------------------------------------------------------------------------
+
+    def _read_local(self, names, out: Pulled) -> np.ndarray:
+        server, mode = self.local, self.spec.mode
+        chunks = []
+        node = self.spec.node
+        for name in names:
+            try:
+                element = server.element(name)
+            except PastSetError:
+                continue
+            if mode == "latest":
+                chunks.append(element.latest(1)[1])
+            elif mode == "backlog":
+                chunks.append(element.read_range(0, _END)[1])
+            else:
+                key = f"{node}/{name}"
+                cursor = self.cursors.get(key, 0)
+                start, data = element.read_range(cursor, _END)
+                out.discarded += start - cursor
+                self.cursors[key] = start + len(data) // trace.SIZE
+                chunks.append(data)
+        return trace.decode(b"".join(chunks))
+
+    def _leaf_request(self, node, names):
+        if self.spec.mode == "latest":
+            return node, p.LATEST_MANY, (names, 1)
+        if self.spec.mode == "backlog":
+            return node, p.RANGE_MANY, (names, [0] * len(names), _END)
+        return node, p.RANGE_MANY, (names, [self.cursors.get(f"{node}/{n}", 0) for n in names], _END)
+
+    def _leaf_reply(self, node, names, reply, out: Pulled) -> np.ndarray:
+        chunks = []
+        stream = self.spec.mode == "stream"
+        for name, (start, data) in zip(names, reply):
+            if stream:
+                key = f"{node}/{name}"
+                cursor = self.cursors.get(key, 0)
+                out.discarded += start - cursor
+                self.cursors[key] = start + len(data) // trace.SIZE
+            chunks.append(data)
+        return trace.decode(b"".join(chunks))
+
+    @staticmethod
+    def _child_reply(reply, out: Pulled) -> np.ndarray:
+        pulled = Pulled.from_wire(reply)
+        out.discarded += pulled.discarded
+        out.missing |= pulled.missing
+        out.merge_levels(pulled.levels)
+        return pulled.records

@@ -1,0 +1,169 @@
+"""One node's share of the virtual event space: its trace elements, collector switches and clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from pastset import LimitExceeded, PastSetError, Timeout, UnknownElement
+from pastset.fanout import Fanout
+
+from . import trace
+from .catalogue import Catalogue
+from .gather import INSTALL, LIST, PULL, REMOVE, RENEW, Join, JoinSpec
+
+CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
+CONTROL_TEMPLATE = ["str", "any"]
+CLOCK = "eventspace.clock"              # hosted: () -> this node's clock, ns
+CURSORS = "eventspace.scope.cursors"    # hosted: (key) -> a near join's stream cursors
+MAX_JOINS = 10_000                      # scope joins one node server holds at once
+
+
+class NodeSpace:
+    """The event space of one node server, made on first use by a collector or at node start.
+
+    It enters a trace element (binary, keep from the pathmap's instrument section) for every
+    collector whose traces live on this node, keeps an on/off switch per collector, and runs a
+    thread that applies what is moved into the node's control element, so that collectors are
+    switched while the application runs (within a few milliseconds).
+    """
+
+    KEY = "eventspace"
+
+    @classmethod
+    def of(cls, node) -> NodeSpace:
+        space = node.services.get(cls.KEY)
+        if space is None:
+            space = node.services[cls.KEY] = cls(node)
+        return space
+
+    def __init__(self, node):
+        from .collector import monotonic_clock
+
+        self.node = node
+        self.catalogue = Catalogue(node.pathmap)
+        self.clock = monotonic_clock(node.clock_offset_ns)
+        keep = node.pathmap.instrument.keep
+        for entry in self.catalogue.on_node(node.name):
+            node.server.enter(entry.trace, trace.FORMAT, keep=keep)
+        self._switches: dict[int, list[bool]] = {}
+        self.control = node.server.enter(CONTROL, CONTROL_TEMPLATE)
+        self._closing = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name=f"eventspace-control-{node.name}", daemon=True)
+        self._watcher.start()
+        node.server.host(CLOCK, self.clock, inline=True)
+        # Scope joins placed here by monitors: key -> Join; each holds a lease.
+        self._joins: dict[str, Join] = {}
+        self._joins_mutex = threading.Lock()  # held while _joins changes
+        self._fanouts = threading.local()      # each worker thread asks other nodes with its own sockets
+        for name, fn in ((INSTALL, self.install), (PULL, self.pull), (REMOVE, self.remove),
+                         (RENEW, self.renew), (LIST, self.joins), (CURSORS, self.cursors)):
+            node.server.host(name, fn)
+        self._sweeper = threading.Thread(target=self._sweep, name=f"eventspace-leases-{node.name}", daemon=True)
+        self._sweeper.start()
+
+    def appender(self, entry):
+        """How collector `entry` appends a record (op, flags, collector, element, arg, nbytes, t0, t1)."""
+        if entry.trace_node == self.node.name:
+            return self.node.server.element(entry.trace).appender()
+        handle = self.node.client(entry.trace_node).element(entry.trace)
+        return lambda *record: handle.move(record)
+
+    def switch(self, cid: int) -> list[bool]:
+        """The one-item list a collector reads on every operation: [True] collects, [False] forwards."""
+        return self._switches.setdefault(cid, [True])
+
+    def set(self, on: bool, cids=None) -> int:
+        """Switch the given collectors of this node (all of them for None); how many were switched."""
+        chosen = self._switches if cids is None else [c for c in cids if c in self._switches]
+        for cid in chosen:
+            self._switches[cid][0] = on
+        return len(chosen)
+
+    # -- scope joins placed on this node -------------------------------------------------------
+
+    def install(self, spec: dict, lease: float) -> None:
+        """Place a scope join here, leased for `lease` seconds (renewed by pulls and `renew`)."""
+        join = Join(JoinSpec(**spec), self.catalogue, local=self.node.server, joins=self._joins)
+        join.lease_until = time.monotonic() + lease
+        join.lease = lease
+        with self._joins_mutex:
+            if len(self._joins) >= MAX_JOINS and join.spec.key not in self._joins:
+                raise LimitExceeded(f"node {self.node.name} already holds {MAX_JOINS} scope joins; "
+                                    "close some scopes")
+            self._joins[join.spec.key] = join
+
+    def pull(self, key: str) -> list:
+        join = self._join(key)
+        join.lease_until = time.monotonic() + join.lease
+        fanout = getattr(self._fanouts, "fanout", None)
+        if fanout is None:
+            fanout = self._fanouts.fanout = Fanout({})
+        for node, endpoint in join.spec.endpoints.items():
+            fanout.add(node, endpoint)
+        return join.pull(fanout).wire()
+
+    def remove(self, key: str) -> dict:
+        """Remove a join; its stream cursors (so that a new tree can go on where it stopped)."""
+        with self._joins_mutex:
+            join = self._joins.pop(key, None)
+        return join.cursors if join is not None else {}
+
+    def cursors(self, key: str) -> dict:
+        return dict(self._join(key).cursors)
+
+    def renew(self, keys: list, lease: float) -> int:
+        until = time.monotonic() + lease
+        renewed = 0
+        for key in keys:
+            join = self._joins.get(key)
+            if join is not None:
+                join.lease_until = until
+                renewed += 1
+        return renewed
+
+    def joins(self) -> list[str]:
+        return sorted(self._joins)
+
+    def _join(self, key) -> Join:
+        join = self._joins.get(key)
+        if join is None:
+            raise UnknownElement(f"no scope join {key!r} on node {self.node.name} (its lease ended, "
+                                 "or its scope was closed)")
+        return join
+
+    def _sweep(self) -> None:
+        while not self._closing.wait(0.25):
+            now = time.monotonic()
+            with self._joins_mutex:
+                for key in [k for k, j in self._joins.items() if j.lease_until < now]:
+                    del self._joins[key]
+
+    def _watch(self) -> None:
+        while not self._closing.is_set():
+            try:
+                command, cids = self.control.observe(timeout=0.25)
+            except Timeout:
+                continue
+            except UnknownElement:
+                return
+            if command in ("on", "off") and (cids is None or isinstance(cids, list)):
+                self.set(command == "on", cids)
+
+    def close(self) -> None:
+        self._closing.set()
+        self._watcher.join(timeout=2)
+        self._sweeper.join(timeout=2)
+
+
+def register(node) -> None:
+    """Entry point (eventspace.node_services): every node server gets its event space at start."""
+    NodeSpace.of(node)
+
+
+def switch_collectors(client, on: bool, cids=None) -> None:
+    """Switch collectors of the node behind `client` (a pastset Client or TupleServer) on or off."""
+    try:
+        client.element(CONTROL).move(["on" if on else "off", None if cids is None else list(cids)])
+    except PastSetError as exc:
+        raise PastSetError(f"cannot switch collectors: {exc}") from None

@@ -1,0 +1,48 @@
+"""The trace tuple: 36 bytes per event, packed by collectors, decoded a batch at a time with numpy."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from paths import operation as op
+
+# op (u16), flags (u16), collector (u32), element (u32), arg (u32), nbytes (u32), t_start, t_end (u64 ns)
+FORMAT = "=HHIIIIQQ"
+RECORD = struct.Struct(FORMAT)
+SIZE = RECORD.size
+assert SIZE == 36
+
+# Native byte order, as the struct format ("=").
+DTYPE = np.dtype([
+    ("op", "=u2"), ("flags", "=u2"), ("collector", "=u4"), ("element", "=u4"),
+    ("arg", "=u4"), ("nbytes", "=u4"), ("t_start", "=u8"), ("t_end", "=u8"),
+])
+FIELDS = DTYPE.names
+assert DTYPE.itemsize == SIZE
+
+# Flags.
+ERROR = 1       # the operation raised (t_end is when it did)
+TREE = 2        # `element` holds a tree index, not an element index
+SUMMARY = 4     # a reduce:count/sum record: `arg` counts the events it stands for
+
+# Operation codes are PATHS's (paths.operation): one name space for paths and traces.
+OP_NAMES = dict(op.NAMES)
+OP_CODES = {name: code for code, name in OP_NAMES.items()}
+
+
+def decode(data: bytes | bytearray | memoryview) -> np.ndarray:
+    """A structured array (DTYPE) over a batch of packed records; one `frombuffer`, no copy."""
+    if len(data) % SIZE:
+        raise ValueError(f"a trace batch is a whole number of {SIZE}-byte records, got {len(data)} bytes")
+    return np.frombuffer(data, dtype=DTYPE)
+
+
+def encode(records: np.ndarray) -> bytes:
+    """The packed bytes of a structured array of records (the inverse of `decode`)."""
+    return np.ascontiguousarray(records, dtype=DTYPE).tobytes()
+
+
+def empty() -> np.ndarray:
+    return np.empty(0, dtype=DTYPE)

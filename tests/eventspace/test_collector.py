@@ -1,0 +1,161 @@
+"""Event collectors in one node server (in this process): what they record, discarding, switching, trees."""
+
+import dataclasses
+import struct
+import threading
+import time
+
+import pytest
+
+from eventspace import trace
+from eventspace.catalogue import Catalogue
+from eventspace.space import CONTROL, switch_collectors
+from paths import AppMap, ClusterMap, Context, Instrument, NodeServer, Placement, Selector, generate
+from pastset import Timeout
+
+APP = """\
+threads: 3
+elements:
+  - {name: rows, template: [int, bytes], delta: 4, users: [T0, T1]}
+  - {name: samples, template: '=IQ', keep: 50, users: [T0, T2]}
+trees:
+  - {name: total, kind: allreduce, members: all}
+"""
+ONE_NODE = "clusters: {c1: {nodes: {A: {host: 127.0.0.1}}}}"
+
+
+def node(*selectors, keep=200, shape="kary:2"):
+    pm = generate(AppMap.loads(APP), ClusterMap.loads(ONE_NODE), Placement(), shape, name="col")
+    pm = dataclasses.replace(pm, instrument=Instrument(keep=keep, collectors=selectors)).validate()
+    server = NodeServer(pm, "A")
+    return server, Catalogue(pm)
+
+
+def records(server, cid):
+    element = server.server.element(f"trace/{cid}")
+    return trace.decode(element.read_range(0, 1 << 40)[1])
+
+
+def test_the_trace_tuple_is_36_bytes_and_decodes_with_numpy():
+    packed = struct.pack(trace.FORMAT, 1, 2, 3, 4, 5, 6, 7, 8) * 2
+    assert trace.SIZE == 36 and trace.DTYPE.itemsize == 36
+    batch = trace.decode(packed)
+    assert batch["t_end"].tolist() == [8, 8] and batch["collector"].tolist() == [3, 3]
+    assert trace.encode(batch) == packed
+    with pytest.raises(ValueError, match="whole number of 36-byte records"):
+        trace.decode(packed[:-1])
+
+
+def test_a_source_collector_records_each_operation_of_its_path():
+    server, catalogue = node(Selector(at=("source",)))
+    t0, t1 = Context(server, "T0", {}), Context(server, "T1", {})
+    before = time.monotonic_ns()
+    assert t0.path("rows").move((7, b"payload")) == 0
+    assert t0.path("rows").move((8, b"xy")) == 1
+    assert t1.path("rows").observe() == (7, b"payload")
+    after = time.monotonic_ns()
+    mine = {(e.thread, e.element): e.id for e in catalogue}
+    moves = records(server, mine[("T0", "rows")])
+    assert moves["op"].tolist() == [trace.OP_CODES["move"]] * 2
+    assert moves["arg"].tolist() == [0, 1]              # the index each tuple got
+    assert moves["nbytes"].tolist() == [7, 2]           # the bytes field of each tuple
+    assert moves["element"].tolist() == [0, 0]          # rows is the pathmap's element 0
+    assert (moves["t_start"] <= moves["t_end"]).all()
+    assert before <= moves["t_start"].min() and moves["t_end"].max() <= after
+    observes = records(server, mine[("T1", "rows")])
+    assert observes["op"].tolist() == [trace.OP_CODES["observe"]]
+    assert observes["arg"].tolist() == [0] and observes["nbytes"].tolist() == [7]
+
+
+def test_an_operation_that_raises_is_recorded_with_the_error_flag():
+    server, catalogue = node(Selector(at=("source",), threads=("T1",)))
+    with pytest.raises(Timeout):
+        Context(server, "T1", {}).path("rows").observe(timeout=0)
+    (cid,) = [e.id for e in catalogue if e.element == "rows"]
+    (record,) = records(server, cid)
+    assert record["flags"] & trace.ERROR and record["op"] == trace.OP_CODES["observe"]
+
+
+def test_keep_is_the_discard_threshold_of_each_trace_element():
+    server, catalogue = node(Selector(at=("source",), threads=("T0",), elements=("samples",)), keep=10)
+    handle = Context(server, "T0", {}).path("samples")
+    for i in range(25):
+        handle.move((i, i))
+    (cid,) = [e.id for e in catalogue]
+    element = server.server.element(f"trace/{cid}")
+    assert (element.first(), element.last()) == (15, 25)
+    assert records(server, cid)["arg"].tolist() == list(range(15, 25))
+
+
+def test_a_sink_collector_sees_every_thread_using_its_element():
+    server, catalogue = node(Selector(at=("sink",), elements=("samples",)))
+    Context(server, "T0", {}).path("samples").move((1, 1))
+    Context(server, "T2", {}).path("samples").move((2, 2))
+    (entry,) = catalogue.entries
+    assert entry.role == "sink" and entry.thread is None
+    assert records(server, entry.id)["arg"].tolist() == [0, 1]
+
+
+def test_tree_collectors_time_contributions_arrivals_and_departures():
+    server, catalogue = node(Selector(trees=("total",)))
+    results = {}
+
+    def member(name):
+        results[name] = Context(server, name, {}).allreduce(int(name[1:]) + 1, "sum", timeout=10)
+
+    threads = [threading.Thread(target=member, args=(f"T{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results == {"T0": 6, "T1": 6, "T2": 6}
+    pm = server.pathmap
+    for entry in catalogue:
+        recs = records(server, entry.id)
+        assert (recs["flags"] & trace.TREE).all() and (recs["op"] == trace.OP_CODES["allreduce"]).all()
+        if entry.role == "contribute":
+            assert len(recs) == 1                                        # one per member per round
+        elif entry.role == "arrival":
+            assert len(recs) == pm.fan_in("total", entry.stage)          # one per child of the join
+        else:
+            assert entry.role == "departure" and len(recs) == 1          # the join forwards once
+            assert entry.stage != pm.tree("total").root
+    assert {e.role for e in catalogue} == {"contribute", "arrival", "departure"}
+
+
+def test_collectors_switch_off_and_on_through_the_control_element_within_100_ms():
+    server, catalogue = node(Selector(at=("source",), threads=("T0",), elements=("samples",)))
+    (cid,) = [e.id for e in catalogue]
+    handle = Context(server, "T0", {}).path("samples")
+    handle.move((0, 0))
+    switch_collectors(server.server, False, [cid])
+    assert _eventually(lambda: not server.services["eventspace"].switch(cid)[0], 0.1)
+    handle.move((1, 1))
+    assert len(records(server, cid)) == 1        # switched off: forwarded, not recorded
+    switch_collectors(server.server, True)       # None: every collector of the node
+    assert _eventually(lambda: server.services["eventspace"].switch(cid)[0], 0.1)
+    handle.move((2, 2))
+    assert records(server, cid)["arg"].tolist() == [0, 2]
+    assert server.server.element(CONTROL).last() == 2
+
+
+def test_the_catalogue_names_each_collector_and_its_trace_element():
+    server, catalogue = node(Selector(at=("source", "sink")), Selector(trees=("total",)))
+    assert [e.id for e in catalogue] == list(range(1, len(catalogue) + 1))
+    for entry in catalogue:
+        assert entry.trace == f"trace/{entry.id}" and entry.trace_node == "A"
+        assert server.server.element(entry.trace).template.fmt == trace.FORMAT
+    sources = [e for e in catalogue if e.role == "source"]
+    assert {(e.thread, e.element) for e in sources} == {("T0", "rows"), ("T1", "rows"), ("T0", "samples"),
+                                                        ("T2", "samples")}
+    column, names = catalogue.column("thread"), catalogue.names("thread")
+    assert [names[column[e.id]] for e in catalogue] == [e.thread for e in catalogue]
+
+
+def _eventually(check, within):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.002)
+    return check()

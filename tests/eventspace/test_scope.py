@@ -1,0 +1,241 @@
+"""Event scopes over live runs: modes, tree shapes and placements, reconfiguring, leases, faults, clocks."""
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import pastset
+from eventspace import clock, trace
+from eventspace.catalogue import Catalogue
+from eventspace.scope import EventScope, ScopeError
+from eventspace.stages import StageError
+from eventspace.view import ViewError
+from paths import Instrument, Selector, launch
+from runs import ENV, THREE_NODES, TWO_NODES, pathmap_for, ring_app
+
+KEEP = 50
+
+
+def instrumented(n=6, cluster=THREE_NODES, keep=KEEP, nodes=None, name="sc"):
+    pm = pathmap_for(ring_app(n), cluster, rule="round-robin", shape="kary:2", name=name)
+    if nodes:
+        pm = dataclasses.replace(pm, nodes=tuple(dataclasses.replace(nd, **nodes.get(nd.name, {}))
+                                                 for nd in pm.nodes))
+    return dataclasses.replace(pm, instrument=Instrument(keep=keep, collectors=(
+        Selector(at=("source", "sink")), Selector(trees=("count", "step"))))).validate()
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A run whose program has ended: its trace elements hold still while the scopes read them."""
+    pm = instrumented()
+    with launch(pm, run_dir=tmp_path_factory.mktemp("runs"), env=ENV) as run:
+        run.run("programs:ring", {"steps": 40}, timeout=120)
+        yield run
+
+
+def direct(run, mode="latest"):
+    """What the trace elements hold, read element by element through plain pastset clients."""
+    catalogue = Catalogue(run.pathmap)
+    parts = []
+    for entry in catalogue:
+        element = run.client(entry.trace_node).element(entry.trace)
+        start, data = element.latest(1) if mode == "latest" else element.read_range(0, 1 << 40)
+        parts.append(trace.decode(data))
+    return _sorted(np.concatenate(parts))
+
+
+def _sorted(records):
+    return records[np.lexsort((records["t_start"], records["collector"]))]
+
+
+SETTINGS = [
+    dict(tree="flat", placement="monitor"),
+    dict(tree="flat", placement="near"),
+    dict(tree="kary:3", placement="monitor", concurrency="sequential"),
+    dict(tree="kary:3", placement="near"),
+    dict(tree="per-node", placement="near"),
+    dict(tree="per-cluster", placement="near", concurrency="sequential"),
+    dict(tree="per-cluster", placement="monitor"),
+]
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: "/".join(s.values()))
+def test_every_tree_shape_and_placement_pulls_the_same_events(finished, settings):
+    expected_latest, expected_backlog = direct(finished, "latest"), direct(finished, "backlog")
+    with EventScope(finished, "all", mode="latest", **settings) as scope:
+        pulled = scope.pull()
+        assert pulled.missing == set()
+        assert np.array_equal(_sorted(pulled.records), expected_latest)
+        assert len(pulled.records) == len(Catalogue(finished.pathmap))  # one per trace element
+    with EventScope(finished, "all", mode="backlog", **settings) as scope:
+        assert np.array_equal(_sorted(scope.pull().records), expected_backlog)
+
+
+def test_stream_reads_each_event_once_and_counts_what_was_discarded(finished):
+    backlog = direct(finished, "backlog")
+    written = sum(finished.client(e.trace_node).element(e.trace).last() for e in Catalogue(finished.pathmap))
+    with EventScope(finished, "thread:T0 | tree:count", mode="stream", tree="per-node", placement="near") as scope:
+        chosen = {e.id for e in scope.entries}
+        first = scope.pull()
+        assert np.array_equal(_sorted(first.records), backlog[np.isin(backlog["collector"], list(chosen))])
+        assert first.discarded == sum(
+            finished.client(e.trace_node).element(e.trace).first() for e in scope.entries)
+        again = scope.pull()
+        assert len(again.records) == 0 and again.discarded == 0
+    assert written > len(backlog)  # keep really discarded some
+
+
+def test_a_view_and_stages_narrow_what_is_pulled(finished):
+    with EventScope(finished, "thread:T1", stages=["filter:op == 1", "convert:records"]) as scope:
+        events = scope.pull().records
+    assert events and {e["thread"] for e in events} == {"T1"} and {e["op"] for e in events} == {"move"}
+
+
+def test_near_reductions_cut_the_bytes_that_travel(finished):
+    figures = {}
+    for stages in (["gather"], ["reduce:max_t_end@thread"]):
+        with EventScope(finished, "role:source", mode="backlog", tree="per-node", placement="near",
+                        stages=stages) as scope:
+            pulled = scope.pull()
+            figures[stages[0]] = (len(pulled.records), scope.stats().bytes_in)
+    (gathered, gathered_bytes), (reduced, reduced_bytes) = figures["gather"], figures["reduce:max_t_end@thread"]
+    assert reduced == 6 and gathered > 10 * reduced
+    assert reduced_bytes * 5 < gathered_bytes
+
+
+def test_scopes_coexist_and_close_removes_their_joins(finished):
+    nodes = [n.name for n in finished.pathmap.nodes]
+    a = EventScope(finished, "all", tree="per-node", placement="near")
+    b = EventScope(finished, "thread:T2", tree="kary:2", placement="near", stages=["latest"])
+    try:
+        assert len(a.pull().records) and len(b.pull().records)
+        placed = {n: finished.client(n).call("eventspace.scope.list") for n in nodes}
+        assert sum(len(keys) for keys in placed.values()) == len(a.installed()) + len(b.installed())
+        a.close()
+        assert len(b.pull().records)
+    finally:
+        a.close()
+        b.close()
+    assert all(finished.client(n).call("eventspace.scope.list") == [] for n in nodes)
+
+
+def test_bad_settings_fail_when_the_scope_is_made(finished):
+    with pytest.raises(ViewError, match="unknown thread 'T99'"):
+        EventScope(finished, "thread:T99")
+    with pytest.raises(ViewError, match="selects no collector"):
+        EventScope(finished, "thread:T0 & tree:count:arrival")
+    with pytest.raises(StageError, match="does not parse"):
+        EventScope(finished, "all", stages=["filter:op =="])
+    with pytest.raises(ScopeError, match="unknown placement"):
+        EventScope(finished, "all", placement="cloud")
+    with pytest.raises(ScopeError, match="unknown mode"):
+        EventScope(finished, "all", mode="everything")
+    with pytest.raises(ScopeError, match="convert:records.*must be the last"):
+        EventScope(finished, "all", stages=["convert:records", "latest"])
+
+
+def test_reconfiguring_while_the_application_runs_loses_and_repeats_nothing(tmp_path):
+    pm = instrumented(keep=5000, name="live")
+    with launch(pm, run_dir=tmp_path, env=ENV) as run:
+        run.start("programs:ring_forever", {"stop_after": 3, "pause": 0.002})
+        seen = []
+        with EventScope(run, "all", mode="stream", tree="flat", placement="monitor") as scope:
+            for i, (tree, placement) in enumerate([("per-node", "near"), ("kary:2", "monitor"),
+                                                   ("per-cluster", "near"), ("flat", "near")] * 3):
+                time.sleep(0.1)
+                pulled = scope.pull()
+                assert pulled.discarded == 0 and not pulled.missing
+                seen.append(pulled.records)
+                scope.reconfigure(tree=tree, placement=placement)
+            run.wait(timeout=60)
+            seen.append(scope.pull().records)
+        everything = np.concatenate(seen)
+        written = {e.id: run.client(e.trace_node).element(e.trace).last() for e in Catalogue(pm)}
+    counts = dict(zip(*np.unique(everything["collector"], return_counts=True)))
+    assert {int(c): int(n) for c, n in counts.items()} == {c: n for c, n in written.items() if n}
+    assert len(np.unique(everything)) == len(everything)  # and none twice
+
+
+def test_a_node_that_dies_is_reported_missing_and_the_pull_does_not_hang(tmp_path):
+    pm = instrumented(cluster=TWO_NODES, name="dies")
+    with launch(pm, run_dir=tmp_path, env=ENV) as run:
+        run.run("programs:ring", {"steps": 5}, timeout=60)
+        for placement in ("monitor", "near"):
+            scope = EventScope(run, "node:A | node:B", tree="per-node", placement="near" if placement == "near"
+                               else "monitor", timeout=1.0)
+            scope.pull()
+            if placement == "near":
+                run.kill("B")
+                run._processes["B"].wait(10)
+            started = time.monotonic()
+            pulled = scope.pull()
+            assert time.monotonic() - started < 3
+            if placement == "near":
+                assert pulled.missing == {"B"}
+                assert set(pulled.records["collector"]) <= {e.id for e in scope.entries if e.trace_node == "A"}
+                assert len(pulled.records)
+            scope.close()
+
+
+MONITOR = textwrap.dedent("""\
+    import sys, time
+    from eventspace.scope import EventScope
+    scope = EventScope(sys.argv[1], "all", tree="per-node", placement="near", lease=1.0)
+    scope.pull()
+    print("placed", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_joins_of_a_monitor_that_died_go_when_their_lease_ends(finished):
+    proc = subprocess.Popen([sys.executable, "-c", MONITOR, finished.run_file.path], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, **ENV})
+    try:
+        assert proc.stdout.readline().strip() == "placed"
+        nodes = [n.name for n in finished.pathmap.nodes]
+        assert any(finished.client(n).call("eventspace.scope.list") for n in nodes)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(finished.client(n).call("eventspace.scope.list") for n in nodes):
+            time.sleep(0.1)
+        assert not any(finished.client(n).call("eventspace.scope.list") for n in nodes)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+def test_clock_offsets_are_estimated_within_a_millisecond(tmp_path):
+    offsets = {"A": 0, "B": 50_000_000, "C": -50_000_000}
+    pm = instrumented(nodes={n: {"clock_offset_ns": o} for n, o in offsets.items()}, name="clocks")
+    with launch(pm, run_dir=tmp_path, env=ENV) as run:
+        estimates = clock.estimate(run.endpoints, samples=16)
+        for node, truth in offsets.items():
+            assert abs(estimates[node].offset_ns - truth) < 1_000_000, (node, estimates[node])
+        assert abs(clock.relative_to(estimates, "B")["C"] - (-100_000_000)) < 2_000_000
+        run.run("programs:ring", {"steps": 3}, timeout=60)
+        corrected = {n: e.offset_ns for n, e in estimates.items()}
+        with EventScope(run, "all", mode="backlog", clock_offsets=corrected) as scope:
+            events = scope.pull().records
+        now = time.monotonic_ns()
+        # On the monitor's clock, every event happened in the last minute, whatever its node's offset.
+        assert ((now - events["t_end"].astype(np.int64)) < 60e9).all()
+        assert ((now - events["t_end"].astype(np.int64)) > 0).all()
+
+
+def test_a_pull_through_a_closed_scope_is_refused(finished):
+    scope = EventScope(finished, "all")
+    scope.close()
+    with pytest.raises(ScopeError, match="closed"):
+        scope.pull()
+    assert isinstance(pastset.PastSetError, type)
