@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from importlib.metadata import entry_points
@@ -15,10 +16,13 @@ from rich.tree import Tree as RichTree
 from .document import PathmapError, listing
 from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
+from .instrument import preset
 from .pathmap import Pathmap
 
 # Applications add `eventspace run NAME` through this entry-point group: `register(subparsers)`.
 RUN_COMMANDS = "eventspace.run"
+# Applications offer their application map for any thread count through this group.
+APPMAPS = "eventspace.appmaps"
 
 
 def register(subparsers) -> None:
@@ -39,7 +43,13 @@ def register(subparsers) -> None:
 
     gen = commands.add_parser("generate", help="build a pathmap from an application map, a cluster "
                                                "map and an application-to-cluster map")
-    gen.add_argument("--app", required=True, help="application map (YAML)")
+    gen.add_argument("application", nargs="?", metavar="APP",
+                     help=f"an application's own map for --threads N ({', '.join(_appmaps()) or 'none installed'}); "
+                          "or give --app")
+    gen.add_argument("--app", help="application map (YAML)")
+    gen.add_argument("--threads", type=int, help="thread count, with APP")
+    gen.add_argument("--instrument", default="none", choices=INSTRUMENT_CHOICES,
+                     help="collectors to add (default %(default)s): all = every path and tree point")
     gen.add_argument("--cluster", required=True, help="cluster map (YAML)")
     gen.add_argument("--mapping", required=True,
                      help=f"application-to-cluster map (YAML), or a rule alone: {' or '.join(RULES)}")
@@ -48,6 +58,18 @@ def register(subparsers) -> None:
     gen.add_argument("--name", help="the pathmap's name (default: the output file's stem)")
     gen.add_argument("-o", "--output", required=True, help="the pathmap file to write")
     gen.set_defaults(func=_generate)
+
+    ins = commands.add_parser("instrument", help="add event collectors to a pathmap (writes its instrument section)")
+    ins.add_argument("file", help="a pathmap (YAML)")
+    which = ins.add_mutually_exclusive_group(required=True)
+    for choice in INSTRUMENT_CHOICES:
+        which.add_argument(f"--{choice}", dest="what", action="store_const", const=choice,
+                           help=_INSTRUMENT_HELP[choice])
+    ins.add_argument("--threads", help="only these threads (comma-separated), e.g. T0,T3")
+    ins.add_argument("--keep", type=int, default=200, help="trace element discard threshold (default %(default)s)")
+    ins.add_argument("--location", default="local", help="where trace elements live: local or a node name")
+    ins.add_argument("-o", "--output", help="write here (default: rewrite FILE)")
+    ins.set_defaults(func=_instrument)
 
     node = subparsers.add_parser("node", help="run one node server of a pathmap in the foreground "
                                               "(start one per host with ssh, mpirun or srun)")
@@ -75,8 +97,7 @@ def _validate(args) -> int:
         return 1
     console = Console(highlight=False)
     totals = ", ".join(f"{what} {n}" for what, n in pathmap.summary().items())
-    console.print(f"ok: {args.file} ({pathmap.name}): {totals}, "
-                  f"instrumented points {len(pathmap.collector_points())}", soft_wrap=True)
+    console.print(f"ok: {args.file} ({pathmap.name}): {totals}", soft_wrap=True)
     console.print(_node_table(pathmap))
     return 0
 
@@ -153,14 +174,44 @@ def _known(lookup, name: str, what: str, names: list[str]):
         raise ValueError(f"no {what} {name!r}; the pathmap has: {listing(names)}") from None
 
 
+INSTRUMENT_CHOICES = ("all", "paths", "trees", "sinks", "none")
+_INSTRUMENT_HELP = {
+    "all": "a collector on every path and at every tree point", "paths": "a collector on every path",
+    "trees": "collectors at every tree point (contribute, arrival, departure)",
+    "sinks": "a collector in front of every element", "none": "remove every collector",
+}
+
+
+def _appmaps() -> list[str]:
+    return sorted(entry_points(group=APPMAPS).names)
+
+
 def _generate(args) -> int:
-    app = AppMap.load(args.app)
+    if args.application:
+        if args.app:
+            raise ValueError("give an application name or --app FILE, not both")
+        if not args.threads or args.threads < 1:
+            raise ValueError(f"{args.application} needs --threads N (N >= 1)")
+        found = entry_points(group=APPMAPS, name=args.application)
+        if not found:
+            raise ValueError(f"no application {args.application!r}; installed: {', '.join(_appmaps()) or 'none'}")
+        app = next(iter(found)).load()(args.threads)
+        source = [args.application, "--threads", str(args.threads)]
+    elif args.app:
+        app = AppMap.load(args.app)
+        source = ["--app", args.app]
+    else:
+        raise ValueError(f"name an application ({', '.join(_appmaps())}) with --threads, or give --app FILE")
     cluster = ClusterMap.load(args.cluster)
     mapping = Placement(rule=args.mapping) if args.mapping in RULES else Placement.load(args.mapping)
     out = FilePath(args.output)
     pathmap = generate(app, cluster, mapping, args.tree_shape, name=args.name or out.stem)
-    command = ["eventspace", "pathmap", "generate", "--app", args.app, "--cluster", args.cluster,
+    if args.instrument != "none":
+        pathmap = dataclasses.replace(pathmap, instrument=preset(pathmap, args.instrument)).validate()
+    command = ["eventspace", "pathmap", "generate", *source, "--cluster", args.cluster,
                "--mapping", args.mapping, "--tree-shape", args.tree_shape]
+    if args.instrument != "none":
+        command += ["--instrument", args.instrument]
     if args.name:
         command += ["--name", args.name]
     command += ["-o", args.output]
@@ -182,3 +233,26 @@ def _node(args) -> int:
                          f"{listing([n.name for n in pathmap.nodes])}")
     check_bind(args.bind or f"tcp://{spec.host}:{spec.port}", args.insecure)
     return run_node(args.pathmap, args.node, args.bind)
+
+
+def _instrument(args) -> int:
+    pathmap = Pathmap.load(args.file)
+    threads = tuple(t.strip() for t in args.threads.split(",") if t.strip()) if args.threads else ()
+    instrument = preset(pathmap, args.what, threads, args.keep, args.location)
+    pathmap = dataclasses.replace(pathmap, instrument=instrument).validate()
+    out = FilePath(args.output or args.file)
+    text = FilePath(args.file).read_text(encoding="utf-8")
+    pathmap.dump(out, header=_first_comment_block(text))
+    print(f"wrote {out}: {len(pathmap.collector_points())} collectors "
+          f"({args.what}{', threads ' + ','.join(threads) if threads else ''}, keep {args.keep})")
+    return 0
+
+
+def _first_comment_block(text: str) -> str | None:
+    """The comment lines a file starts with (a generated pathmap's command), kept on rewriting."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].removeprefix(" "))
+    return "\n".join(lines) or None

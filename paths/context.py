@@ -96,6 +96,11 @@ class Context:
         self._handles: dict[str, PathHandle] = {}
         self._trees = tuple(t for t in node.pathmap.trees if thread in t.members)
 
+    def report(self, **values) -> None:
+        """Publish this thread's progress (plain values, e.g. step=12); the launcher's
+        `Run.progress()` reads the latest of every thread. Cheap: a dict store, no message."""
+        self._node.progress[self.thread] = values
+
     @property
     def elements(self) -> tuple[str, ...]:
         """The elements this thread has a path to, in pathmap order."""

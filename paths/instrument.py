@@ -125,3 +125,25 @@ def select(pathmap: Pathmap, selector: Selector) -> tuple[CollectorPoint, ...]:
 
 def _unique(points: list[CollectorPoint]) -> tuple[CollectorPoint, ...]:
     return tuple(dict.fromkeys(points))
+
+
+def preset(pathmap: Pathmap, what: str = "all", threads: tuple[str, ...] = (), keep: int = 200,
+           location: str = "local") -> Instrument:
+    """An instrument section for users who would rather not write one.
+
+    `what`: `all` (a source collector on every path and every point of every tree), `paths`
+    (source collectors only), `trees` (tree points only), `sinks` (one collector in front of
+    every element), `none`. `threads` narrows it to those threads' paths and contributions.
+    """
+    tree_names = tuple(t.name for t in pathmap.trees)
+    rules: list[Selector] = []
+    if what in ("all", "paths"):
+        rules.append(Selector(at=("source",), threads=threads))
+    if what in ("all", "trees") and tree_names:
+        rules.append(Selector(trees=tree_names, threads=threads,
+                              at=("contribute",) if threads else ()))
+    if what == "sinks":
+        rules.append(Selector(at=("sink",), threads=threads))
+    if what not in ("all", "paths", "trees", "sinks", "none"):
+        raise ValueError(f"unknown instrumentation {what!r}; use all, paths, trees, sinks or none")
+    return Instrument(keep=keep, location=location, collectors=tuple(rules))

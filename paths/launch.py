@@ -71,11 +71,19 @@ class Run:
         for node in self._nodes_with_threads():
             self._call(node, START, program, args or {})
 
-    def wait(self, timeout: float | None = None, poll: float = 0.1) -> dict[str, object]:
+    def progress(self) -> dict[str, dict]:
+        """What every running thread last reported with `ctx.report(...)`, by thread."""
+        out: dict[str, dict] = {}
+        for node in self._nodes_with_threads():
+            out.update(self._call(node, INFO)["progress"])
+        return out
+
+    def wait(self, timeout: float | None = None, poll: float = 0.1, on_poll=None) -> dict[str, object]:
         """Every thread's result once all have ended: {thread: what program(ctx) returned}.
 
         Raises ProgramFailed if a thread raised, NodeDied as soon as a node process ends or stops
         answering (naming it and its exit code), pastset.Timeout after `timeout` seconds.
+        `on_poll(run)` is called every `poll` seconds while it waits (to show progress).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = set(self._nodes_with_threads())
@@ -89,6 +97,8 @@ class Run:
                     pending.discard(node)
             if not pending:
                 break
+            if on_poll is not None:
+                on_poll(self)
             if deadline is not None and time.monotonic() >= deadline:
                 raise pastset.Timeout(f"the program still runs on node(s) {', '.join(sorted(pending))} "
                                       f"after {timeout} s")

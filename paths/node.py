@@ -65,6 +65,7 @@ class NodeServer:
         self._outcomes: dict[str, list] = {}
         self._stopped = threading.Event()
         self.services: dict[str, object] = {}
+        self.progress: dict[str, dict] = {}                        # thread -> what it last reported
 
         for spec in pathmap.elements_on(name):
             template = spec.template if isinstance(spec.template, str) else list(spec.template)
@@ -233,7 +234,8 @@ class NodeServer:
     def info(self) -> dict:
         return {"node": self.name, "pid": os.getpid(), "endpoint": self.endpoint,
                 "threads": [t.name for t in self.pathmap.threads_on(self.name)],
-                "running": [t for t, th in self._threads.items() if th.is_alive()]}
+                "running": [t for t, th in self._threads.items() if th.is_alive()],
+                "progress": dict(self.progress)}
 
     # -- application threads -------------------------------------------------------------------
 
@@ -252,6 +254,7 @@ class NodeServer:
         except (LookupError, ImportError) as exc:
             raise PathsError(str(exc)) from None
         self._threads, self._outcomes = {}, {}
+        self.progress.clear()
         for thread in self.pathmap.threads_on(self.name):
             ctx = Context(self, thread.name, dict(args or {}))
             th = threading.Thread(target=self._run_thread, args=(fn, ctx), name=f"app-{thread.name}",

@@ -328,7 +328,7 @@ class Pathmap:
             "nodes": len(self.nodes), "clusters": len(self.clusters),
             "threads": len(self.threads), "elements": len(self.elements),
             "stages": len(self.stages), "paths": len(self.paths), "trees": len(self.trees),
-            "collectors": len(self.collectors),
+            "collectors": len(self.collector_points()) + len(self.collectors),
         }
 
 

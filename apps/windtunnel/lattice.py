@@ -416,9 +416,24 @@ def assemble(slices: Iterable[Slice]) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([s.state for s in ordered], axis=1))
 
 
+def row_digests(state: np.ndarray) -> bytes:
+    """32 bytes per row of a band (shape (8, rows, 2n)): the SHA-256 of that row of all eight
+    matrices, matrix-major. Concatenated in row order over the slices, they are the same for
+    any slicing of the grid."""
+    grid = np.asarray(state, np.uint8)
+    return b"".join(hashlib.sha256(np.ascontiguousarray(grid[:, r, :]).tobytes()).digest()
+                    for r in range(grid.shape[1]))
+
+
 def grid_sha256(grid: np.ndarray) -> str:
-    """Hex SHA-256 of the grid's bytes in C order as uint8."""
-    return hashlib.sha256(np.ascontiguousarray(grid, dtype=np.uint8).tobytes()).hexdigest()
+    """Hex SHA-256 of the grid: of its row digests (`row_digests`) in row order, so that a run
+    sliced over any number of threads can compute it without gathering the grid."""
+    return digests_sha256(row_digests(grid))
+
+
+def digests_sha256(digests: bytes) -> str:
+    """The grid's SHA-256 from its row digests, all slices' concatenated in row order."""
+    return hashlib.sha256(digests).hexdigest()
 
 
 _RAMP = " .:-=+*%@"
@@ -437,21 +452,36 @@ def density_picture(grid: np.ndarray, width: int = 64, height: int = 16) -> list
     n, cols = matrix.shape
     if not (1 <= height <= n and 1 <= width <= cols):
         raise ValueError(f"a {width}x{height} picture does not fit a {cols}x{n} matrix")
+    return picture_from_blocks(*column_blocks(matrix, width), height)
+
+
+def column_blocks(matrix: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of one matrix, in `width` column blocks: particles, cells, obstacle cells (each
+    shape (rows, width)). Slices compute their rows' blocks; stacked, they make the picture."""
+    matrix = np.asarray(matrix, np.uint8)
+    col_starts = np.linspace(0, matrix.shape[1], width + 1).astype(int)[:-1]
+    particles = np.add.reduceat(_POPCOUNT[matrix], col_starts, axis=1)
+    cells = np.add.reduceat(np.ones(matrix.shape, np.int64), col_starts, axis=1)
+    obstacle = np.add.reduceat((matrix & OBSTACLE).astype(np.int64) // OBSTACLE, col_starts, axis=1)
+    return particles, cells, obstacle
+
+
+def picture_from_blocks(particles, cells, obstacle, height: int) -> list[str]:
+    """The picture (see density_picture) from every row's column blocks, north row first."""
+    particles, cells, obstacle = (np.asarray(a, np.int64) for a in (particles, cells, obstacle))
+    n, width = particles.shape
+    if not 1 <= height <= n:
+        raise ValueError(f"a picture of {height} rows does not fit a matrix of {n} rows")
     row_starts = np.linspace(0, n, height + 1).astype(int)[:-1]
-    col_starts = np.linspace(0, cols, width + 1).astype(int)[:-1]
-
-    def blocks(values: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(np.add.reduceat(values, row_starts, axis=0), col_starts, axis=1)
-
-    cells = blocks(np.ones(matrix.shape, np.int64))
-    obstacle = blocks((matrix & OBSTACLE).astype(np.int64)) > 0
-    density = blocks(_POPCOUNT[matrix]) / cells
-    fluid = density[~obstacle]
+    block = lambda values: np.add.reduceat(values, row_starts, axis=0)  # noqa: E731
+    solid = block(obstacle) > 0
+    density = block(particles) / block(cells)
+    fluid = density[~solid]
     low, high = (fluid.min(), fluid.max()) if fluid.size else (0.0, 1.0)
     span = high - low if high > low else 1.0
     levels = np.clip(((density - low) / span * (len(_RAMP) - 1)).round(), 0, len(_RAMP) - 1)
     return [
-        "".join(_OBSTACLE_CHAR if obstacle[i, j] else _RAMP[int(levels[i, j])]
+        "".join(_OBSTACLE_CHAR if solid[i, j] else _RAMP[int(levels[i, j])]
                 for j in range(width))
         for i in range(height)
     ]

@@ -40,7 +40,7 @@ def test_lookups(base_text):
     with pytest.raises(KeyError, match="no thread 'T9'"):
         pm.thread("T9")
     assert pm.summary() == {"nodes": 2, "clusters": 1, "threads": 2, "elements": 2, "stages": 7,
-                            "paths": 3, "trees": 1, "collectors": 0}
+                            "paths": 3, "trees": 1, "collectors": 5}
 
 
 def test_a_stage_shared_by_paths_is_one_instance(base_text):

@@ -7,7 +7,8 @@ import pytest
 from eventspace.cli import main
 from paths import Pathmap
 
-SHIPPED = ["example-toy.yaml", "toy-2node.yaml", "cluster-4node.yaml", "paper-8node.yaml"]
+SHIPPED = ["example-toy.yaml", "toy-2node.yaml", "cluster-4node.yaml", "windtunnel-toy.yaml",
+           "windtunnel-2node.yaml", "windtunnel-4node.yaml", "windtunnel-paper.yaml"]
 GENERATED = SHIPPED[1:]
 
 
@@ -18,11 +19,16 @@ def test_shipped_pathmap_validates(name, pathmaps_dir):
 
 
 def test_paper_scale_layout(pathmaps_dir):
-    pm = Pathmap.load(pathmaps_dir / "paper-8node.yaml")
+    pm = Pathmap.load(pathmaps_dir / "windtunnel-paper.yaml")
     assert len(pm.nodes) == 8 and pm.clusters == ("c1", "c2")
     assert len(pm.threads) == 140
     assert all(len(pm.paths_of(t.name)) == 12 for t in pm.threads)
     assert {len(pm.threads_on(n.name)) for n in pm.nodes} == {17, 18}
+    # Instrumented as in the paper: a collector on every path, and on the allreduce tree.
+    points = pm.collector_points()
+    assert sum(p.role == "source" for p in points) == len(pm.paths) == 1680
+    assert sum(p.role == "contribute" for p in points) == 140
+    assert pm.instrument.keep == 200
 
 
 @pytest.mark.parametrize("name", GENERATED)

@@ -1,0 +1,320 @@
+"""Perfetto / Chrome trace-event JSON: a process per node, a track per thread, flow arrows from moves to observes."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from eventspace import trace
+from eventspace.catalogue import Catalogue
+
+from .tracks import Layout, layout
+
+CATEGORY = "eventspace"   # every slice and flow: a flow binds to a slice of its own category
+FLOW_NAME = "tuple"
+ROLE_RANK = {"source": 0, "stage": 1, "sink": 2}   # a flow joins the outermost record of an operation
+
+_MOVE, _OBSERVE = trace.OP_CODES["move"], trace.OP_CODES["observe"]
+_NO_MATCH = trace.ERROR | trace.TREE | trace.SUMMARY
+
+
+class InvalidTrace(ValueError):
+    """A trace dict that breaks the trace-event format's rules (a bug: the exporter never writes one)."""
+
+
+def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None = None) -> dict:
+    """The trace-event JSON object (`{"traceEvents": [...], ...}`) for `records` (trace.DTYPE).
+
+    Layout (see monitors.tracks): one process per node (pid 1, 2, ... in catalogue order), one
+    thread track per application thread and one per element or tree for events no thread owns,
+    each named by `M` metadata; tids are unique over the whole trace and above every pid.
+    Slices that would not nest on their track go to an overflow lane of the same track.
+
+    A record is an `X` slice named by its op (`move [error]` for an ERROR record), with args
+    collector, role, element or tree, path, index (move, observe) or arg, nbytes. Timestamps
+    are microseconds from the earliest t_start (`otherData.t0_ns`), each in the middle of its
+    nanosecond, so that ts * 1000 truncated is the record's nanosecond. Each `move` gets a flow
+    arrow (`s` on the move, `f` with `bp: "e"` on the observe) to every observe that read its
+    tuple (`tuple_flows`); flow ids count from 1. `title` (default: the pathmap's name) goes in
+    `otherData.title`.
+    """
+    records = np.asarray(records, dtype=trace.DTYPE)
+    title = catalogue.pathmap.name if title is None else title
+    t0 = int(records["t_start"].min()) if len(records) else 0
+    # Each time sits in the middle of its nanosecond, so that a reader truncating ts * 1000 (see
+    # _ns) gets the record's own nanoseconds back rather than one less.
+    ts = [(int(s) - t0 + 0.5) / 1000.0 for s in records["t_start"].tolist()]
+    dur = [(max(int(e) - int(s), 0) + 0.5) / 1000.0
+           for s, e in zip(records["t_start"].tolist(), records["t_end"].tolist())]
+    # Nest by the nanoseconds a reader will see.
+    starts = [_ns(t) for t in ts]
+    ends = [s + _ns(d) for s, d in zip(starts, dur)]
+    lay = layout(records, catalogue, starts, ends)
+    pid_of = {node: i for i, node in enumerate(lay.nodes, 1)}
+    tid_of = [len(lay.nodes) + 1 + i for i in range(len(lay.tracks))]
+
+    events: list[dict] = _metadata(lay, pid_of, tid_of)
+    out_flows: dict[int, list[int]] = {}
+    in_flows: dict[int, list[int]] = {}
+    for fid, (move, observe) in enumerate(tuple_flows(records, catalogue), 1):
+        out_flows.setdefault(move, []).append(fid)
+        in_flows.setdefault(observe, []).append(fid)
+
+    entries = catalogue.entries
+    rows = records.tolist()   # tuples in trace.FIELDS order: plain ints are much faster to read
+    by_track: list[list[int]] = [[] for _ in lay.tracks]
+    for i, t in enumerate(lay.of.tolist()):
+        by_track[t].append(i)
+    for t, members in enumerate(by_track):
+        pid, tid = pid_of[lay.tracks[t].node], tid_of[t]
+        # Parents before children at one start, and each slice's flow events right after it, so
+        # that a reader binding a flow to the innermost open slice binds it to this one.
+        for i in sorted(members, key=lambda i: (starts[i], -ends[i], i)):
+            op, flags, cid, _, arg, nbytes, _, _ = rows[i]
+            entry = entries[cid - 1] if 1 <= cid <= len(entries) else None
+            events.append(_slice(op, flags, cid, arg, nbytes, entry, ts[i], dur[i], pid, tid))
+            for fid in out_flows.get(i, ()):
+                events.append({"ph": "s", "name": FLOW_NAME, "cat": CATEGORY, "id": fid,
+                               "ts": ts[i], "pid": pid, "tid": tid})
+            for fid in in_flows.get(i, ()):
+                events.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": CATEGORY, "id": fid,
+                               "ts": ts[i], "pid": pid, "tid": tid})
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {"title": str(title), "t0_ns": str(t0), "events": str(len(records))},
+    }
+
+
+def write_perfetto(path: str | os.PathLike, records: np.ndarray, catalogue: Catalogue, *,
+                   title: str | None = None) -> dict:
+    """Write `to_perfetto(...)` to `path` (for ui.perfetto.dev or chrome://tracing) and return it.
+
+    The file is checked with `validate` first (InvalidTrace if it breaks a rule, a bug) and
+    written whole or not at all (a temporary file renamed into place); FileNotFoundError if its
+    directory does not exist, OSError if it cannot be written.
+    """
+    doc = to_perfetto(records, catalogue, title=title)
+    problems = validate(doc)
+    if problems:
+        raise InvalidTrace(f"refusing to write an invalid trace to {path}: " + "; ".join(problems[:5]))
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"{path.parent}: no such directory; create it or write the trace elsewhere")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return doc
+
+
+def tuple_flows(records: np.ndarray, catalogue: Catalogue) -> list[tuple[int, int]]:
+    """(move, observe) pairs of record positions: the observe read the tuple the move put in.
+
+    A `move` records the index its tuple got (`arg`), an `observe` the index it read, so the two
+    match on (element name, index). Records flagged ERROR, TREE or SUMMARY match nothing. One
+    operation may be seen by several collectors (a source and a sink): the move is the outermost
+    record (source, then stage, then sink; then the earliest); the observes are, for each reading
+    thread, its outermost records, and sink records only where no thread's record exists. Pairs
+    come in order of move position, then observe start. A move nobody observed gets no pair.
+    """
+    entries = catalogue.entries
+    moves: dict[tuple[str, int], list[int]] = {}
+    observes: dict[tuple[str, int], list[int]] = {}
+    ops, flags, cids, args = (records[f].tolist() for f in ("op", "flags", "collector", "arg"))
+    for i, (op, flag, cid, arg) in enumerate(zip(ops, flags, cids, args)):
+        if op not in (_MOVE, _OBSERVE) or flag & _NO_MATCH or not 1 <= cid <= len(entries):
+            continue
+        element = entries[cid - 1].element
+        if element is None:
+            continue
+        (moves if op == _MOVE else observes).setdefault((element, arg), []).append(i)
+
+    t_start = records["t_start"].tolist()
+
+    def rank(i):
+        return ROLE_RANK.get(entries[cids[i] - 1].role, 1)
+
+    pairs = []
+    for key, movers in moves.items():
+        readers = observes.get(key)
+        if not readers:
+            continue
+        move = min(movers, key=lambda i: (rank(i), t_start[i], i))
+        by_thread: dict[str | None, list[int]] = {}
+        for i in readers:
+            by_thread.setdefault(entries[cids[i] - 1].thread, []).append(i)
+        if len(by_thread) > 1:
+            by_thread.pop(None, None)
+        chosen = []
+        for group in by_thread.values():
+            best = min(rank(i) for i in group)
+            chosen.extend(i for i in group if rank(i) == best)
+        pairs.extend((move, i) for i in chosen)
+    pairs.sort(key=lambda p: (p[0], t_start[p[1]], p[1]))
+    return pairs
+
+
+def validate(doc) -> list[str]:
+    """What in a trace-event document (the JSON Object form, or a bare event list) breaks the
+    format's rules; empty if nothing does. Checks: every event has `ph`; `X` slices have name,
+    numeric ts and dur >= 0, integer pid and tid; `M` metadata names a process or thread with
+    `args.name`; flow events (`s`, `t`, `f`) have an id, and each flow (cat, name, id) has
+    exactly one start and at least one end, each inside a slice of its track (an `f` without
+    `bp: "e"` needs a slice starting at or after it); on each (pid, tid), slices nest or do not
+    overlap, compared in the nanoseconds Perfetto reads (ts * 1000, truncated).
+    """
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        return ["no event list: expected {\"traceEvents\": [...]} or a JSON array of events"]
+    problems: list[str] = []
+    slices: dict[tuple, list[tuple[int, int, int]]] = {}
+    flows: dict[tuple, dict[str, list[tuple[int, tuple, int]]]] = {}
+    for n, ev in enumerate(events):
+        where = f"event {n}"
+        if not isinstance(ev, dict) or not isinstance(ev.get("ph"), str):
+            problems.append(f"{where}: not an object with a string `ph`")
+            continue
+        ph = ev["ph"]
+        if ph == "M":
+            problems.extend(_check_metadata(ev, where))
+            continue
+        if not _is_int(ev.get("pid")) or not _is_int(ev.get("tid")):
+            problems.append(f"{where} ({ph}): pid and tid must be integers")
+            continue
+        if not _is_number(ev.get("ts")) or ev["ts"] < 0:
+            problems.append(f"{where} ({ph}): ts must be a number >= 0, got {ev.get('ts')!r}")
+            continue
+        track = (ev["pid"], ev["tid"])
+        if ph == "X":
+            if not isinstance(ev.get("name"), str):
+                problems.append(f"{where} (X): no name")
+            if not _is_number(ev.get("dur")) or ev["dur"] < 0:
+                problems.append(f"{where} (X): dur must be a number >= 0, got {ev.get('dur')!r}")
+                continue
+            start = _ns(ev["ts"])
+            slices.setdefault(track, []).append((start, start + _ns(ev["dur"]), n))
+        elif ph in ("s", "t", "f"):
+            if ev.get("id") is None:
+                problems.append(f"{where} ({ph}): a flow event needs an id")
+                continue
+            key = (ev.get("cat"), ev.get("name"), str(ev["id"]))
+            mode = "e" if ph != "f" or ev.get("bp") == "e" else "next"
+            flows.setdefault(key, {"s": [], "t": [], "f": []})[ph].append((_ns(ev["ts"]), track, n, mode))
+        elif ph not in ("B", "E", "i", "I", "C", "b", "e", "n", "R"):
+            problems.append(f"{where}: unknown phase {ph!r}")
+
+    for track, spans in slices.items():
+        stack: list[tuple[int, int, int]] = []
+        for start, end, n in sorted(spans, key=lambda s: (s[0], -s[1], s[2])):
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if stack and stack[-1][1] < end:
+                problems.append(f"event {n}: slice [{start}, {end}] ns on pid/tid {track} overlaps "
+                                f"event {stack[-1][2]} [{stack[-1][0]}, {stack[-1][1]}] without nesting")
+                continue
+            stack.append((start, end, n))
+
+    # Per track: slice starts in order, and the latest end among the slices up to each one.
+    reach: dict[tuple, tuple[list[int], list[int]]] = {}
+    for track, spans in slices.items():
+        ordered = sorted(spans)
+        reach[track] = ([s for s, _, _ in ordered], list(itertools.accumulate((e for _, e, _ in ordered), max)))
+    for key, phases in flows.items():
+        if len(phases["s"]) != 1:
+            problems.append(f"flow {key[2]} ({key[0]}/{key[1]}): {len(phases['s'])} starts, need exactly 1")
+        if not phases["f"]:
+            problems.append(f"flow {key[2]} ({key[0]}/{key[1]}): no end (`f`)")
+        for ph in ("s", "t", "f"):
+            for at, track, n, mode in phases[ph]:
+                starts, latest_end = reach.get(track, ([], []))
+                if mode == "e":   # inside a slice: one starting at or before it ends at or after it
+                    k = bisect.bisect_right(starts, at)
+                    bound = k > 0 and latest_end[k - 1] >= at
+                else:             # the next slice: one starts at or after it
+                    bound = bool(starts) and starts[-1] >= at
+                if not bound:
+                    problems.append(f"event {n} ({ph}, flow {key[2]}): binds to no slice on pid/tid {track}")
+    return problems
+
+
+def _slice(op: int, flags: int, cid: int, arg: int, nbytes: int, entry, ts: float, dur: float,
+           pid: int, tid: int) -> dict:
+    name = trace.OP_NAMES.get(op, f"op {op}")
+    args: dict = {"collector": cid}
+    if entry is not None:
+        args["role"] = entry.role
+        if entry.tree:
+            args["tree"] = entry.tree
+        if entry.element:
+            args["element"] = entry.element
+        if entry.path:
+            args["path"] = entry.path
+    if flags & trace.SUMMARY:
+        args["summary_of"] = arg
+    elif op in (_MOVE, _OBSERVE):
+        args["index"] = arg
+    else:
+        args["arg"] = arg
+    args["nbytes"] = nbytes
+    event = {"ph": "X", "name": name, "cat": CATEGORY, "ts": ts, "dur": dur, "pid": pid, "tid": tid,
+             "args": args}
+    if flags & trace.ERROR:
+        event["name"] = f"{name} [error]"
+        event["cname"] = "terrible"   # trace viewer's reserved red
+        args["error"] = True
+    return event
+
+
+def _metadata(lay: Layout, pid_of: dict[str, int], tid_of: list[int]) -> list[dict]:
+    events = []
+    for node, pid in pid_of.items():
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": node}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+    for i, track in enumerate(lay.tracks):
+        pid, tid = pid_of[track.node], tid_of[i]
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track.label}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": i}})
+    return events
+
+
+def _check_metadata(ev: dict, where: str) -> list[str]:
+    name, args = ev.get("name"), ev.get("args")
+    if not _is_int(ev.get("pid")):
+        return [f"{where} (M): pid must be an integer"]
+    if not isinstance(args, dict):
+        return [f"{where} (M {name}): args must be an object"]
+    if name in ("process_name", "thread_name", "process_labels"):
+        if not isinstance(args.get("name" if name != "process_labels" else "labels"), str):
+            return [f"{where} (M {name}): args.name must be a string"]
+    elif name in ("process_sort_index", "thread_sort_index"):
+        if not _is_int(args.get("sort_index")):
+            return [f"{where} (M {name}): args.sort_index must be an integer"]
+    else:
+        return [f"{where} (M): unknown metadata {name!r}"]
+    if name.startswith("thread_") and not _is_int(ev.get("tid")):
+        return [f"{where} (M {name}): tid must be an integer"]
+    return []
+
+
+def _ns(microseconds: float) -> int:
+    """Nanoseconds as Perfetto reads a JSON time in microseconds: times 1000, truncated. Slices
+    are laid out by these values, so that what nests here nests in the viewer too."""
+    return int(microseconds * 1000.0)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

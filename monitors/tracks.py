@@ -1,0 +1,140 @@
+"""Timelines for exported events: a track per thread and per element or tree on each node, plus overflow lanes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from eventspace.catalogue import Catalogue, Entry
+
+UNKNOWN_NODE = "(unknown)"
+
+# Display order of the kinds of track inside one node.
+_KIND_ORDER = {"thread": 0, "element": 1, "tree": 2, "stage": 3, "collector": 4}
+
+
+@dataclass(frozen=True)
+class Track:
+    """One timeline. `node` is the process it belongs to; `name` the thread it shows, or
+    `element E`, `tree T`, `stage S` for events no one thread owns (sinks, tree arrivals and
+    departures), or `collector N` for a collector the catalogue does not know. `lane` 0 is the
+    track itself; lane k > 0 holds events that would not nest in lanes below it."""
+
+    node: str
+    kind: str
+    name: str
+    thread: str | None = None
+    lane: int = 0
+
+    @property
+    def label(self) -> str:
+        return self.name if not self.lane else f"{self.name} (overlap {self.lane})"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each record goes: `tracks` in display order (node by node, each track followed by
+    its overflow lanes), `nodes` in display order, and `of[i]`, the index in `tracks` of record i."""
+
+    nodes: tuple[str, ...]
+    tracks: tuple[Track, ...]
+    of: np.ndarray
+
+
+def layout(records: np.ndarray, catalogue: Catalogue, starts, ends) -> Layout:
+    """The tracks for `records` (a trace.DTYPE array) whose intervals, in the exporter's own
+    time unit, are `starts[i]`..`ends[i]` (integers, ends >= starts).
+
+    A thread's events go on the thread's track in its own node's process (the node its source
+    and contribute collectors run on), whichever node recorded them; events of collectors with
+    no thread go on the node's `element E` / `tree T` / `stage S` track. On one track, slices
+    must nest or not overlap: an event that would overlap another partially goes on the first
+    overflow lane where it nests (`lanes`). Deterministic: the same input gives the same layout.
+    """
+    starts = [int(s) for s in starts]
+    ends = [int(e) for e in ends]
+    home = _thread_nodes(catalogue.entries)
+    node_rank: dict[str, int] = {}
+    for entry in catalogue.entries:
+        node_rank.setdefault(home[entry.thread] if entry.thread else entry.node, len(node_rank))
+
+    base_of: dict[int, Track] = {}
+    first_seen: dict[Track, int] = {}
+    for cid in sorted({int(c) for c in records["collector"]}) if len(records) else ():
+        entry = _entry(catalogue, cid)
+        base = _base_track(entry, cid, home)
+        base_of[cid] = base
+        first_seen.setdefault(base, cid)
+
+    groups: dict[Track, list[int]] = {}
+    for i, cid in enumerate(records["collector"].tolist()):
+        groups.setdefault(base_of[cid], []).append(i)
+
+    def order(track: Track):
+        node = node_rank.get(track.node, len(node_rank))
+        return (node, track.node, _KIND_ORDER[track.kind], first_seen[track], track.name)
+
+    tracks: list[Track] = []
+    of = np.zeros(len(records), dtype=np.int64)
+    for base in sorted(groups, key=order):
+        members = groups[base]
+        lane_of = lanes([starts[i] for i in members], [ends[i] for i in members])
+        first = len(tracks)
+        tracks.extend(Track(base.node, base.kind, base.name, base.thread, lane)
+                      for lane in range(int(lane_of.max()) + 1))
+        of[members] = first + lane_of
+    nodes = tuple(dict.fromkeys(t.node for t in tracks))
+    return Layout(nodes, tuple(tracks), of)
+
+
+def lanes(starts, ends) -> np.ndarray:
+    """Lane of each interval [starts[i], ends[i]] so that, in every lane, intervals nest or do
+    not overlap (touching ends do not overlap). Intervals are taken by start, longest first, then
+    by position; each goes on the lowest lane where it fits inside the innermost open interval
+    (or where none is open). A nesting input stays in lane 0."""
+    order = sorted(range(len(starts)), key=lambda i: (starts[i], -ends[i], i))
+    stacks: list[list[int]] = []   # per lane: ends of the open intervals, outermost first
+    out = np.zeros(len(starts), dtype=np.int64)
+    for i in order:
+        start, end = starts[i], ends[i]
+        for lane, stack in enumerate(stacks):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            if not stack or stack[-1] >= end:
+                break
+        else:
+            lane, stack = len(stacks), []
+            stacks.append(stack)
+        stack.append(end)
+        out[i] = lane
+    return out
+
+
+def _thread_nodes(entries) -> dict[str, str]:
+    """Each thread's node: where its source and contribute collectors run (a path's first stage
+    and a member's tree entry are on the thread's own node); else where any of its collectors run."""
+    home: dict[str, str] = {}
+    for entry in entries:
+        if entry.thread and entry.role in ("source", "contribute"):
+            home.setdefault(entry.thread, entry.node)
+    for entry in entries:
+        if entry.thread:
+            home.setdefault(entry.thread, entry.node)
+    return home
+
+
+def _entry(catalogue: Catalogue, cid: int) -> Entry | None:
+    return catalogue.entries[cid - 1] if 1 <= cid <= len(catalogue.entries) else None
+
+
+def _base_track(entry: Entry | None, cid: int, home: dict[str, str]) -> Track:
+    if entry is None:
+        return Track(UNKNOWN_NODE, "collector", f"collector {cid}")
+    if entry.thread:
+        return Track(home[entry.thread], "thread", entry.thread, entry.thread)
+    if entry.tree:
+        return Track(entry.node, "tree", f"tree {entry.tree}")
+    if entry.element:
+        return Track(entry.node, "element", f"element {entry.element}")
+    return Track(entry.node, "stage", f"stage {entry.stage}")

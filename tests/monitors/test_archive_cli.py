@@ -1,0 +1,98 @@
+"""`eventspace archive query` and `eventspace archive export`: output, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eventspace.cli import main
+from monitors.archive import Archive
+from monitors.perfetto import validate
+
+
+@pytest.fixture
+def db(tmp_path, records, catalogue):
+    path = tmp_path / "run.db"
+    with Archive(path, catalogue) as archive:
+        archive.append(records, discarded=2)
+    return path
+
+
+def test_query_prints_a_table(db, capsys):
+    sql = "SELECT thread, count(*) AS n FROM events WHERE thread IS NOT NULL GROUP BY thread ORDER BY thread"
+    assert main(["archive", "query", str(db), sql]) == 0
+    out = capsys.readouterr().out
+    assert "4 rows" in out and "thread" in out
+    for thread in ("T0", "T1", "T2", "T3"):
+        assert thread in out
+
+
+def test_query_prints_values_as_data_not_markup(db, capsys):
+    assert main(["archive", "query", str(db), "SELECT '[bold]x[/bold]' AS v, NULL AS w"]) == 0
+    out = capsys.readouterr().out
+    assert "[bold]x[/bold]" in out and "NULL" in out
+
+
+def test_query_json(db, capsys, records):
+    assert main(["archive", "query", str(db), "--json",
+                 "SELECT collector, op_name, thread, t_end - t_start AS ns FROM events ORDER BY seq LIMIT 2"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows == [
+        {"collector": 1, "op_name": "move", "thread": "T0", "ns": int(records[0]["t_end"] - records[0]["t_start"])},
+        {"collector": 2, "op_name": "move", "thread": None, "ns": int(records[1]["t_end"] - records[1]["t_start"])},
+    ]
+
+
+def test_export_perfetto(db, tmp_path, capsys, records):
+    out = tmp_path / "trace.json"
+    assert main(["archive", "export", str(db), "--perfetto", str(out)]) == 0
+    assert f"wrote {out}: {len(records)} events" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert validate(doc) == [] and doc["otherData"]["title"] == "toy-monitors"
+
+
+def _one_line_error(capsys) -> str:
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("eventspace archive: ") and "\n" not in err and "Traceback" not in captured.err
+    return err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["archive", "query", "{missing}", "SELECT 1"], "no such file"),
+    (["archive", "query", "{text}", "SELECT 1"], "is not an EventSpace archive"),
+    (["archive", "query", "{db}", "SELEC nothing"], "syntax error"),
+    (["archive", "query", "{db}", "DELETE FROM events"], "queries cannot change an archive"),
+    (["archive", "export", "{missing}", "--perfetto", "{out}"], "no such file"),
+    (["archive", "export", "{db}"], "--perfetto OUT.json"),
+    (["archive", "export", "{db}", "--perfetto", "{nodir}"], "no such directory"),
+])
+def test_errors_are_one_line_and_leave_the_archive_intact(db, tmp_path, capsys, argv, expected):
+    text = tmp_path / "notes.txt"
+    text.write_text("not an archive\n" * 50)
+    before = db.read_bytes()
+    names = {"missing": tmp_path / "missing.db", "text": text, "db": db, "out": tmp_path / "out.json",
+             "nodir": tmp_path / "nodir" / "out.json"}
+    assert main([a.format(**names) for a in argv]) == 2
+    assert expected in _one_line_error(capsys)
+    assert db.read_bytes() == before
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_export_otf2_without_the_package(db, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "otf2", None)   # import otf2 -> ImportError
+    assert main(["archive", "export", str(db), "--otf2", str(tmp_path / "otf2"),
+                 "--perfetto", str(tmp_path / "t.json")]) == 2
+    assert "pip install eventspace[otf2]" in _one_line_error(capsys)
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "otf2").exists()
+
+
+def test_export_otf2(db, tmp_path, capsys, records):
+    pytest.importorskip("otf2")
+    out = tmp_path / "otf2"
+    assert main(["archive", "export", str(db), "--otf2", str(out)]) == 0
+    assert f"{len(records)} events" in capsys.readouterr().out
+    assert (out / "traces.otf2").exists()
