@@ -136,6 +136,8 @@ class Client:
             with self._sockets_mutex:
                 self._sockets.add(sock)
             self._local.sock = sock
+            # A Packer of its own per thread: packb would build one for every request.
+            self._local.pack = msgpack.Packer(use_bin_type=True).pack
         return sock
 
     def _call(self, op, args, wait=None, gone_after=None):
@@ -147,7 +149,7 @@ class Client:
         sock = self._socket()
         rid = next(self._rids)
         try:
-            frame = p.pack([rid, op, *args])
+            frame = self._local.pack([rid, op, *args])
         except (TypeError, ValueError, OverflowError) as exc:
             raise _Unsendable(f"{p.OP_NAMES[op]}: an argument cannot be sent as msgpack ({exc})") from None
         if len(frame) > self.limits.max_frame:

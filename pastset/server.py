@@ -11,6 +11,7 @@ from collections import deque
 from time import monotonic
 from urllib.parse import urlsplit
 
+import msgpack
 import zmq
 
 from . import protocol as p
@@ -244,6 +245,8 @@ class _Endpoint:
         self._stopping = False
         self._loop_ident = None
         self._ops = self._op_table()
+        # Replies from the loop thread share one Packer (packb would build one per reply).
+        self._pack = msgpack.Packer(use_bin_type=True).pack
         self._thread = threading.Thread(target=self._run, name=f"pastset-{server.name}", daemon=True)
         self._thread.start()
 
@@ -324,7 +327,7 @@ class _Endpoint:
                 f"bad arguments for {p.OP_NAMES.get(op, op)}: {type(exc).__name__}: {exc}")))
             return
         if result is not _ANSWERED:
-            self._send(peer, p.pack([rid, p.OK, result]))
+            self._send(peer, self._pack([rid, p.OK, result]))
 
     def _send(self, peer, payload) -> bool:
         """Send a reply; False if the peer is gone (or so far behind that it stopped reading)."""
@@ -502,7 +505,7 @@ class _Endpoint:
                 result = element._try_move(args[0])
                 if result is WOULD_BLOCK:
                     return False
-                self._send(peer, p.pack([rid, p.OK, result]))
+                self._send(peer, self._pack([rid, p.OK, result]))
                 return True
             if kind == p.OBSERVE or kind == p.OBSERVE_INDEXED:
                 found = element._peek(args[0])
@@ -513,7 +516,7 @@ class _Endpoint:
             if found is WOULD_BLOCK:
                 return False
             reply = found if kind == p.OBSERVE_INDEXED else found[1]
-            if self._send(peer, p.pack([rid, p.OK, reply])) and consume:
+            if self._send(peer, self._pack([rid, p.OK, reply])) and consume:
                 element._remove(found[0])
             return True
         except PastSetError as exc:

@@ -1,0 +1,229 @@
+"""What only the remote path has: one server seen in-process and over the wire, batches in one round
+trip, hosted calls, clients that vanish while parked, and servers that die under their clients."""
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import TRACE, eventually, settle
+from pastset import PastSetError, ProtocolError, ServerGone, Timeout, TupleServer, UnknownElement, connect
+from pastset import protocol as p
+
+# -- one server, in-process and remote ------------------------------------------------------------------
+
+
+def test_in_process_and_remote_callers_share_elements(served):
+    server, client = served
+    local = server.enter("shared", ["int", "str"])
+    remote = client.enter("shared", ["int", "str"])
+    local.move((1, "local"))
+    remote.move((2, "remote"))
+    assert local.read_range(0, 5) == remote.read_range(0, 5) == (0, [(1, "local"), (2, "remote")])
+    assert [i.name for i in client.elements()] == ["shared"]
+
+
+def test_an_in_process_move_wakes_a_parked_remote_observer(served, background):
+    server, client = served
+    local = server.enter("e", ["int"])
+    remote = client.enter("e", ["int"])
+    waiters = [background(remote.observe, timeout=30), background(remote.observe, 3, timeout=30)]
+    assert eventually(lambda: local.parked == 2)
+    for i in range(4):
+        local.move((i,))
+    assert sorted(w.wait() for w in waiters) == [(0,), (3,)]
+    assert eventually(lambda: local.parked == 0)
+
+
+def test_a_remote_move_wakes_an_in_process_observer_and_mover(served, background):
+    server, client = served
+    local = server.enter("e", ["int"], delta=1)
+    remote = client.enter("e", ["int"])
+    local.move((0,))
+    mover = background(local.move, (1,))
+    settle()
+    assert remote.observe() == (0,)
+    assert mover.wait() == 1
+    observer = background(server.enter("f", ["int"]).observe)
+    settle()
+    client.enter("f", ["int"]).move((5,))
+    assert observer.wait() == (5,)
+
+
+def test_latest_many_is_one_round_trip(client, names, monkeypatch):
+    handles = [client.enter(names(f"e{i}"), TRACE, keep=4) for i in range(50)]
+    for h in handles:
+        h.move((1, 2, 3, 4, 5, 6, 7, 8))
+    requests = []
+    call = client._call
+    monkeypatch.setattr(client, "_call", lambda op, *rest, **kw: requests.append(op) or call(op, *rest, **kw))
+    by_handle = client.latest_many(handles)
+    by_name = client.latest_many([h.name for h in handles])
+    assert requests == [p.LATEST_MANY, p.LATEST_MANY]
+    assert by_handle == by_name == [(0, handles[0].template.pack((1, 2, 3, 4, 5, 6, 7, 8)))] * 50
+
+
+def test_ping_names_the_server(client):
+    assert client.ping() == client.name == "test-node"
+
+
+# -- hosted calls ----------------------------------------------------------------------------------------
+
+
+def test_hosted_calls_run_in_the_server(served):
+    server, client = served
+
+    def slow_add(a, b):
+        time.sleep(0.05)
+        return a + b
+
+    def refuse():
+        raise Timeout("the hosted callable gave up")
+
+    server.host("add", slow_add)
+    server.host("refuse", refuse)
+    server.host("crash", lambda: 1 / 0)
+    assert client.call("add", 2, 3) == 5 == server.call("add", 2, 3)
+    with pytest.raises(Timeout, match="gave up"):
+        client.call("refuse")
+    with pytest.raises(ProtocolError, match="ZeroDivisionError"):
+        client.call("crash")
+    with pytest.raises(UnknownElement, match="'missing'"):
+        client.call("missing")
+    server.unhost("add")
+    with pytest.raises(UnknownElement):
+        client.call("add", 1, 1)
+    assert client.ping() == "served"
+
+
+# -- clients that vanish -------------------------------------------------------------------------------------
+
+
+def test_a_client_that_disconnects_while_parked_takes_nothing(served, raw_peer, background):
+    server, client = served
+    element = server.enter("e", ["int"])
+    handle = client.enter("e", ["int"])
+    gone = raw_peer(server.endpoints[0])
+    gone.request(1, p.OBSERVE, element.id, None, None)     # a consuming observe, parked
+    assert eventually(lambda: element.parked == 1)
+    waiter = background(handle.observe, timeout=30)        # parked behind it
+    assert eventually(lambda: element.parked == 2)
+    gone.close()
+    assert eventually(lambda: element.parked == 1), "the vanished peer's request was never dropped"
+    element.move((42,))
+    assert waiter.wait() == (42,)
+    assert (element.first(), element.last()) == (1, 1)
+
+
+CONSUMER = """\
+import sys
+import pastset
+e = pastset.connect(sys.argv[1]).element("e")
+print("observing", flush=True)
+print(e.observe(), flush=True)
+"""
+
+
+def test_a_killed_consumer_process_loses_no_tuple(served):
+    server, client = served
+    element = server.enter("e", ["int"])
+    proc = subprocess.Popen([sys.executable, "-c", CONSUMER, server.endpoints[0]],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "observing"
+        assert eventually(lambda: element.parked == 1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert eventually(lambda: element.parked == 0), "the dead consumer's request was never dropped"
+        element.move((7,))
+        assert client.element("e").observe(timeout=10) == (7,)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+
+
+def test_a_closed_client_refuses_calls(endpoint):
+    c = connect(endpoint)
+    c.close()
+    with pytest.raises(PastSetError, match="closed"):
+        c.ping()
+
+
+# -- servers that are gone -------------------------------------------------------------------------------------
+
+
+def free_endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_connecting_to_no_server_is_server_gone():
+    started = time.monotonic()
+    with pytest.raises(ServerGone, match="no node server answers"):
+        connect(free_endpoint(), timeout=0.5)
+    assert time.monotonic() - started < 10
+
+
+def test_calls_on_a_killed_server_raise_server_gone(spawn_server, background):
+    node = spawn_server()
+    client = connect(node.endpoint, gone_after=1.0)
+    try:
+        e = client.enter("e", ["int"])
+        e.move((1,))
+        blocked = background(e.observe, 5)                 # waits on the server for ever
+        settle()
+        node.kill()
+        with pytest.raises(ServerGone, match=node.endpoint):
+            blocked.wait(timeout=20)
+        for call in (e.last, lambda: e.observe(timeout=30)):
+            started = time.monotonic()
+            with pytest.raises(ServerGone):
+                call()
+            assert time.monotonic() - started < 15
+    finally:
+        client.close()
+
+
+def test_a_server_that_stops_serving_is_server_gone():
+    server = TupleServer("closing")
+    with connect(server.serve("tcp://127.0.0.1:0"), gone_after=0.5) as client:
+        e = client.enter("e", ["int"])
+        server.close()
+        with pytest.raises(ServerGone):
+            e.observe(timeout=60)
+        with pytest.raises(ServerGone):
+            client.ping()
+
+
+def test_a_server_on_two_endpoints_wakes_parked_requests_on_both(background):
+    server = TupleServer("two")
+    first, second = server.serve("tcp://127.0.0.1:0"), server.serve("tcp://127.0.0.1:0")
+    element = server.enter("e", ["int"])
+    with connect(first) as a, connect(second) as b:
+        waiters = [background(a.element("e").observe), background(b.element("e").observe)]
+        assert eventually(lambda: element.parked == 2)
+        element.move((1,))
+        element.move((2,))
+        assert sorted(w.wait(timeout=15) for w in waiters) == [(1,), (2,)]
+    server.close()
+
+
+def test_closing_the_endpoint_leaves_nothing_parked(background):
+    server = TupleServer("closing")
+    element = server.enter("e", "=II", keep=8)
+    with connect(server.serve("tcp://127.0.0.1:0"), gone_after=0.5) as client:
+        waiter = background(client.element("e").observe, 3)
+        assert eventually(lambda: element.parked == 1)
+        server.close()
+        with pytest.raises(ServerGone):
+            waiter.wait()
+    assert element.parked == 0
+    for i in range(4):
+        element.move((i, i))
+    assert element.observe(3) == (3, 3)

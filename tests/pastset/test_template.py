@@ -1,0 +1,82 @@
+"""Templates: typed and binary field lists, their plain-data form, and the mismatches they name."""
+
+import struct
+
+import pytest
+
+from harness import TRACE
+from pastset import Template, TemplateMismatch
+
+
+def test_typed_template_from_names_and_python_types():
+    assert Template.typed("int", "str") == Template.typed(int, str) == Template.of(["int", "str"])
+    assert Template.of(("float", "bytes", "bool", "any")).fields == ("float", "bytes", "bool", "any")
+
+
+def test_binary_template_has_one_field_per_struct_code():
+    t = Template.of(TRACE)
+    assert t.is_binary and t.record_size == struct.calcsize(TRACE) == 36
+    assert t.fields == ("H", "H", "I", "I", "I", "I", "Q", "Q")
+    assert Template.binary("=2I4sxQ").fields == ("I", "I", "4s", "Q")
+
+
+@pytest.mark.parametrize("spec", [["int", "bytes"], TRACE])
+def test_spec_round_trips(spec):
+    """The plain-data form is how a template travels on the wire."""
+    assert Template.of(Template.of(spec).spec) == Template.of(spec)
+
+
+@pytest.mark.parametrize("spec, words", [
+    (["int", "complex"], ["field 1", "'complex'", "int, float, str, bytes, bool, any"]),
+    ([], ["at least one field"]),
+    ("HHI", ["'HHI'", "must start with '='"]),
+    ("=Z", ["'=Z'"]),
+    ("=", ["no fields"]),
+    (42, ["42", "list of field types", "'='"]),
+])
+def test_bad_templates_are_named(spec, words):
+    with pytest.raises(TemplateMismatch) as info:
+        Template.of(spec)
+    for word in words:
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize("values, words", [
+    ((1, 2), ["field 1", "expected str", "got int"]),
+    ((True, "x"), ["field 0", "expected int", "got bool"]),
+    ((1,), ["expected 2 fields", "got 1"]),
+    (5, ["expected a tuple", "got int"]),
+])
+def test_typed_check_names_field_and_types(values, words):
+    with pytest.raises(TemplateMismatch) as info:
+        Template.of(["int", "str"]).check(values)
+    for word in words:
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize("values, words", [
+    ((1, 2, "x"), ["field 2", "'I'", "str"]),
+    ((1, 2), ["expected 3 fields", "got 2"]),
+    ((1, 70_000, 3), ["field 1", "'H'", "70000"]),
+    (7, ["expected a tuple", "got int"]),
+])
+def test_binary_check_names_field_and_types(values, words):
+    with pytest.raises(TemplateMismatch) as info:
+        Template.of("=HHI").check(values)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_float_field_takes_an_int_and_any_takes_msgpack_values():
+    assert Template.of(["float", "any"]).check((1, {"k": [1, None]})) == (1, {"k": [1, None]})
+    with pytest.raises(TemplateMismatch, match="field 1 \\(any\\)"):
+        Template.of(["float", "any"]).check((1.0, object()))
+
+
+def test_unpack_needs_a_whole_record():
+    t = Template.of("=HI")
+    assert t.unpack(struct.pack("=HI", 1, 2)) == (1, 2)
+    with pytest.raises(TemplateMismatch, match="6 bytes, got 5"):
+        t.unpack(b"12345")
+    with pytest.raises(TemplateMismatch, match="binary template"):
+        Template.of(["int"]).unpack(b"1234")
