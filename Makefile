@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/eventspace ps demo
+	$(BIN)/eventspace demo
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q

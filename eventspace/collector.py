@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from paths import Wrapper
@@ -19,10 +20,14 @@ class Collector(Wrapper):
     nbytes, t_start, t_end) to its own trace element. Nothing else: no decoding, no sending
     (lazy event processing); consumers read the trace element when they choose to.
 
-    `arg` is the tuple index a move got or an observe read (0 for other operations); `nbytes`
-    the payload size of the tuple moved or observed; times are the node's monotonic clock in
-    nanoseconds. An operation that raises is recorded with flag trace.ERROR, then re-raised.
-    Switched off (see eventspace.control), the collector only forwards.
+    `arg` is the tuple index a move got or an observe read; for a collective it is the
+    collector's own count of the collectives it has seen (so a member's contribute records
+    number the tree's rounds, and an arrival's count divided by the join's fan-in does); 0 for
+    other operations. `nbytes` is the payload size of the tuple moved or observed; times are
+    the node's monotonic clock in nanoseconds. An operation that raises is recorded with flag trace.ERROR, then re-raised.
+    While an operation is under way, the node's in-flight table holds its start time under the
+    collector's id (0 otherwise): a thread blocked in an observe or a collective shows there,
+    long before its record is written. Switched off, the collector only forwards.
     """
 
     type_name = "collector"
@@ -34,6 +39,7 @@ class Collector(Wrapper):
         self._append = space.appender(self.entry_info)
         self._on = space.switch(self.entry_info.id)
         self._clock = space.clock
+        self._inflight = space.inflight
         self._size_of = _payload_size(node.pathmap, self.entry_info.element)
 
     def __call__(self, code, args):
@@ -43,24 +49,33 @@ class Collector(Wrapper):
     def entry(self):
         """The collecting function, with everything it needs in closure cells (the hot path)."""
         nxt, append, on, clock, size_of = self.next, self._append, self._on, self._clock, self._size_of
+        inflight = self._inflight
         cid, eid, flags = self.entry_info.id, self.entry_info.element_id, self.entry_info.flags
         failed = flags | trace.ERROR
-        MOVE, OBSERVE = op.MOVE, op.OBSERVE
+        MOVE, OBSERVE, COLLECTIVES = op.MOVE, op.OBSERVE, op.COLLECTIVES
+        # itertools.count's next() is atomic: a round's callers all take their number before any
+        # caller of the next round can (the next round needs every one of them to have returned).
+        rounds = itertools.count()
 
         def collect(code, args):
             if not on[0]:
                 return nxt(code, args)
             t0 = clock()
+            inflight[cid] = t0
             try:
                 result = nxt(code, args)
             except BaseException:
+                inflight[cid] = 0
                 append(code, failed, cid, eid, 0, 0, t0, clock())
                 raise
             t1 = clock()
+            inflight[cid] = 0
             if code == MOVE:
                 append(code, flags, cid, eid, (result or 0) & _U32, size_of(args[0]), t0, t1)
             elif code == OBSERVE:
                 append(code, flags, cid, eid, result[0] & _U32, size_of(result[1]), t0, t1)
+            elif code in COLLECTIVES:
+                append(code, flags, cid, eid, next(rounds) & _U32, 0, t0, t1)
             else:
                 append(code, flags, cid, eid, 0, 0, t0, t1)
             return result

@@ -21,6 +21,7 @@ from pastset.fanout import Fanout
 from . import trace
 from .catalogue import Catalogue
 from .gather import INSTALL, MODES, REMOVE, RENEW, Join, JoinSpec, Pulled
+from .space import INFLIGHT
 from .stages import ScopeStage
 from .view import View
 
@@ -272,6 +273,22 @@ class EventScope:
         out["t_start"] = (out["t_start"].astype(np.int64) - shift).astype(np.uint64)
         out["t_end"] = (out["t_end"].astype(np.int64) - shift).astype(np.uint64)
         return out
+
+    def in_flight(self) -> tuple[dict[int, int], set[str]]:
+        """The view's collectors timing an operation right now: ({collector id: its start, ns on
+        the collector's node clock}, nodes that did not answer). A thread blocked in an observe
+        or a collective shows here before any record of that operation exists."""
+        nodes = sorted({e.node for e in self.entries})
+        with self._mutex:
+            replies, missing = self._fanout.request([(n, p.CALL, (INFLIGHT, [])) for n in nodes], self.timeout)
+        mine = {e.id for e in self.entries}
+        found = {}
+        for node, reply in zip(nodes, replies):
+            if isinstance(reply, list):
+                found.update((cid, t0) for cid, t0 in reply if cid in mine)
+            elif reply is not None:
+                missing.add(node)
+        return found, missing
 
     # -- reshaping -------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved 
 CONTROL_TEMPLATE = ["str", "any"]
 CLOCK = "eventspace.clock"              # hosted: () -> this node's clock, ns
 CURSORS = "eventspace.scope.cursors"    # hosted: (key) -> a near join's stream cursors
+INFLIGHT = "eventspace.inflight"        # hosted: () -> [[collector id, start ns], ...] of operations under way
 MAX_JOINS = 10_000                      # scope joins one node server holds at once
 
 
@@ -47,11 +48,15 @@ class NodeSpace:
         for entry in self.catalogue.on_node(node.name):
             node.server.enter(entry.trace, trace.FORMAT, keep=keep)
         self._switches: dict[int, list[bool]] = {}
+        # Collector id -> start (ns) of the operation it is timing now, 0 when none: written by
+        # collectors (a list store, atomic under the GIL), read by heartbeat monitors.
+        self.inflight: list[int] = [0] * (len(self.catalogue) + 1)
         self.control = node.server.enter(CONTROL, CONTROL_TEMPLATE)
         self._closing = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name=f"eventspace-control-{node.name}", daemon=True)
         self._watcher.start()
         node.server.host(CLOCK, self.clock, inline=True)
+        node.server.host(INFLIGHT, self.in_flight, inline=True)
         # Scope joins placed here by monitors: key -> Join; each holds a lease.
         self._joins: dict[str, Join] = {}
         self._joins_mutex = threading.Lock()  # held while _joins changes
@@ -68,6 +73,10 @@ class NodeSpace:
             return self.node.server.element(entry.trace).appender()
         handle = self.node.client(entry.trace_node).element(entry.trace)
         return lambda *record: handle.move(record)
+
+    def in_flight(self) -> list[list[int]]:
+        """[collector id, start ns] of every collected operation under way on this node now."""
+        return [[cid, t0] for cid, t0 in enumerate(self.inflight) if t0]
 
     def switch(self, cid: int) -> list[bool]:
         """The one-item list a collector reads on every operation: [True] collects, [False] forwards."""

@@ -1,12 +1,51 @@
-"""The monitors' subcommands of `eventspace`: archive query, archive export."""
+"""The monitors' subcommands of `eventspace`: monitor heartbeat|getevent|colop, dashboard, demo, archive."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 
 def register(subparsers) -> None:
+    monitor = subparsers.add_parser("monitor", help="attach a monitor to a live run")
+    monitors = monitor.add_subparsers(dest="monitor_command", metavar="MONITOR", required=True)
+
+    hb = monitors.add_parser("heartbeat", help="which threads make progress, and which one is stuck")
+    _run_options(hb, interval=1.0)
+    hb.add_argument("--view", default="role:source | role:contribute | role:stage",
+                    help="the collectors to watch (default: every thread's)")
+    hb.add_argument("--tree", default="per-node", help="the scope's tree shape (default %(default)s)")
+    hb.add_argument("--placement", default="near", help="near or monitor (default %(default)s)")
+    hb.set_defaults(func=_heartbeat)
+
+    ge = monitors.add_parser("getevent", help="stream raw events to a trace file or archive, or print them live")
+    _run_options(ge, interval=0.2)
+    ge.add_argument("--view", default="all", help="the collectors to stream (default: all)")
+    ge.add_argument("--out", help="trace.json (Perfetto/Chrome), trace.otf2 (OTF2 dir) or archive.sqlite")
+    ge.add_argument("--live", action="store_true", help="print events as they arrive")
+    ge.add_argument("--tree", default="flat", help="the scope's tree shape (default %(default)s)")
+    ge.add_argument("--placement", default="monitor", help="near or monitor (default %(default)s)")
+    ge.set_defaults(func=_getevent)
+
+    co = monitors.add_parser("colop", help="where the time of collective operations goes")
+    _run_options(co, interval=1.0)
+    co.add_argument("--tree", help="the tree to watch (default: the run's only instrumented tree)")
+    co.set_defaults(func=_colop)
+
+    board = subparsers.add_parser("dashboard", help="a live view of a run: heartbeat, scopes, collectives, cost")
+    _run_options(board, interval=1.0)
+    board.set_defaults(func=_dashboard)
+
+    demo = subparsers.add_parser("demo", help="the wind tunnel under three monitors and the live dashboard")
+    demo.add_argument("--duration", type=float, default=30.0, help="seconds (default %(default)s)")
+    demo.add_argument("--trace", default="demo-trace.json", help="where getevent writes the Perfetto trace "
+                                                                 "(default %(default)s)")
+    demo.add_argument("--pathmap", default=str(_default_demo_pathmap()), help="the pathmap (default: %(default)s)")
+    demo.add_argument("--size", default="small", help="the wind tunnel's size (default %(default)s)")
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON too")
+    demo.set_defaults(func=_demo)
+
     archive = subparsers.add_parser("archive", help="query and export an event archive (SQLite)")
     commands = archive.add_subparsers(dest="archive_command", metavar="SUBCOMMAND", required=True)
 
@@ -77,3 +116,147 @@ def _json_value(value):
     if isinstance(value, bytes):
         return value.hex()
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def _dashboard(args) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from paths import attach
+
+    from .dashboard import Dashboard, render
+
+    run_file = live_run(args.run)
+    run = attach(run_file)
+    board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}")
+    nodes = set(run.endpoints)
+    try:
+        with Live(render(board.update()), console=Console(), auto_refresh=False) as view:
+            def step():
+                state = board.update()
+                view.update(render(state), refresh=True)
+                return not state.heartbeat or state.heartbeat.gone != nodes
+
+            _loop(args, step)
+    finally:
+        board.close()
+        run.close_clients()
+    return 0
+
+
+def _demo(args) -> int:
+    from .demo import run_demo
+
+    summary = run_demo(args.duration, args.trace, args.pathmap, args.size)
+    if args.json:
+        print(json.dumps(summary))
+    return 0
+
+
+def _run_options(parser, interval: float) -> None:
+    parser.add_argument("--run", required=True, help="the live run: its run file, or its pathmap's name "
+                                                     "(looked up in .eventspace/runs)")
+    parser.add_argument("--interval", type=float, default=interval, help="seconds between pulls (default %(default)s)")
+    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C "
+                                                       "or the run ends)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per interval")
+
+
+def live_run(run: str):
+    """The run file of a live run; RunError (one clear line) if it is missing or stale."""
+    from paths import RunFile
+
+    return RunFile.find(run).check_live()
+
+
+def _loop(args, step) -> int:
+    """Call step() every --interval until --duration, Ctrl-C, or step() returns False."""
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            started = time.monotonic()
+            if step() is False:
+                break
+            time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _heartbeat(args) -> int:
+    from rich.console import Console
+
+    from .heartbeat import Heartbeat
+    from .render import heartbeat_table
+
+    console = Console()
+    with Heartbeat(live_run(args.run), args.view, tree=args.tree, placement=args.placement) as hb:
+        nodes = {t.node for t in hb.scope.pathmap.threads}
+
+        def step():
+            report = hb.beat()
+            if args.json:
+                print(json.dumps(report.as_dict()), flush=True)
+            else:
+                console.print(heartbeat_table(report, f"heartbeat {time.strftime('%H:%M:%S')}"))
+            return report.gone != nodes  # every node gone: the run has ended
+
+        return _loop(args, step)
+
+
+def _getevent(args) -> int:
+    from rich.console import Console
+
+    from .getevent import GetEventMon
+    from .render import events_table
+
+    console = Console(stderr=args.json)
+    mon = GetEventMon(live_run(args.run), args.view, args.out, tree=args.tree, placement=args.placement)
+    nodes = set(mon.scope.endpoints)
+    try:
+        def step():
+            records = mon.poll()
+            if args.json:
+                print(json.dumps({"events": len(records), "total": mon.stats.tuples,
+                                  "discarded": mon.stats.discarded, "rate": mon.stats.rate}), flush=True)
+            elif args.live and len(records):
+                console.print(events_table(records, mon.catalogue))
+                console.print(f"[dim]{mon.stats.tuples:,} events, {mon.stats.rate:,.0f} events/s of pulling, "
+                              f"{mon.stats.discarded:,} discarded before read[/dim]")
+            return mon.missing != nodes
+
+        _loop(args, step)
+    finally:
+        out = mon.close()
+    console.print(f"{mon.stats.tuples:,} events streamed in {mon.stats.pulls} pulls, "
+                  f"{mon.stats.discarded:,} discarded before they were read"
+                  + (f"; wrote {out}" if out else ""))
+    return 0
+
+
+def _colop(args) -> int:
+    from rich.console import Console
+
+    from .colop import ColOpMon
+    from .render import colop_tables
+
+    console = Console()
+    with ColOpMon(live_run(args.run), args.tree) as mon:
+        nodes = set(mon.scope.endpoints)
+
+        def step():
+            mon.poll()
+            report = mon.report()
+            if args.json:
+                print(json.dumps(report.as_dict()), flush=True)
+            else:
+                console.print(colop_tables(report))
+            return mon.missing != nodes
+
+        return _loop(args, step)
+
+
+def _default_demo_pathmap():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1] / "pathmaps" / "windtunnel-4node.yaml"

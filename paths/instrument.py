@@ -137,7 +137,8 @@ def preset(pathmap: Pathmap, what: str = "all", threads: tuple[str, ...] = (), k
     """
     tree_names = tuple(t.name for t in pathmap.trees)
     rules: list[Selector] = []
-    if what in ("all", "paths"):
+    # `all` over a pathmap without paths (a collectives-only app) is its trees' points alone.
+    if what == "paths" or (what == "all" and pathmap.paths):
         rules.append(Selector(at=("source",), threads=threads))
     if what in ("all", "trees") and tree_names:
         rules.append(Selector(trees=tree_names, threads=threads,

@@ -210,9 +210,9 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
             run.stop()
         else:
             _stop_processes(processes, 2.0)
-        with contextlib.suppress(FileNotFoundError):
-            run_path.unlink()
-            snapshot.unlink()
+        for done in (run_path, snapshot):
+            with contextlib.suppress(FileNotFoundError):
+                done.unlink()
         for log in logs.values():  # a log worth keeping tells why a node failed
             with contextlib.suppress(OSError):
                 if log.stat().st_size == 0:

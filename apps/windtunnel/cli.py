@@ -48,7 +48,7 @@ class Summary:
 
 
 def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run_dir=None, stall=None,
-                   on_progress=None) -> Summary:
+                   on_progress=None, duration=None) -> Summary:
     """Launch, run, stop; the Summary. Raises paths.NodeDied naming a node that died, or
     paths.ProgramFailed naming the thread that failed (a conservation error among them)."""
     from paths import Pathmap, launch
@@ -62,6 +62,8 @@ def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run
     if stall:
         args["stall"] = stall
     with launch(pm, run_dir=run_dir) as run:
+        if duration is not None:
+            args["until"] = time.time() + duration
         started = time.perf_counter()
         run.start("windtunnel", args)
         poll = None
@@ -73,6 +75,7 @@ def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run
         wall = time.perf_counter() - started
     ordered = sorted(results.values(), key=lambda r: r["index"])
     exchanges = sum(r["exchanges"] for r in ordered)
+    steps = ordered[0]["steps"]
     blocks = [sum((r["blocks"][i] for r in ordered), []) for i in range(3)]
     return Summary(
         pathmap=pm.name, n=n, steps=steps, threads=len(ordered), nodes=len(pm.nodes),

@@ -7,7 +7,7 @@ import time
 
 from paths import PathsError
 
-from .lattice import MATRICES, SIZES, Slice, column_blocks, row_digests
+from .lattice import SIZES, Slice, column_blocks, row_digests
 
 # The eight matrices' border rows travel in three elements per direction, so that a thread uses
 # twelve elements (as the EventSpace paper's wind tunnel did): up{g}_{i} carries group g of
@@ -37,8 +37,9 @@ def size_n(size) -> int:
 
 def thread(ctx) -> dict:
     """One application thread: `steps` steps of its slice (args: size, steps, seed, check_every,
-    and the test hook `stall`: {thread, at_step, seconds}). Returns its rows' digests, particle
-    counts, the column blocks of matrix 0 for the picture, and its exchange count."""
+    `until` (a time.time() after which the threads agree, at a check, to stop early), and the
+    test hook `stall`: {thread, at_step, seconds}). Returns its rows' digests, particle counts,
+    the column blocks of matrix 0 for the picture, its exchange count and the steps it made."""
     names = [t.name for t in ctx.pathmap.threads]
     count, index = len(names), names.index(ctx.thread)
     n = size_n(ctx.args.get("size", "small"))
@@ -46,6 +47,7 @@ def thread(ctx) -> dict:
     seed = int(ctx.args.get("seed", 1))
     check_every = int(ctx.args.get("check_every", 10))
     stall = ctx.args.get("stall") or {}
+    until = ctx.args.get("until")
     with _COMPUTE:
         band = Slice(n, index, count, seed)
     above, below = (index - 1) % count, (index + 1) % count
@@ -86,6 +88,10 @@ def thread(ctx) -> dict:
             total = ctx.allreduce(mine, "sum", tree=TREE)
             if total != initial:
                 raise ConservationError(f"step {step}: {total} particles, but the run began with {initial}")
+            if until is not None and ctx.allreduce(int(time.time() >= until), "max", tree=TREE):
+                ctx.report(step=step + 1)
+                steps = step + 1
+                break
         ctx.report(step=step + 1)
     seconds = time.perf_counter() - started
     with _COMPUTE:
@@ -94,7 +100,7 @@ def thread(ctx) -> dict:
         digests = row_digests(state)
         mine = band.particles()
     return {"index": index, "rows": list(band.rows), "digests": digests, "particles": mine,
-            "initial": initial, "exchanges": exchanges, "seconds": seconds,
+            "initial": initial, "exchanges": exchanges, "seconds": seconds, "steps": steps,
             "blocks": [particles.tolist(), cells.tolist(), obstacle.tolist()]}
 
 
@@ -102,7 +108,3 @@ def _checked(data, got, step, element):
     if got != step:
         raise PathsError(f"element {element.name}: got the row of step {got} at step {step}")
     return data
-
-
-def matrices() -> int:
-    return MATRICES

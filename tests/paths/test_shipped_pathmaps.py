@@ -8,7 +8,8 @@ from eventspace.cli import main
 from paths import Pathmap
 
 SHIPPED = ["example-toy.yaml", "toy-2node.yaml", "cluster-4node.yaml", "windtunnel-toy.yaml",
-           "windtunnel-2node.yaml", "windtunnel-4node.yaml", "windtunnel-paper.yaml"]
+           "windtunnel-2node.yaml", "windtunnel-4node.yaml", "windtunnel-paper.yaml",
+           "collectives-flat.yaml", "collectives-kary.yaml"]
 GENERATED = SHIPPED[1:]
 
 

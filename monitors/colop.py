@@ -1,0 +1,196 @@
+"""ColOpMon: where the time of collective operations goes: per operation, per tree node, per contributor."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eventspace import clock, trace
+from eventspace.scope import EventScope
+
+
+@dataclass(frozen=True)
+class OpStats:
+    """One kind of collective (allreduce, barrier, broadcast...) over the rounds seen.
+
+    `latency`: from the last member's arrival to the last member's return (what the tree itself
+    costs), median and 95th percentile, microseconds. `in_op`: a member's time inside the call
+    (waiting for the others included). `slowest`: the member that arrived last most often, in
+    `slowest_share` of the rounds, `lateness_us` after the median of the other members (mean over
+    the rounds it was last). Microseconds on the monitor's clock (clocks synchronised)."""
+
+    op: str
+    rounds: int
+    latency_median_us: float
+    latency_p95_us: float
+    in_op_median_us: float
+    slowest: str
+    slowest_share: float
+    lateness_us: float
+
+
+@dataclass(frozen=True)
+class JoinStats:
+    """One inner node of the tree (a join stage), over the rounds seen: time from its first child's
+    contribution to handing the result back (`total`), the spread of its children's arrivals
+    (`imbalance`: how long it waited for the last one), and the time its parent took (`up`, 0 at
+    the root). Medians in microseconds."""
+
+    stage: str
+    node: str
+    fan_in: int
+    rounds: int
+    total_median_us: float
+    imbalance_median_us: float
+    up_median_us: float
+
+
+@dataclass
+class ColOpReport:
+    tree: str
+    ops: list[OpStats] = field(default_factory=list)
+    joins: list[JoinStats] = field(default_factory=list)
+    lateness_us: dict[str, float] = field(default_factory=dict)   # member -> mean lateness, all rounds
+    events: int = 0
+
+    def as_dict(self) -> dict:
+        return {"tree": self.tree, "events": self.events, "ops": [o.__dict__ for o in self.ops],
+                "joins": [j.__dict__ for j in self.joins], "lateness_us": self.lateness_us}
+
+
+class ColOpMon:
+    """Streams a tree's contribute, arrival and departure events (a scope over `tree:NAME`) with
+    clocks synchronised, and analyses the rounds every member has finished. Rounds are numbered by
+    the collectors themselves (a contribute record's `arg` is the member's round; an arrival's is
+    the join's arrival count, so round = arg // fan-in).
+    """
+
+    def __init__(self, run, tree: str | None = None, *, scope_tree: str = "per-node", placement: str = "near",
+                 sync_clocks: bool = True, timeout: float = 2.0, keep_rounds: int = 10_000):
+        probe = EventScope(run, "role:contribute | role:arrival | role:departure", timeout=timeout)
+        trees = sorted({e.tree for e in probe.entries if e.tree})
+        probe.close()
+        if tree is None:
+            if len(trees) != 1:
+                raise ValueError(f"the run has trees {', '.join(trees)}; name one")
+            tree = trees[0]
+        elif tree not in trees:
+            raise ValueError(f"tree {tree!r} carries no collectors; instrumented trees: {', '.join(trees) or 'none'}")
+        self.tree = tree
+        self.scope = EventScope(run, f"tree:{tree}", mode="stream", tree=scope_tree, placement=placement,
+                                timeout=timeout)
+        pm = self.scope.pathmap
+        self.members = list(pm.tree(tree).members)
+        self.fan_in = {e.stage: pm.fan_in(tree, e.stage) for e in self.scope.entries if e.role == "arrival"}
+        if sync_clocks:
+            nodes = sorted({e.node for e in self.scope.entries})
+            estimates = clock.estimate({n: self.scope.endpoints[n] for n in nodes}, samples=pm.clock.samples)
+            self.scope.clock_offsets = {n: e.offset_ns for n, e in estimates.items()}
+        self.keep_rounds = keep_rounds
+        self._records: list[np.ndarray] = []
+        self.missing: set[str] = set()
+
+    def poll(self) -> int:
+        """Pull the events written since the last poll; how many arrived."""
+        pulled = self.scope.pull()
+        self.missing = pulled.missing
+        records = pulled.records
+        if len(records):
+            self._records.append(records)
+        return len(records)
+
+    def report(self) -> ColOpReport:
+        records = np.concatenate(self._records) if self._records else trace.empty()
+        self._records = [records] if len(records) else []
+        catalogue = self.scope.catalogue
+        report = ColOpReport(self.tree, events=len(records))
+        if not len(records):
+            return report
+        roles = np.array([catalogue[int(c)].role for c in records["collector"]])
+        ok = (records["flags"] & trace.ERROR) == 0
+        contrib = records[(roles == "contribute") & ok]
+        report.ops, report.lateness_us = self._ops(contrib)
+        report.joins = self._joins(records[(roles == "arrival") & ok], records[(roles == "departure") & ok])
+        return report
+
+    def _ops(self, contrib: np.ndarray):
+        catalogue = self.scope.catalogue
+        members = [catalogue[int(c)].thread for c in contrib["collector"]]
+        rounds: dict[int, dict[str, tuple]] = {}
+        for r, member, rec in zip(contrib["arg"].tolist(), members, contrib):
+            rounds.setdefault(r, {})[member] = (int(rec["op"]), int(rec["t_start"]), int(rec["t_end"]))
+        complete = sorted(r for r, got in rounds.items() if len(got) == len(self.members))[-self.keep_rounds:]
+        by_op: dict[int, list] = {}
+        lateness: dict[str, list[float]] = {m: [] for m in self.members}
+        for r in complete:
+            got = rounds[r]
+            ops = {v[0] for v in got.values()}
+            if len(ops) != 1:
+                continue  # members disagreed: the run reported an error for this round
+            starts = {m: v[1] for m, v in got.items()}
+            last = max(starts, key=starts.get)
+            others = [s for m, s in starts.items() if m != last] or [starts[last]]
+            late = (starts[last] - float(np.median(others))) / 1e3
+            for m, s in starts.items():
+                lateness[m].append((s - float(np.median([x for k, x in starts.items() if k != m] or [s]))) / 1e3)
+            latency = (max(v[2] for v in got.values()) - starts[last]) / 1e3
+            in_op = [(v[2] - v[1]) / 1e3 for v in got.values()]
+            by_op.setdefault(ops.pop(), []).append((latency, in_op, last, late))
+        out = []
+        for code, rows in sorted(by_op.items()):
+            latencies = np.array([row[0] for row in rows])
+            lasts = [row[2] for row in rows]
+            slowest = max(set(lasts), key=lasts.count)
+            out.append(OpStats(
+                op=trace.OP_NAMES.get(code, str(code)), rounds=len(rows),
+                latency_median_us=float(np.median(latencies)), latency_p95_us=float(np.percentile(latencies, 95)),
+                in_op_median_us=float(np.median(np.concatenate([row[1] for row in rows]))),
+                slowest=slowest, slowest_share=lasts.count(slowest) / len(rows),
+                lateness_us=float(np.mean([row[3] for row in rows if row[2] == slowest])),
+            ))
+        return out, {m: float(np.mean(v)) for m, v in lateness.items() if v}
+
+    def _joins(self, arrivals: np.ndarray, departures: np.ndarray) -> list[JoinStats]:
+        catalogue = self.scope.catalogue
+        ups: dict[tuple[str, int], float] = {}
+        for rec in departures:
+            ups[(catalogue[int(rec["collector"])].stage, int(rec["arg"]))] = (int(rec["t_end"]) - int(rec["t_start"])) / 1e3
+        out = []
+        for stage in sorted({catalogue[int(c)].stage for c in arrivals["collector"]}):
+            entry = next(e for e in self.scope.entries if e.role == "arrival" and e.stage == stage)
+            fan_in = self.fan_in[stage]
+            mine = arrivals[np.array([catalogue[int(c)].stage == stage for c in arrivals["collector"]])]
+            rounds: dict[int, list] = {}
+            for rec in mine:
+                rounds.setdefault(int(rec["arg"]) // fan_in, []).append((int(rec["t_start"]), int(rec["t_end"])))
+            complete = [r for r, got in rounds.items() if len(got) == fan_in]
+            if not complete:
+                continue
+            totals = [(max(e for _, e in rounds[r]) - min(s for s, _ in rounds[r])) / 1e3 for r in complete]
+            spreads = [(max(s for s, _ in rounds[r]) - min(s for s, _ in rounds[r])) / 1e3 for r in complete]
+            up = [ups[(stage, r)] for r in complete if (stage, r) in ups]
+            out.append(JoinStats(stage, entry.node, fan_in, len(complete), float(np.median(totals)),
+                                 float(np.median(spreads)), float(np.median(up)) if up else 0.0))
+        return out
+
+    def close(self) -> None:
+        self.scope.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def wait_for(mon: ColOpMon, rounds: int, timeout: float = 30.0, interval: float = 0.05) -> ColOpReport:
+    """Poll until `rounds` complete rounds were seen (or `timeout` seconds); the report."""
+    deadline = time.monotonic() + timeout
+    while True:
+        mon.poll()
+        report = mon.report()
+        if sum(o.rounds for o in report.ops) >= rounds or time.monotonic() >= deadline:
+            return report
+        time.sleep(interval)

@@ -1,0 +1,116 @@
+"""GetEventMon: every raw event of a view, streamed as it happens, to Perfetto, OTF2 or an SQLite archive."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from eventspace import clock, trace
+from eventspace.scope import EventScope
+
+FORMATS = {".json": "perfetto", ".otf2": "otf2", ".sqlite": "archive", ".db": "archive", ".sqlite3": "archive"}
+
+
+def format_of(out: str | os.PathLike) -> str:
+    """perfetto, otf2 or archive, by the file name's suffix; ValueError naming the choices."""
+    suffix = Path(out).suffix.lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"{out}: unknown output format {suffix or '(no suffix)'}; write trace.json "
+                         "(Perfetto / Chrome trace), trace.otf2 (an OTF2 directory) or archive.sqlite")
+    return FORMATS[suffix]
+
+
+@dataclass
+class GetEventStats:
+    pulls: int = 0
+    tuples: int = 0
+    discarded: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """Events per second of monitoring."""
+        return self.tuples / self.seconds if self.seconds else 0.0
+
+
+class GetEventMon:
+    """A gather-only scope in `stream` mode over `view`: each `poll()` returns the events written
+    since the last one (timestamps on the monitor's clock, after clock synchronisation) and
+    appends them to the output. Nothing read is lost: an archive's row count equals the tuples
+    streamed, and the events discarded before they could be read are counted and recorded.
+
+    Perfetto and OTF2 files are written by `close()` (they need every event); an archive grows
+    with every poll, so it is useful while the run goes on.
+    """
+
+    def __init__(self, run, view: str = "all", out: str | os.PathLike | None = None, *, tree: str = "flat",
+                 placement: str = "monitor", concurrency: str = "concurrent", sync_clocks: bool = True,
+                 timeout: float = 2.0):
+        self.out = Path(out) if out is not None else None
+        self.format = format_of(out) if out is not None else None
+        if self.format == "otf2":
+            from .otf2_export import INSTALL_HINT, Otf2Unavailable, available
+            if not available():
+                raise Otf2Unavailable(f"OTF2 output needs the otf2 package: {INSTALL_HINT}")
+        self.scope = EventScope(run, view, mode="stream", tree=tree, placement=placement,
+                                concurrency=concurrency, timeout=timeout)
+        if sync_clocks:
+            nodes = {e.node for e in self.scope.entries} | {e.trace_node for e in self.scope.entries}
+            estimates = clock.estimate({n: self.scope.endpoints[n] for n in sorted(nodes)},
+                                       samples=self.scope.pathmap.clock.samples)
+            self.scope.clock_offsets = {n: e.offset_ns for n, e in estimates.items()}
+        self.stats = GetEventStats()
+        self._kept: list[np.ndarray] = []
+        self._archive = None
+        if self.format == "archive":
+            from .archive import Archive
+            self._archive = Archive(self.out, self.scope.catalogue)
+
+    @property
+    def catalogue(self):
+        return self.scope.catalogue
+
+    def poll(self) -> np.ndarray:
+        """Pull once: the new events (trace.DTYPE, monitor clock), also written to the output."""
+        started = time.perf_counter()
+        pulled = self.scope.pull()
+        records = pulled.records
+        self.stats.pulls += 1
+        self.stats.tuples += len(records)
+        self.stats.discarded += pulled.discarded
+        if self._archive is not None:
+            self._archive.append(records, discarded=pulled.discarded)
+        elif self.format is not None and len(records):
+            self._kept.append(records)
+        self.stats.seconds += time.perf_counter() - started
+        self.missing = pulled.missing
+        return records
+
+    def events(self) -> np.ndarray:
+        """Everything kept so far (Perfetto and OTF2 outputs keep events until close)."""
+        return np.concatenate(self._kept) if self._kept else trace.empty()
+
+    def close(self) -> Path | None:
+        """Write the output (Perfetto, OTF2), close the archive and the scope; the output's path."""
+        try:
+            if self.format == "perfetto":
+                from .perfetto import write_perfetto
+                write_perfetto(self.out, self.events(), self.catalogue, title=f"EventSpace: {self.catalogue.pathmap.name}")
+            elif self.format == "otf2":
+                from .otf2_export import write_otf2
+                write_otf2(self.out, self.events(), self.catalogue)
+            elif self._archive is not None:
+                self._archive.close()
+        finally:
+            self.scope.close()
+        return self.out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,143 @@
+"""Heartbeat: which threads make progress, which one stopped first, and which nodes are gone."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from eventspace.scope import EventScope
+
+# Thread statuses, as reported.
+ALIVE = "alive"        # its newest event moved since the last beat
+STALLED = "stalled"    # no progress, and not inside any communication operation: stuck in its own code
+WAITING = "waiting"    # no progress, blocked inside an operation (an observe, a collective): on another
+SLOW = "slow"          # no progress for an interval, outside any operation: stalled if it stays so
+QUIET = "quiet"        # no event seen yet
+IDLE = "idle"          # no progress, like every other thread, and none is waiting: the application
+                       # is not communicating at all (it ended, or is between phases)
+GONE = "gone"          # its node does not answer
+
+
+@dataclass(frozen=True)
+class ThreadBeat:
+    """One thread at one beat: status, its newest event's end (ns, node clock), and for how long
+    (seconds, by the monitor's clock) that has not moved."""
+
+    thread: str
+    node: str
+    status: str
+    last_t_end: int
+    still_for: float
+    waiting_in: str = ""     # for WAITING: the operation it is blocked in, e.g. "observe down0_5"
+
+
+@dataclass
+class HeartbeatReport:
+    """One beat: every thread of the view, the nodes that did not answer, and the pull's figures."""
+
+    at: float
+    threads: list[ThreadBeat]
+    gone: set[str] = field(default_factory=set)
+    pull_seconds: float = 0.0
+
+    def by_status(self, status: str) -> list[str]:
+        return [b.thread for b in self.threads if b.status == status]
+
+    @property
+    def flagged(self) -> list[str]:
+        """The threads reported as without progress of their own (STALLED)."""
+        return self.by_status(STALLED)
+
+    def as_dict(self) -> dict:
+        return {"at": self.at, "gone": sorted(self.gone), "pull_seconds": self.pull_seconds,
+                "threads": [b.__dict__ for b in self.threads]}
+
+
+class Heartbeat:
+    """Per thread, the newest event over all its paths and trees: a scope whose joins reduce to
+    the greatest t_end per thread (`reduce:max_t_end@thread`) inside the tree, so that one record
+    per thread reaches the monitor. `beat()` pulls once and compares with the previous beat.
+
+    A thread whose newest event did not move since the previous beat is without progress. If one
+    of its collectors is timing an operation right now (the scope's in-flight table), it is
+    WAITING inside that operation, on another thread; otherwise it is STALLED: stuck outside
+    communication, in its own code, the thread a user looks for (seen so at two beats running,
+    so it is flagged within three intervals of stopping); when every thread has stopped
+    and none waits, they are IDLE (the application ended or pauses). Threads of nodes that do
+    not answer are GONE.
+    """
+
+    def __init__(self, run, view: str = "role:source | role:contribute | role:stage", *, tree: str = "per-node",
+                 placement: str = "near", timeout: float = 2.0):
+        self.scope = EventScope(run, view, mode="latest", tree=tree, placement=placement,
+                                stages=["reduce:max_t_end@thread"], timeout=timeout)
+        catalogue = self.scope.catalogue
+        order = [t.name for t in catalogue.pathmap.threads]
+        self.threads = sorted({e.thread for e in self.scope.entries if e.thread}, key=order.index)
+        self.node_of = {t.name: t.node for t in catalogue.pathmap.threads}
+        self._last: dict[str, int] = {}
+        self._moved_at: dict[str, float] = {}
+        # Threads seen stopped outside any operation at the last beat: a thread is STALLED only
+        # when seen so twice running, so that one unlucky look cannot flag a healthy thread.
+        self._suspects: set[str] = set()
+
+    def beat(self) -> HeartbeatReport:
+        pulled = self.scope.pull()
+        now = time.monotonic()
+        catalogue = self.scope.catalogue
+        newest: dict[str, int] = {}
+        for record in pulled.records:
+            thread = catalogue[int(record["collector"])].thread
+            if thread is not None:
+                newest[thread] = max(newest.get(thread, 0), int(record["t_end"]))
+        gone = set(pulled.missing)
+        still = []
+        for thread in self.threads:
+            if self.node_of[thread] in gone or thread not in newest:
+                continue
+            if newest[thread] != self._last.get(thread):
+                self._last[thread] = newest[thread]
+                self._moved_at[thread] = now
+            elif thread in self._moved_at:
+                still.append(thread)
+        blocked: dict[str, str] = {}
+        if still:
+            in_flight, missing = self.scope.in_flight()
+            gone |= missing
+            for cid in sorted(in_flight, key=in_flight.get):
+                entry = catalogue[cid]
+                if entry.thread is not None and entry.thread not in blocked:
+                    blocked[entry.thread] = entry.describe()
+        # A thread stopped outside communication is the one others wait on, unless nobody waits or
+        # moves at all: then the application as a whole is quiet, and no thread is to blame.
+        everyone_idle = not blocked and len(still) == len([t for t in self.threads if t in self._last
+                                                          and self.node_of[t] not in gone])
+        beats = []
+        suspects = set()
+        for thread in self.threads:
+            node = self.node_of[thread]
+            if node in gone:
+                beats.append(ThreadBeat(thread, node, GONE, self._last.get(thread, 0), 0.0))
+            elif thread not in self._last:
+                beats.append(ThreadBeat(thread, node, QUIET, 0, 0.0))
+            elif thread in still:
+                status = WAITING if thread in blocked else (IDLE if everyone_idle else STALLED)
+                if status == STALLED and thread not in self._suspects:
+                    status = SLOW  # first sight: it may have left an operation just before we looked
+                if status == STALLED or thread not in blocked:
+                    suspects.add(thread)
+                beats.append(ThreadBeat(thread, node, status, self._last[thread], now - self._moved_at[thread],
+                                        blocked.get(thread, "")))
+            else:
+                beats.append(ThreadBeat(thread, node, ALIVE, self._last[thread], 0.0))
+        self._suspects = suspects
+        return HeartbeatReport(time.time(), beats, gone, pulled.seconds)
+
+    def close(self) -> None:
+        self.scope.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

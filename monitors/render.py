@@ -1,0 +1,75 @@
+"""How monitor results look in a terminal: rich renderables built from the monitors' plain data."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from eventspace import trace
+
+from .colop import ColOpReport
+from .heartbeat import ALIVE, GONE, IDLE, QUIET, SLOW, STALLED, WAITING, HeartbeatReport
+
+STATUS_STYLE = {ALIVE: "green", WAITING: "yellow", STALLED: "bold red", QUIET: "dim", GONE: "magenta", IDLE: "blue", SLOW: "orange3"}
+
+
+def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:
+    """One row per thread: node, status (coloured), seconds without progress, what it waits in."""
+    table = Table(title=title, title_justify="left")
+    for column in ("thread", "node", "status", "still (s)", "waiting in"):
+        table.add_column(column, justify="right" if column == "still (s)" else "left")
+    for beat in report.threads:
+        table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
+                      f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
+    if report.gone:
+        table.caption = f"nodes not answering: {', '.join(sorted(report.gone))}"
+    return table
+
+
+def heartbeat_grid(report: HeartbeatReport) -> Table:
+    """A compact grid: one line per node, a coloured block per thread (for the dashboard)."""
+    table = Table(show_header=False, box=None, padding=(0, 1))
+    table.add_column("node", style="bold")
+    table.add_column("threads")
+    by_node: dict[str, list] = {}
+    for beat in report.threads:
+        by_node.setdefault(beat.node, []).append(beat)
+    for node, beats in by_node.items():
+        cells = Text()
+        for beat in beats:
+            cells.append(f"{beat.thread:>4}", style=f"reverse {STATUS_STYLE[beat.status]}")
+            cells.append(" ")
+        table.add_row(node, cells)
+    return table
+
+
+def colop_tables(report: ColOpReport) -> Group:
+    ops = Table(title=f"collective operations on tree {report.tree}", title_justify="left")
+    for column in ("op", "rounds", "latency median µs", "latency p95 µs", "in call median µs",
+                   "slowest contributor", "late by µs"):
+        ops.add_column(column, justify="left" if column in ("op", "slowest contributor") else "right")
+    for o in report.ops:
+        ops.add_row(o.op, str(o.rounds), f"{o.latency_median_us:,.0f}", f"{o.latency_p95_us:,.0f}",
+                    f"{o.in_op_median_us:,.0f}", f"{o.slowest} ({o.slowest_share:.0%} of rounds)",
+                    f"{o.lateness_us:,.0f}")
+    joins = Table(title="per tree node", title_justify="left")
+    for column in ("join", "node", "fan-in", "rounds", "total median µs", "imbalance median µs", "up median µs"):
+        joins.add_column(column, justify="left" if column in ("join", "node") else "right")
+    for j in report.joins:
+        joins.add_row(j.stage, j.node, str(j.fan_in), str(j.rounds), f"{j.total_median_us:,.0f}",
+                      f"{j.imbalance_median_us:,.0f}", f"{j.up_median_us:,.0f}")
+    return Group(ops, joins)
+
+
+def events_table(records, catalogue, most: int = 20) -> Table:
+    """The newest `most` events, labelled with the catalogue's names."""
+    table = Table(title=f"{len(records)} new events", title_justify="left")
+    for column in ("t_end (ns)", "thread", "op", "element / tree", "index", "bytes", "µs"):
+        table.add_column(column, justify="right" if column in ("index", "bytes", "µs", "t_end (ns)") else "left")
+    for event in catalogue.label(records[-most:]):
+        flagged = event["flags"] & trace.ERROR
+        table.add_row(str(event["t_end"]), event["thread"] or "-", Text(event["op"], style="red" if flagged else ""),
+                      event["element"] or event["tree"] or "-", str(event["arg"]), str(event["nbytes"]),
+                      f"{(event['t_end'] - event['t_start']) / 1e3:.1f}")
+    return table

@@ -1,0 +1,81 @@
+"""GetEventMon on a live run: an archive that loses nothing, a Perfetto trace that loads, the CLI."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from eventspace import trace
+from eventspace.cli import main
+from monitors.archive import Archive
+from monitors.getevent import GetEventMon, format_of
+from monitors.perfetto import validate
+from paths import Pathmap, launch
+from runs import REPO
+
+TOY = REPO / "pathmaps" / "windtunnel-toy.yaml"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """The toy wind tunnel (1 node, 4 threads, every path and tree point collected), running."""
+    run_dir = tmp_path_factory.mktemp("runs")
+    with launch(Pathmap.load(TOY), run_dir=run_dir) as run:
+        run.start("windtunnel", {"size": 32, "steps": 1_000_000, "until": time.time() + 60})
+        yield run
+        run.kill("A")
+
+
+def test_an_archive_holds_every_event_streamed_and_counts_the_discarded(live, tmp_path):
+    out = tmp_path / "events.sqlite"
+    with GetEventMon(live, "all", out) as mon:
+        streamed = 0
+        for _ in range(6):
+            streamed += len(mon.poll())
+            time.sleep(0.1)
+        discarded = mon.stats.discarded
+    assert streamed > 100
+    with Archive.open(out) as archive:
+        assert len(archive) == streamed == archive.info.tuples
+        assert archive.info.discarded == discarded
+        columns, rows = archive.query("SELECT DISTINCT thread FROM events WHERE thread IS NOT NULL ORDER BY thread")
+        assert [r[0] for r in rows] == ["T0", "T1", "T2", "T3"]
+        stored = archive.records()
+    assert stored.dtype == trace.DTYPE and len(np.unique(stored)) == len(stored)
+
+
+def test_a_perfetto_trace_of_a_live_run_is_valid_and_links_moves_to_observes(live, tmp_path):
+    out = tmp_path / "trace.json"
+    with GetEventMon(live, "thread:T0 | thread:T1", out, tree="per-node", placement="near") as mon:
+        for _ in range(3):
+            mon.poll()
+            time.sleep(0.05)
+    doc = json.loads(out.read_text())
+    assert validate(doc) == []
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"T0", "T1"} <= names
+    assert any(e["ph"] == "s" for e in doc["traceEvents"])  # T0 and T1 trade rows: flows exist
+
+
+def test_the_output_format_comes_from_the_file_name():
+    assert format_of("a.json") == "perfetto" and format_of("a.sqlite") == "archive"
+    with pytest.raises(ValueError, match="unknown output format .txt"):
+        format_of("a.txt")
+
+
+def test_monitor_commands_on_a_run_that_is_not_live_print_one_line(tmp_path, capsys):
+    for monitor in ("heartbeat", "getevent", "colop"):
+        assert main(["monitor", monitor, "--run", str(tmp_path / "gone.json")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no run file" in err
+
+
+def test_getevent_cli_writes_an_archive(live, tmp_path, capsys):
+    out = tmp_path / "cli.sqlite"
+    assert main(["monitor", "getevent", "--run", live.run_file.path, "--out", str(out), "--duration", "0.5",
+                 "--interval", "0.1", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines and lines[-1]["total"] == sum(line["events"] for line in lines)
+    with Archive.open(out) as archive:
+        assert len(archive) == lines[-1]["total"]
