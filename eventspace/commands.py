@@ -10,6 +10,11 @@ def register(subparsers) -> None:
     ls.add_argument("file", help="a pathmap (YAML), or a live run (run file or pathmap name)")
     ls.add_argument("--view", default="all", help="only the collectors in this view (default: all)")
     ls.set_defaults(func=_ls)
+    switch = commands.add_parser("switch", help="switch collectors of a live run on or off, without restarting it")
+    switch.add_argument("state", choices=("on", "off"))
+    switch.add_argument("--run", required=True, help="the live run (run file, or pathmap name)")
+    switch.add_argument("--view", default="all", help="which collectors (default: all)")
+    switch.set_defaults(func=_switch)
 
 
 def _ls(args) -> int:
@@ -28,6 +33,28 @@ def _ls(args) -> int:
         table.add_row(str(e.id), e.role, e.thread or "-", e.element or e.tree or "-", e.stage, e.node,
                       e.cluster, f"{e.trace} @ {e.trace_node}")
     Console().print(table)
+    return 0
+
+
+def _switch(args) -> int:
+    import pastset
+    from paths import RunFile
+
+    from .catalogue import Catalogue
+    from .space import switch_collectors
+    from .view import View
+
+    run = RunFile.find(args.run).check_live()
+    catalogue = Catalogue(run.pathmap())
+    entries = View.parse(args.view).select(catalogue)
+    by_node: dict[str, list[int]] = {}
+    for entry in entries:
+        by_node.setdefault(entry.node, []).append(entry.id)
+    for node, cids in sorted(by_node.items()):
+        with pastset.connect(run.endpoints[node]) as client:
+            switch_collectors(client, args.state == "on", cids)
+    print(f"switched {args.state} {len(entries)} collectors on {len(by_node)} nodes "
+          f"({', '.join(sorted(by_node))}); they take effect within milliseconds")
     return 0
 
 

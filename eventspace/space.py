@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from pastset import LimitExceeded, PastSetError, Timeout, UnknownElement
+from pastset import Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
 from pastset.fanout import Fanout
 
 from . import trace
@@ -149,15 +149,20 @@ class NodeSpace:
                     del self._joins[key]
 
     def _watch(self) -> None:
+        # Read by index and discard only once applied: a switcher that sees the command gone
+        # (first() past it) knows it has taken effect.
+        index = self.control.first()
         while not self._closing.is_set():
             try:
-                command, cids = self.control.observe(timeout=0.25)
+                command, cids = self.control.observe(index, timeout=0.25)
             except Timeout:
                 continue
-            except UnknownElement:
+            except (UnknownElement, Expired):
                 return
             if command in ("on", "off") and (cids is None or isinstance(cids, list)):
                 self.set(command == "on", cids)
+            self.control.axe(index)
+            index += 1
 
     def close(self) -> None:
         self._closing.set()
@@ -170,9 +175,18 @@ def register(node) -> None:
     NodeSpace.of(node)
 
 
-def switch_collectors(client, on: bool, cids=None) -> None:
-    """Switch collectors of the node behind `client` (a pastset Client or TupleServer) on or off."""
+def switch_collectors(client, on: bool, cids=None, wait: float = 1.0) -> None:
+    """Switch collectors of the node behind `client` (a pastset Client or TupleServer) on or off.
+
+    Returns once the node's watcher has taken the command (at most `wait` seconds; PastSetError
+    if it has not by then: is the node's event space running?)."""
     try:
-        client.element(CONTROL).move(["on" if on else "off", None if cids is None else list(cids)])
+        control = client.element(CONTROL)
+        index = control.move(["on" if on else "off", None if cids is None else list(cids)])
+        deadline = time.monotonic() + wait
+        while control.first() <= index:
+            if time.monotonic() >= deadline:
+                raise PastSetError(f"the node did not take the command within {wait} s")
+            time.sleep(0.002)
     except PastSetError as exc:
         raise PastSetError(f"cannot switch collectors: {exc}") from None

@@ -1,0 +1,32 @@
+"""Switching collectors of a live run off and on from the command line."""
+
+import dataclasses
+
+from eventspace.catalogue import Catalogue
+from eventspace.cli import main
+from paths import Instrument, Selector, launch
+from runs import ENV, TWO_NODES, pathmap_for, ring_app
+
+
+def counts(run, catalogue):
+    return {e.id: run.client(e.trace_node).element(e.trace).last() for e in catalogue}
+
+
+def test_collectors_of_a_view_switch_off_and_on_while_the_run_lives(tmp_path, capsys):
+    pm = pathmap_for(ring_app(4), TWO_NODES, name="switch")
+    pm = dataclasses.replace(pm, instrument=Instrument(collectors=(Selector(at=("source",)),))).validate()
+    catalogue = Catalogue(pm)
+    mine = {e.id for e in catalogue if e.thread == "T0"}
+    with launch(pm, run_dir=tmp_path, env=ENV) as run:
+        run.run("programs:ring", {"steps": 3}, timeout=60)
+        before = counts(run, catalogue)
+        assert main(["space", "switch", "off", "--run", run.run_file.path, "--view", "thread:T0"]) == 0
+        assert f"switched off {len(mine)} collectors on 1 nodes (A)" in capsys.readouterr().out
+        run.run("programs:ring", {"steps": 3}, timeout=60)
+        during = counts(run, catalogue)
+        assert all(during[c] == before[c] for c in mine)
+        assert all(during[c] > before[c] for c in set(during) - mine)
+        assert main(["space", "switch", "on", "--run", run.run_file.path]) == 0
+        run.run("programs:ring", {"steps": 3}, timeout=60)
+        after = counts(run, catalogue)
+        assert all(after[c] > during[c] for c in after)
