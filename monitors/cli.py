@@ -17,6 +17,8 @@ def register(subparsers) -> None:
                     help="the collectors to watch (default: every thread's)")
     hb.add_argument("--tree", default="per-node", help="the scope's tree shape (default %(default)s)")
     hb.add_argument("--placement", default="near", help="near or monitor (default %(default)s)")
+    hb.add_argument("--all", action="store_true", help="a row for every thread at every beat, not only "
+                                                       "the threads that are not alive")
     hb.set_defaults(func=_heartbeat)
 
     ge = monitors.add_parser("getevent", help="stream raw events to a trace file or archive, or print them live")
@@ -187,7 +189,7 @@ def _heartbeat(args) -> int:
     from rich.console import Console
 
     from .heartbeat import Heartbeat
-    from .render import heartbeat_table
+    from .render import heartbeat_summary, heartbeat_table
 
     console = Console()
     with Heartbeat(live_run(args.run), args.view, tree=args.tree, placement=args.placement) as hb:
@@ -197,8 +199,10 @@ def _heartbeat(args) -> int:
             report = hb.beat()
             if args.json:
                 print(json.dumps(report.as_dict()), flush=True)
-            else:
+            elif args.all:
                 console.print(heartbeat_table(report, f"heartbeat {time.strftime('%H:%M:%S')}"))
+            else:
+                console.print(heartbeat_summary(report, time.strftime("%H:%M:%S")))
             return report.gone != nodes  # every node gone: the run has ended
 
         return _loop(args, step)

@@ -48,6 +48,7 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.json", path
     trace = Path(trace).resolve()
     phases = [Phase("flat/monitor"), Phase("per-node/near")]
     with launch(pm) as run:
+        pids = run.pids
         # The monitors attach first (clock synchronisation takes a moment), then the run starts.
         getevent = GetEventMon(run, "all", trace, tree="flat", placement="monitor")
         board = Dashboard(run, progress=run.progress, title=f"EventSpace demo: wind tunnel on {pm.name}")
@@ -91,6 +92,7 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.json", path
         "phases": [{"tree": p.tree, "seconds": p.seconds, "steps_per_s": p.steps_per_s,
                     "observe_rate": p.observe_rate, "events": p.events} for p in phases],
         "stalled": board.state.heartbeat.flagged if board.state.heartbeat else [],
+        "node_pids": pids,
     }
     table = Table(title="demo summary")
     for column in ("getevent scope", "seconds", "app steps/s", "observe rate Hz", "events streamed"):

@@ -27,6 +27,28 @@ def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:
     return table
 
 
+def heartbeat_summary(report: HeartbeatReport, clock: str) -> Group:
+    """One line of counts per status, then a row for each thread that is not alive."""
+    counts: dict[str, int] = {}
+    for beat in report.threads:
+        counts[beat.status] = counts.get(beat.status, 0) + 1
+    line = Text(f"{clock}  {len(report.threads)} threads: ")
+    for i, (status, n) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1])):
+        line.append(("" if i == 0 else ", ") + f"{n} {status}", style=STATUS_STYLE[status])
+    if report.gone:
+        line.append(f"; nodes not answering: {', '.join(sorted(report.gone))}", style=STATUS_STYLE[GONE])
+    others = [b for b in report.threads if b.status != ALIVE]
+    if not others:
+        return Group(line)
+    table = Table(box=None, padding=(0, 2), show_header=True)
+    for column in ("thread", "node", "status", "still (s)", "waiting in"):
+        table.add_column(column, justify="right" if column == "still (s)" else "left")
+    for beat in others:
+        table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
+                      f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
+    return Group(line, table)
+
+
 def heartbeat_grid(report: HeartbeatReport) -> Table:
     """A compact grid: one line per node, a coloured block per thread (for the dashboard)."""
     table = Table(show_header=False, box=None, padding=(0, 1))

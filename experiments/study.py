@@ -1,0 +1,268 @@
+"""The experiments: the EventSpace paper's section 6, rerun on this implementation, and extended."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eventspace.scope import EventScope
+from paths import AppMap, ClusterMap, Pathmap, Placement, generate, launch
+
+from .workload import Pulling, Scale, alternate, monitored, step_time, uninstrumented
+
+REPO = Path(__file__).resolve().parents[1]
+PATHMAPS = REPO / "pathmaps"
+
+SCALES = {
+    # Seconds: a smoke run of every experiment, for tests.
+    "tiny": Scale("tiny", "windtunnel-toy.yaml", {"small": 16}, {"small": 4}, 1, (2, 4), 5),
+    # A few minutes: the 16-thread, 4-node layout.
+    "quick": Scale("quick", "windtunnel-4node.yaml", {"small": 280, "medium": 560}, {"small": 20, "medium": 8},
+                   3, (2, 4, 8, 16), 30),
+    # The paper's scale: 140 threads on two clusters of four nodes.
+    "full": Scale("full", "windtunnel-paper.yaml", {"small": 280, "medium": 1960, "large": 3920},
+                  {"small": 20, "medium": 6, "large": 3}, 3, (2, 4, 8, 16, 32, 64), 50),
+}
+
+
+@dataclass
+class Result:
+    """One experiment's outcome: a table (columns, rows of plain values), what it ran on, raw data."""
+
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[list]
+    meta: dict = field(default_factory=dict)
+    raw: dict = field(default_factory=dict)
+
+
+def _meta(scale: Scale, **more) -> dict:
+    import os
+    import platform
+
+    return {"scale": scale.name, "pathmap": scale.pathmap, "cores": os.cpu_count(), "machine": platform.machine(),
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **more}
+
+
+def _pathmap(scale: Scale) -> Pathmap:
+    return Pathmap.load(PATHMAPS / scale.pathmap)
+
+
+# -- collect: what collecting alone costs -----------------------------------------------------------
+
+def collect(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
+    """Wind-tunnel time per step with every path and tree point collected vs with no collector,
+    per problem size; alternating runs on two live layouts; median slowdown and spread."""
+    pm = _pathmap(scale)
+    plain = dataclasses.replace(uninstrumented(pm), name=f"{pm.name}-plain")
+    rows, raw = [], {}
+    chosen = {k: v for k, v in scale.sizes.items() if sizes is None or k in sizes}
+    with launch(pm, run_dir=run_dir) as instrumented, launch(plain, run_dir=run_dir) as bare:
+        for size, n in chosen.items():
+            steps = scale.steps[size]
+            result = alternate(scale.repeats, lambda: step_time(bare, n, steps), lambda: step_time(instrumented, n, steps))
+            raw[size] = result.as_dict()
+            rows.append([size, n, len(pm.collector_points()), _ms(result.baseline), _ms(result.treated),
+                         round(result.slowdown, 3), f"±{result.spread:.1%}"])
+            if progress:
+                progress()
+    return Result("collect", "Application slowdown from collectors alone",
+                  ["size", "N", "collectors", "plain ms/step", "collected ms/step", "slowdown", "spread"],
+                  rows, _meta(scale, threads=len(pm.threads), nodes=len(pm.nodes)), raw)
+
+
+# -- scopes: observe rate and slowdown per view size -------------------------------------------------
+
+VIEWS = (("one collector", "collector:1"), ("one thread", "thread:T0"), ("one node", "node:A"), ("everything", "all"))
+
+
+def scopes(scale: Scale, sizes=None, run_dir=None, progress=None, tree="flat", placement="monitor") -> Result:
+    """GetEventMon-style gather scopes (latest mode) over a single trace element, a thread, a node
+    and everything, pulling back to back during measured runs: observe rate, and the slowdown
+    against unmonitored runs alternating with them."""
+    pm = _pathmap(scale)
+    chosen = {k: v for k, v in scale.sizes.items() if (sizes is None and k in ("small", "large")) or
+              (sizes is not None and k in sizes)} or dict(list(scale.sizes.items())[:1])
+    rows, raw = [], {}
+    with launch(pm, run_dir=run_dir) as run:
+        for size, n in chosen.items():
+            steps = scale.steps[size]
+            for label, view in VIEWS:
+                rates: list[float] = []
+                elements = [0]
+
+                def make_pull(view=view, elements=elements):
+                    scope = EventScope(run, view, mode="latest", tree=tree, placement=placement)
+                    elements[0] = len(scope.entries)
+                    return scope.pull, scope.close
+
+                result = alternate(scale.repeats, lambda: step_time(run, n, steps),
+                                   monitored(run, n, steps, make_pull, rates))
+                raw[f"{size}/{view}"] = {**result.as_dict(), "observe_rates": rates}
+                rows.append([size, label, elements[0], round(statistics.median(rates)), round(result.slowdown, 3),
+                             f"±{result.spread:.1%}"])
+                if progress:
+                    progress()
+    return Result("scopes", f"Observe rate and slowdown per view size ({tree}/{placement} gather, latest mode)",
+                  ["size", "view", "trace elements", "observe Hz", "slowdown", "spread"], rows,
+                  _meta(scale, tree=tree, placement=placement), raw)
+
+
+# -- reconfigure: one view, many tree configurations ----------------------------------------------------
+
+CONFIGS = (
+    ("flat/monitor", dict(tree="flat", placement="monitor")),
+    ("kary:8/near", dict(tree="kary:8", placement="near")),
+    ("per-node/near", dict(tree="per-node", placement="near")),
+    ("per-node/near sequential", dict(tree="per-node", placement="near", concurrency="sequential")),
+    ("per-node/near max 20 Hz", dict(tree="per-node", placement="near", max_rate=20.0)),
+    ("per-cluster/near", dict(tree="per-cluster", placement="near")),
+    ("per-node/monitor", dict(tree="per-node", placement="monitor")),
+)
+
+
+def reconfigure(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
+    """The everything view under several gather trees (shape, placement, concurrency, rate cap):
+    each configuration's observe rate against the application's slowdown: the trade-off a
+    monitor chooses from, and can change while the application runs."""
+    pm = _pathmap(scale)
+    size = next(iter(sizes or ["small"]))
+    n, steps = scale.sizes[size], scale.steps[size]
+    rows, raw = [], {}
+    with launch(pm, run_dir=run_dir) as run:
+        scope = EventScope(run, "all", mode="latest")
+        try:
+            for label, config in CONFIGS:
+                rates: list[float] = []
+
+                def make_pull(config=config):
+                    scope.reconfigure(**{"max_rate": None, **config})   # one scope, reshaped each time
+                    return scope.pull, lambda: None
+
+                result = alternate(scale.repeats, lambda: step_time(run, n, steps),
+                                   monitored(run, n, steps, make_pull, rates))
+                raw[label] = {**result.as_dict(), "observe_rates": rates}
+                rows.append([label, len(scope.entries), round(statistics.median(rates)), round(result.slowdown, 3),
+                             f"±{result.spread:.1%}"])
+                if progress:
+                    progress()
+        finally:
+            scope.close()
+    return Result("reconfigure", f"Observe rate vs slowdown for one view under different trees ({size})",
+                  ["tree", "trace elements", "observe Hz", "slowdown", "spread"], rows, _meta(scale, size=size), raw)
+
+
+# -- monitors: several monitors at once ------------------------------------------------------------------
+
+def monitors(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
+    """Heartbeat, getevent, colop and an archive consumer, each alone and all at once, each pulling
+    back to back: the slowdown of each set (the paper: together about the worst one alone)."""
+    from monitors.colop import ColOpMon
+    from monitors.getevent import GetEventMon
+    from monitors.heartbeat import Heartbeat
+
+    pm = _pathmap(scale)
+    size = next(iter(sizes or ["small"]))
+    n, steps = scale.sizes[size], scale.steps[size]
+    folder = Path(tempfile.mkdtemp(prefix="eventspace-experiment-"))
+
+    def heartbeat(run):
+        m = Heartbeat(run)
+        return m.beat, m.close
+
+    def getevent(run):
+        m = GetEventMon(run, "all", sync_clocks=False)
+        return m.poll, m.close
+
+    def colop(run):
+        m = ColOpMon(run, sync_clocks=False)
+        return m.poll, m.close
+
+    def archive(run):
+        m = GetEventMon(run, "all", folder / f"archive-{time.monotonic_ns()}.sqlite", sync_clocks=False)
+        return m.poll, m.close
+
+    makers = {"heartbeat": heartbeat, "getevent": getevent, "colop": colop, "archive": archive}
+    sets = [[name] for name in makers] + [list(makers)]
+    rows, raw = [], {}
+    with launch(pm, run_dir=run_dir) as run:
+        for chosen in sets:
+            rates: dict[str, list[float]] = {name: [] for name in chosen}
+
+            def treated(chosen=chosen, rates=rates):
+                opened = [makers[name](run) for name in chosen]
+                pullers = [Pulling(pull) for pull, _ in opened]
+                try:
+                    for p in pullers:
+                        p.__enter__()
+                    seconds = step_time(run, n, steps)
+                finally:
+                    for p in pullers:
+                        p.__exit__(None, None, None)
+                    for _, close in opened:
+                        close()
+                for name, p in zip(chosen, pullers):
+                    p.check()
+                    rates[name].append(p.rate)
+                return seconds
+
+            result = alternate(scale.repeats, lambda: step_time(run, n, steps), treated)
+            label = " + ".join(chosen) if len(chosen) < len(makers) else "all four at once"
+            raw[label] = {**result.as_dict(), "pull_rates": rates}
+            rows.append([label, ", ".join(f"{k} {statistics.median(v):,.0f} Hz" for k, v in rates.items()),
+                         round(result.slowdown, 3), f"±{result.spread:.1%}"])
+            if progress:
+                progress()
+    return Result("monitors", f"Monitors alone and together ({size})", ["monitors", "pull rates", "slowdown", "spread"],
+                  rows, _meta(scale, size=size), raw)
+
+
+# -- trees: MRNet-style reduction micro-benchmark ----------------------------------------------------------
+
+TREE_SHAPES = ("flat", "kary:2", "kary:4", "kary:8")
+
+
+def trees(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
+    """Allreduce latency and throughput over flat and k-ary trees for 2..64 participants spread
+    over four node processes (the collectives app), in the style of MRNet's micro-benchmarks."""
+    from apps.collectives.appmap import app_map
+    from apps.collectives.cli import run_collectives
+
+    cluster = ClusterMap.load(PATHMAPS / "inputs" / "cluster-4node-cluster.yaml")
+    rows, raw = [], {}
+    for participants in scale.participants:
+        for shape in TREE_SHAPES:
+            if shape != "flat" and int(shape.split(":")[1]) >= participants:
+                continue  # the same tree as flat
+            pm = generate(app_map(participants), cluster, Placement(rule="block"), shape,
+                          name=f"trees-{participants}-{shape.replace(':', '')}")
+            summary = run_collectives(pm, rounds=scale.rounds, ops=("allreduce",), run_dir=run_dir)
+            stats = summary.ops[0]
+            raw[f"{participants}/{shape}"] = {"median_us": stats.median_us, "p95_us": stats.p95_us}
+            rows.append([participants, shape, round(stats.median_us), round(stats.p95_us),
+                         round(1e6 / stats.median_us) if stats.median_us else 0])
+            if progress:
+                progress()
+    return Result("trees", "Allreduce over flat and k-ary trees (4 node processes)",
+                  ["participants", "tree", "latency median µs", "latency p95 µs", "allreduces/s"],
+                  rows, _meta(scale, nodes=4, rounds=scale.rounds), raw)
+
+
+EXPERIMENTS = {"collect": collect, "scopes": scopes, "reconfigure": reconfigure, "monitors": monitors, "trees": trees}
+
+
+def _ms(seconds: list[float]) -> float:
+    return round(statistics.median(seconds) * 1e3, 2)
+
+
+def work(name: str, scale: Scale, sizes=None) -> int:
+    """How many progress steps experiment `name` makes (for progress bars)."""
+    chosen = len([s for s in scale.sizes if sizes is None or s in sizes]) or 1
+    return {"collect": chosen, "scopes": len(VIEWS) * max(1, min(2, chosen)), "reconfigure": len(CONFIGS),
+            "monitors": 5, "trees": sum(1 for p in scale.participants for s in TREE_SHAPES
+                                         if s == "flat" or int(s.split(':')[1]) < p)}[name]

@@ -1,0 +1,134 @@
+"""What every experiment measures against: the wind tunnel's time per step, with and without a monitor."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from paths import Instrument, Pathmap
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big an experiment run is: the pathmap, sizes, steps per measured run, repetitions."""
+
+    name: str
+    pathmap: str
+    sizes: dict[str, int]          # size name -> N (rows)
+    steps: dict[str, int]          # size name -> steps per measured run
+    repeats: int                   # alternations of baseline and treatment
+    participants: tuple[int, ...]  # for the trees experiment
+    rounds: int                    # collective rounds per tree measurement
+
+
+def uninstrumented(pm: Pathmap) -> Pathmap:
+    """The same layout without any collector (the baseline of the collectors experiment)."""
+    return dataclasses.replace(pm, instrument=Instrument()).validate()
+
+
+def step_time(run, n: int, steps: int, seed: int = 1) -> float:
+    """Seconds per wind-tunnel step: the slowest thread's stepping time (setup not counted)."""
+    results = run.run("windtunnel", {"size": n, "steps": steps, "seed": seed, "check_every": steps},
+                      timeout=3600)
+    return max(r["seconds"] for r in results.values()) / steps
+
+
+@dataclass
+class Comparison:
+    """Alternating runs of a baseline and a treatment: seconds per step of each, and the slowdown."""
+
+    baseline: list[float] = field(default_factory=list)
+    treated: list[float] = field(default_factory=list)
+
+    @property
+    def slowdown(self) -> float:
+        return statistics.median(self.treated) / statistics.median(self.baseline)
+
+    @property
+    def spread(self) -> float:
+        """Half the range of the per-pair ratios, relative to the slowdown (how noisy it was)."""
+        ratios = [t / b for t, b in zip(self.treated, self.baseline)]
+        if len(ratios) < 2:
+            return 0.0
+        return (max(ratios) - min(ratios)) / 2 / self.slowdown
+
+    def as_dict(self) -> dict:
+        return {"baseline_ms": [b * 1e3 for b in self.baseline], "treated_ms": [t * 1e3 for t in self.treated],
+                "slowdown": self.slowdown, "spread": self.spread}
+
+
+def alternate(repeats: int, baseline: Callable[[], float], treated: Callable[[], float]) -> Comparison:
+    """Baseline, treatment, baseline, treatment...: noise hits both alike."""
+    out = Comparison()
+    for _ in range(repeats):
+        out.baseline.append(baseline())
+        out.treated.append(treated())
+    return out
+
+
+class Pulling:
+    """A monitor pulling back to back in a thread of this process while a measured run goes on.
+
+    `pull()` is one pull (a scope's pull, a monitor's poll or beat). Counts pulls and the time
+    spent in them: the observe rate is pulls per second of pulling.
+    """
+
+    def __init__(self, pull: Callable[[], object], pause: float = 0.0):
+        self._pull = pull
+        self._pause = pause
+        self._stop = threading.Event()
+        self.pulls = 0
+        self.seconds = 0.0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="experiment-monitor", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _loop(self):
+        try:
+            while not self._stop.is_set():
+                started = time.perf_counter()
+                self._pull()
+                self.seconds += time.perf_counter() - started
+                self.pulls += 1
+                if self._pause:
+                    self._stop.wait(self._pause)
+        except BaseException as exc:  # reported by the experiment, not lost in a thread
+            self.error = exc
+
+    @property
+    def rate(self) -> float:
+        return self.pulls / self.seconds if self.seconds else 0.0
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def monitored(run, n: int, steps: int, make_pull: Callable[[], tuple[Callable, Callable]],
+              rates: list[float]) -> Callable[[], float]:
+    """A treatment: one measured run while a monitor made by `make_pull()` pulls back to back.
+    `make_pull` returns (pull, close); the monitor's observe rate is appended to `rates`."""
+
+    def treated() -> float:
+        pull, close = make_pull()
+        try:
+            with Pulling(pull) as puller:
+                seconds = step_time(run, n, steps)
+            puller.check()
+            rates.append(puller.rate)
+        finally:
+            close()
+        return seconds
+
+    return treated

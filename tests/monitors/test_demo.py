@@ -1,0 +1,30 @@
+"""`eventspace demo` end to end, as `make demo` runs it (shortened), leaving nothing behind."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from monitors.perfetto import validate
+from runs import gone
+
+
+@pytest.mark.slow
+def test_the_demo_runs_end_to_end_and_writes_a_valid_trace(tmp_path):
+    trace = tmp_path / "demo-trace.json"
+    proc = subprocess.run([sys.executable, "-m", "eventspace.cli", "demo", "--duration", "8", "--trace", str(trace),
+                           "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["threads"] == 16 and summary["nodes"] == 4 and summary["steps"] > 0
+    assert [p["tree"] for p in summary["phases"]] == ["flat/monitor", "per-node/near"]
+    assert all(p["observe_rate"] > 0 and p["steps_per_s"] > 0 for p in summary["phases"])
+    assert summary["events"] > 0 and summary["stalled"] == []
+    assert validate(json.loads(trace.read_text())) == []
+    assert "demo summary" in proc.stdout and "ui.perfetto.dev" in proc.stdout
+    # Nothing left running, no run file left behind.
+    assert not list((tmp_path / ".eventspace" / "runs").glob("*.json"))
+    assert len(summary["node_pids"]) == 4 and all(gone(pid) for pid in summary["node_pids"].values())

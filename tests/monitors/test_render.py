@@ -1,0 +1,67 @@
+"""What the monitors draw, captured from rich: one test per view, on plain report data."""
+
+from rich.console import Console
+
+from monitors.colop import ColOpReport, JoinStats, OpStats
+from monitors.dashboard import DashboardState, ScopeFigures, render
+from monitors.heartbeat import ALIVE, STALLED, WAITING, HeartbeatReport, ThreadBeat
+from monitors.render import colop_tables, events_table, heartbeat_summary, heartbeat_table
+
+
+def text(renderable, width=120) -> str:
+    console = Console(width=width, record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def report() -> HeartbeatReport:
+    return HeartbeatReport(0.0, [
+        ThreadBeat("T0", "A", ALIVE, 10, 0.0),
+        ThreadBeat("T1", "A", WAITING, 9, 2.5, "source T1/down0_0 (T1 -> down0_0) on A"),
+        ThreadBeat("T2", "B", STALLED, 8, 3.0),
+    ], gone={"C"})
+
+
+def colop() -> ColOpReport:
+    return ColOpReport("ops", [OpStats("allreduce", 12, 850.0, 1200.0, 5000.0, "T5", 0.9, 49_800.0)],
+                       [JoinStats("ops/root", "A", 4, 12, 900.0, 300.0, 0.0)], {"T5": 49_000.0}, 400)
+
+
+def test_heartbeat_summary_names_only_the_threads_that_are_not_alive():
+    out = text(heartbeat_summary(report(), "12:00:00"))
+    assert "3 threads: " in out and "1 stalled" in out and "1 waiting" in out and "nodes not answering: C" in out
+    assert "T2" in out and "T1/down0_0" in out and "T0 " not in out
+
+
+def test_heartbeat_table_has_a_row_per_thread():
+    out = text(heartbeat_table(report()))
+    assert all(t in out for t in ("T0", "T1", "T2")) and "stalled" in out and "2.5" in out
+
+
+def test_colop_tables_show_ops_slowest_contributor_and_joins():
+    out = text(colop_tables(colop()))
+    assert "allreduce" in out and "T5 (90% of rounds)" in out and "49,800" in out and "ops/root" in out
+
+
+def test_events_table_labels_records_with_catalogue_names(catalogue):
+    import numpy as np
+
+    from eventspace import trace
+
+    records = np.zeros(2, dtype=trace.DTYPE)
+    records["collector"] = [1, 25]
+    records["op"] = [trace.OP_CODES["move"], trace.OP_CODES["allreduce"]]
+    records["t_start"], records["t_end"] = [100, 200], [1100, 3200]
+    out = text(events_table(records, catalogue))
+    assert "2 new events" in out and "move" in out and "row_0_1" in out and "allreduce" in out
+
+
+def test_the_dashboard_frame_shows_every_panel():
+    state = DashboardState("EventSpace demo", 12.0, report(), colop(),
+                           [ScopeFigures("getevent", "flat/monitor", 114.0, 18_500.0, 650_000.0)],
+                           cpu_seconds=3.0, steps=1076, steps_per_s=89.4, notes=["6 s: reshaped getevent's scope"])
+    out = text(render(state), width=140)
+    for words in ("heartbeat per node / thread", "stalled: T2", "getevent", "flat/monitor", "step 1,076",
+                  "89.4 steps/s", "collective operations on ops", "T5 (+49,800 µs)", "reshaped getevent's scope",
+                  "EventSpace demo"):
+        assert words in out, words
