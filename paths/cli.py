@@ -17,6 +17,7 @@ from .document import PathmapError, listing
 from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
 from .instrument import preset
+from .node import collector_points
 from .pathmap import Pathmap
 
 # Applications add `eventspace run NAME` through this entry-point group: `register(subparsers)`.
@@ -77,7 +78,8 @@ def register(subparsers) -> None:
     node.add_argument("--node", required=True, help="which of its nodes this process is")
     node.add_argument("--bind", help="endpoint to bind (default: the node's host and port in the pathmap)")
     node.add_argument("--insecure", action="store_true",
-                      help="allow a non-loopback address without authentication")
+                      help="allow a non-loopback address without CURVE (keys: the pathmap's "
+                           "security section, or $EVENTSPACE_KEYS)")
     node.set_defaults(func=_node)
 
     run = subparsers.add_parser("run", help="launch a pathmap's nodes and run an application on them")
@@ -98,6 +100,8 @@ def _validate(args) -> int:
     console = Console(highlight=False)
     totals = ", ".join(f"{what} {n}" for what, n in pathmap.summary().items())
     console.print(f"ok: {args.file} ({pathmap.name}): {totals}", soft_wrap=True)
+    if pathmap.security.keys is not None:
+        console.print(f"security: CURVE with the keys in {pathmap.security.keys}", soft_wrap=True)
     console.print(_node_table(pathmap))
     return 0
 
@@ -131,22 +135,34 @@ def _show(args) -> int:
     return 0
 
 
-def _stage_label(pathmap: Pathmap, stage_id: str) -> Text:
+def _stage_label(pathmap: Pathmap, stage_id: str, marks: tuple[str, ...] = ()) -> Text:
     stage = pathmap.stage(stage_id)
     extra = ", ".join(f"{k}={v}" for k, v in stage.params.items() if k != "element")
     return Text.assemble((stage_id, "bold"), f"  {stage.type} @ {stage.node}",
-                         (f"  {extra}" if extra else "", "dim"))
+                         (f"  {extra}" if extra else "", "dim"),
+                         (f"  ● {', '.join(marks)}" if marks else "", "yellow"))
+
+
+def _collector_marks(pathmap: Pathmap) -> dict[tuple, list[str]]:
+    """Where collectors sit, for drawing: (stage, path or member or None) -> ["collector 3 (source)", ...]."""
+    marks: dict[tuple, list[str]] = {}
+    for cid, point in enumerate(collector_points(pathmap), 1):
+        owner = point.path if point.role == "source" else (point.thread if point.role == "contribute" else None)
+        marks.setdefault((point.stage, owner), []).append(f"collector {cid} ({point.role})")
+    return marks
 
 
 def _draw_thread(pathmap: Pathmap, name: str) -> RichTree:
     thread = _known(pathmap.thread, name, "thread", [t.name for t in pathmap.threads])
     drawing = RichTree(Text.assemble(("thread ", ""), (thread.name, "bold cyan"), f" @ {thread.node}"))
+    marks = _collector_marks(pathmap)
     for path in pathmap.paths_of(thread.name):
         element = pathmap.element(path.element)
         branch = drawing.add(Text.assemble(f"path {path.name} -> element ",
                                            (element.name, "bold green"), f" @ {element.node}"))
-        for stage_id in path.stages:
-            branch.add(_stage_label(pathmap, stage_id))
+        for i, stage_id in enumerate(path.stages):
+            here = marks.get((stage_id, None), []) + (marks.get((stage_id, path.name), []) if i == 0 else [])
+            branch.add(_stage_label(pathmap, stage_id, tuple(here)))
     return drawing
 
 
@@ -155,10 +171,14 @@ def _draw_tree(pathmap: Pathmap, name: str) -> RichTree:
     drawing = RichTree(Text.assemble(("tree ", ""), (tree.name, "bold magenta"),
                                      f" ({tree.kind}, {tree.shape}, {len(tree.members)} members)"))
 
+    marks = _collector_marks(pathmap)
+
     def grow(branch: RichTree, stage_id: str) -> None:
-        here = branch.add(_stage_label(pathmap, stage_id))
+        here = branch.add(_stage_label(pathmap, stage_id, tuple(marks.get((stage_id, None), []))))
         for member in tree.entrants(stage_id):
-            here.add(Text.assemble(("thread ", ""), (member, "cyan"), f" @ {pathmap.thread(member).node}"))
+            contributed = marks.get((stage_id, member), [])
+            here.add(Text.assemble(("thread ", ""), (member, "cyan"), f" @ {pathmap.thread(member).node}",
+                                   (f"  ● {', '.join(contributed)}" if contributed else "", "yellow")))
         for child in tree.children(stage_id):
             grow(here, child)
 
@@ -222,17 +242,14 @@ def _generate(args) -> int:
 
 
 def _node(args) -> int:
-    from pastset.cli import check_bind
-
     from .__main__ import run_node
 
     pathmap = Pathmap.load(args.pathmap)
-    spec = pathmap.node(args.node) if args.node in {n.name for n in pathmap.nodes} else None
-    if spec is None:
+    if args.node not in {n.name for n in pathmap.nodes}:
         raise ValueError(f"no node {args.node!r} in {args.pathmap}; its nodes: "
                          f"{listing([n.name for n in pathmap.nodes])}")
-    check_bind(args.bind or f"tcp://{spec.host}:{spec.port}", args.insecure)
-    return run_node(args.pathmap, args.node, args.bind)
+    # The node refuses a non-loopback address without CURVE itself (NodeServer.serve).
+    return run_node(args.pathmap, args.node, args.bind, insecure=args.insecure)
 
 
 def _instrument(args) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -14,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path as FilePath
 
 import pastset
+from pastset.security import bind_problem
 
 from .node import INFO, JOIN, LINK, START, STOP
-from .pathmap import Pathmap
+from .pathmap import Pathmap, SecuritySpec
 from .runfile import DEFAULT_DIR, RunError, RunFile
 from .wrapper import PathsError
 
@@ -40,12 +42,14 @@ class Run:
     """A set of live node servers for one pathmap: start a program on them, wait, stop them.
 
     Made by `launch` (which owns the processes) or `attach` (nodes started elsewhere, e.g. with
-    `eventspace node` on several hosts).
+    `eventspace node` on several hosts). `security`: the keys its clients speak CURVE with
+    (None: the pathmap's, see `SecuritySpec.load`).
     """
 
     def __init__(self, pathmap: Pathmap, run_file: RunFile, processes: dict[str, subprocess.Popen] | None = None,
-                 logs: dict[str, FilePath] | None = None):
+                 logs: dict[str, FilePath] | None = None, security: pastset.Security | None = None):
         self.pathmap = pathmap
+        self.security = security if security is not None else pathmap.security.load()
         self.run_file = run_file
         self.endpoints = dict(run_file.endpoints)
         self._processes = processes or {}
@@ -61,7 +65,7 @@ class Run:
         """A client of `node`'s server (kept open until the run stops)."""
         client = self._clients.get(node)
         if client is None:
-            client = self._clients[node] = pastset.connect(self.endpoints[node])
+            client = self._clients[node] = pastset.connect(self.endpoints[node], security=self.security)
         return client
 
     # -- programs ------------------------------------------------------------------------------
@@ -169,20 +173,37 @@ class Run:
 
 @contextlib.contextmanager
 def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike | None = None,
-           start_timeout: float = 30.0, env: dict[str, str] | None = None) -> Iterator[Run]:
+           start_timeout: float | None = None, env: dict[str, str] | None = None,
+           insecure: bool = False) -> Iterator[Run]:
     """Start one node server process per pathmap node on this machine; stop them all on exit.
 
     Waits until every node answers (PathsError naming a node that does not within
-    `start_timeout`, after stopping the others), tells each where the others listen, and writes
-    a run file (`run_dir`/<pathmap name>.json, default .eventspace/runs) that monitors use to
+    `start_timeout` seconds, by default 60, or 10 per node if more, after stopping the others),
+    tells each where the others listen, and writes a run file (`run_dir`/<pathmap name>.json, default .eventspace/runs) that monitors use to
     find the run; it is removed on exit. Exiting, also by an exception or Ctrl-C, stops every
     node; a node also stops by itself if the launcher dies (its stdin closes). `env` adds
     environment variables for the node processes.
+
+    Security: the nodes serve CURVE with the keys of the pathmap's `security` section, else
+    with those in $EVENTSPACE_KEYS (the node processes inherit the environment); the launcher
+    speaks CURVE to them with the same keys. A node whose host is not loopback is refused
+    (PathsError, before anything starts) unless CURVE is on or `insecure`.
     """
     pathmap = Pathmap.load(pathmap) if not isinstance(pathmap, Pathmap) else pathmap.validate()
+    if start_timeout is None:  # 8 nodes importing numpy at once on 2 busy cores take a while
+        start_timeout = max(60.0, 10.0 * len(pathmap.nodes))
+    security = pathmap.security.load()
+    exposed = [(n.name, problem) for n in pathmap.nodes
+               if (problem := bind_problem(f"tcp://{n.host}:{n.port}", security))]
+    if exposed and not insecure:
+        node, problem = exposed[0]
+        raise PathsError(f"node {node}: {problem} (launch(..., insecure=True))")
+    if pathmap.security.keys is not None:
+        # The snapshot is read from run_dir: a relative key directory must still name the same one.
+        pathmap = dataclasses.replace(pathmap, security=SecuritySpec(os.path.abspath(pathmap.security.keys)))
     run_dir = FilePath(run_dir or DEFAULT_DIR)
     run_path = run_dir / f"{pathmap.name}.json"
-    _refuse_live(run_path)
+    _refuse_live(run_path, security)
     run_dir.mkdir(parents=True, exist_ok=True)
     snapshot = run_dir / f"{pathmap.name}.pathmap.yaml"
     snapshot.write_text(pathmap.dumps(header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
@@ -194,14 +215,15 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
         for node in pathmap.nodes:
             with open(logs[node.name], "wb") as log:
                 processes[node.name] = subprocess.Popen(
-                    [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--node", node.name, "--launched"],
+                    [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--node", node.name, "--launched",
+                     *(["--insecure"] if insecure else [])],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                     env={**os.environ, **(env or {})},
                 )
         endpoints = _await_endpoints(processes, logs, start_timeout)
         run_file = RunFile(os.fspath(snapshot.resolve()), endpoints,
                            {n: p.pid for n, p in processes.items()}, time.time()).write(run_path)
-        run = Run(pathmap, run_file, processes, logs)
+        run = Run(pathmap, run_file, processes, logs, security)
         for node in endpoints:
             run.client(node).call(LINK, endpoints, timeout=10)
         yield run
@@ -225,18 +247,22 @@ def attach(run: str | os.PathLike | RunFile, run_dir: str | os.PathLike | None =
     RunError if the run file is missing or stale. Stopping an attached run stops nothing.
     """
     run_file = run if isinstance(run, RunFile) else RunFile.find(run, run_dir)
-    run_file.check_live()
-    attached = Run(run_file.pathmap(), run_file)
+    # The run's keys are its pathmap's; the snapshot goes when the run ends, and without it
+    # check_live tells that the run is stale.
+    pathmap = run_file.pathmap() if os.path.exists(run_file.pathmap_file) else None
+    security = pathmap.security.load() if pathmap is not None else None
+    run_file.check_live(security=security)
+    attached = Run(pathmap or run_file.pathmap(), run_file, security=security)
     for node in run_file.endpoints:
         attached.client(node).call(INFO, timeout=5)
     return attached
 
 
-def _refuse_live(run_path: FilePath) -> None:
+def _refuse_live(run_path: FilePath, security: pastset.Security) -> None:
     if not run_path.exists():
         return
     try:
-        RunFile.read(run_path).check_live(timeout=1.0)
+        RunFile.read(run_path).check_live(timeout=1.0, security=security)
     except RunError:
         return  # stale or unreadable: the new run replaces it
     raise RunError(f"a run of this pathmap is already live ({run_path}); stop it first, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from importlib.metadata import entry_points
@@ -65,12 +66,12 @@ def load_reference(reference: str, allow_modules: Iterable[str], group: str, wha
     Raises LookupError saying what to do when the name is unknown or its module not allowed.
     """
     if ":" not in reference:
-        found = entry_points(group=group, name=reference)
-        if not found:
+        found = _entry_point(group, reference)
+        if found is None:
             known = sorted(entry_points(group=group).names)
             raise LookupError(f"unknown {what} {reference!r}; use one of {', '.join(known) or '(none installed)'}, "
                               "or module:name from a module in the pathmap's allow_modules")
-        return next(iter(found)).load()
+        return found
     parts = split_reference(reference)
     if parts is None:
         raise LookupError(f"{reference!r} is not a {what} reference; write module.sub:name")
@@ -84,6 +85,13 @@ def load_reference(reference: str, allow_modules: Iterable[str], group: str, wha
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_point(group: str, name: str):
+    """The object entry point `name` of `group` names, or None (entry point scans are slow: once each)."""
+    found = entry_points(group=group, name=name)
+    return next(iter(found)).load() if found else None
 
 
 def wrapper_class(type_name: str, allow_modules: Iterable[str]):

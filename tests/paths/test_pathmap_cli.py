@@ -104,3 +104,10 @@ def test_the_installed_command_reaches_pathmap(pathmaps_dir):
                            str(pathmaps_dir / "example-toy.yaml")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok: ")
+
+
+def test_show_marks_where_collectors_sit(capsys, pathmaps_dir):
+    code, out, _ = run(capsys, "pathmap", "show", str(pathmaps_dir / "example-toy.yaml"), "--tree", "count")
+    assert code == 0 and "collector 6 (arrival)" in out and "collector 5 (contribute)" in out
+    code, out, _ = run(capsys, "pathmap", "show", str(pathmaps_dir / "example-toy.yaml"), "--thread", "T1")
+    assert "samples/element  element @ A  ● collector 3 (sink)" in out
