@@ -27,11 +27,12 @@ def _ls(args) -> int:
     catalogue = Catalogue(_pathmap(args.file))
     entries = View.parse(args.view).select(catalogue) if args.view != "all" else catalogue.entries
     table = Table(title=f"collectors of {catalogue.pathmap.name}: {len(entries)} of {len(catalogue)}")
-    for column in ("id", "role", "thread", "element / tree", "stage", "node", "cluster", "trace element"):
-        table.add_column(column, justify="right" if column == "id" else "left")
+    for column in ("id", "role", "thread", "element / tree", "node", "stage", "trace element"):
+        table.add_column(column, justify="right" if column == "id" else "left",
+                         no_wrap=column not in ("stage", "trace element"))
     for e in entries:
-        table.add_row(str(e.id), e.role, e.thread or "-", e.element or e.tree or "-", e.stage, e.node,
-                      e.cluster, f"{e.trace} @ {e.trace_node}")
+        table.add_row(str(e.id), e.role, e.thread or "-", e.element or e.tree or "-", f"{e.node} ({e.cluster})",
+                      e.stage, f"{e.trace} @ {e.trace_node}")
     Console().print(table)
     return 0
 

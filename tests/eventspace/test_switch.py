@@ -30,3 +30,11 @@ def test_collectors_of_a_view_switch_off_and_on_while_the_run_lives(tmp_path, ca
         run.run("programs:ring", {"steps": 3}, timeout=60)
         after = counts(run, catalogue)
         assert all(after[c] > during[c] for c in after)
+
+
+def test_space_ls_lists_the_catalogue_of_a_pathmap(capsys):
+    from runs import REPO
+
+    assert main(["space", "ls", str(REPO / "pathmaps" / "example-toy.yaml"), "--view", "tree:count"]) == 0
+    out = capsys.readouterr().out
+    assert "collectors of example-toy: 3 of 7" in out and "contribute" in out and "arrival" in out

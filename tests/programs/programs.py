@@ -2,6 +2,8 @@
 
 import time
 
+from paths import Wrapper
+
 
 def ring(ctx):
     """Pass a token round the ring of row_I_J elements; allreduce the thread numbers each step."""
@@ -78,3 +80,24 @@ def ring_forever(ctx):
         steps += 1
         time.sleep(pause)
     return steps
+
+
+class Count(Wrapper):
+    """A user wrapper type (`type: programs:Count`): counts the operations that pass it, by code."""
+
+    def __init__(self, stage_id, params, node):
+        super().__init__(stage_id, params, node)
+        self.seen = {}
+
+    def __call__(self, code, args):
+        self.seen[code] = self.seen.get(code, 0) + 1
+        return self.next(code, args)
+
+
+def double_items(result):
+    """A convert function: a (start, items) batch with every item's first field doubled (other
+    results, such as a move's index, pass unchanged)."""
+    if not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[1], list):
+        return result
+    start, items = result
+    return start, [[2 * item[0], *item[1:]] for item in items]
