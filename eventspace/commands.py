@@ -1,4 +1,4 @@
-"""The eventspace subcommands of `eventspace`: space (the virtual event space) and scope."""
+"""The eventspace subcommands of `eventspace`: space (the virtual event space: ls, switch) and scope (pull one)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,64 @@ def register(subparsers) -> None:
     switch.add_argument("--run", required=True, help="the live run (run file, or pathmap name)")
     switch.add_argument("--view", default="all", help="which collectors (default: all)")
     switch.set_defaults(func=_switch)
+
+    scope = subparsers.add_parser("scope", help="pull a scope over a live run: its figures, and the last events")
+    scope.add_argument("--run", required=True, help="the live run (run file, or pathmap name)")
+    scope.add_argument("--view", default="all", help="which trace elements (default: all)")
+    scope.add_argument("--mode", default="latest", choices=("latest", "stream", "backlog"))
+    scope.add_argument("--tree", default="flat", help="flat, kary:K, per-node or per-cluster (default flat)")
+    scope.add_argument("--placement", default="monitor", choices=("monitor", "near"))
+    scope.add_argument("--concurrency", default="concurrent", choices=("concurrent", "sequential"))
+    scope.add_argument("--stage", action="append", help="a stage at every join, e.g. reduce:max_t_end@thread (repeatable)")
+    scope.add_argument("--max-rate", type=float, help="pulls per second at most")
+    scope.add_argument("--pulls", type=int, default=100, help="how many pulls (default %(default)s)")
+    scope.add_argument("--show", type=int, default=5, help="events of the last pull to print (default %(default)s)")
+    scope.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    scope.set_defaults(func=_scope)
+
+
+def _scope(args) -> int:
+    import json
+    import time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from paths import RunFile
+
+    from .scope import EventScope
+
+    run = RunFile.find(args.run).check_live()
+    with EventScope(run, args.view, mode=args.mode, tree=args.tree, placement=args.placement,
+                    concurrency=args.concurrency, stages=args.stage or (), max_rate=args.max_rate) as scope:
+        records = []
+        started = time.monotonic()
+        for _ in range(args.pulls):
+            pulled = scope.pull()
+            records = pulled.records
+        wall = time.monotonic() - started
+        stats = scope.stats()
+    figures = {"view": args.view, "trace_elements": len(scope.entries), "tree": args.tree, "placement": args.placement,
+               "mode": args.mode, "pulls": stats.pulls, "observe_rate": stats.observe_rate,
+               "pulls_per_wall_second": stats.pulls / wall if wall else 0.0, "tuples": stats.tuples,
+               "bytes_in_per_pull": stats.bytes_in / max(1, stats.pulls), "discarded": stats.discarded,
+               "missing": sorted(pulled.missing),
+               "seconds_per_level": {str(k): v[0] / max(1, stats.pulls) for k, v in sorted(stats.levels.items())}}
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    console = Console()
+    table = Table(title=f"scope over {args.view}: {len(scope.entries)} trace elements, {args.tree}/{args.placement}",
+                  show_header=False)
+    for key, value in figures.items():
+        table.add_row(key.replace("_", " "), f"{value:,.1f}" if isinstance(value, float) else str(value))
+    console.print(table)
+    if len(records) and not isinstance(records, list):
+        from rich.markup import escape
+
+        for event in scope.catalogue.label(records[-args.show:]):
+            console.print(escape(str(event)))
+    return 0
 
 
 def _ls(args) -> int:
@@ -67,4 +125,4 @@ def _pathmap(file: str):
 
     if Path(file).suffix in (".yaml", ".yml"):
         return Pathmap.load(file)
-    return RunFile.find(file).pathmap()
+    return RunFile.find(file).check_live().pathmap()   # RunError (one line) for a run that has ended

@@ -38,3 +38,19 @@ def test_space_ls_lists_the_catalogue_of_a_pathmap(capsys):
     assert main(["space", "ls", str(REPO / "pathmaps" / "example-toy.yaml"), "--view", "tree:count"]) == 0
     out = capsys.readouterr().out
     assert "collectors of example-toy: 3 of 7" in out and "contribute" in out and "arrival" in out
+
+
+def test_the_scope_command_pulls_and_reports_its_figures(tmp_path, capsys):
+    import json
+
+    pm = pathmap_for(ring_app(4), TWO_NODES, name="scopecli")
+    pm = dataclasses.replace(pm, instrument=Instrument(collectors=(Selector(at=("source",)),))).validate()
+    with launch(pm, run_dir=tmp_path, env=ENV) as run:
+        run.run("programs:ring", {"steps": 3}, timeout=60)
+        assert main(["scope", "--run", run.run_file.path, "--view", "node:B", "--tree", "per-node", "--placement",
+                     "near", "--pulls", "5", "--json"]) == 0
+        figures = json.loads(capsys.readouterr().out)
+        assert figures["pulls"] == 5 and figures["trace_elements"] == 4 and figures["tuples"] == 20
+        assert figures["observe_rate"] > 0 and figures["missing"] == []
+        assert main(["scope", "--run", run.run_file.path, "--stage", "filter:op ==", "--pulls", "1"]) == 2
+        assert "does not parse" in capsys.readouterr().err
