@@ -102,17 +102,20 @@ class Join:
         nbytes = 0
         missing: set[str] = set()
         if requests:
+            sequential = self.spec.concurrency == "sequential"
+            sent = [(r[:3], [(r[3], None)]) for r in requests] if sequential else _merged(requests)
             before = fanout.bytes_received
-            replies, missing = fanout.request([r[:3] for r in requests], self.spec.timeout,
-                                              sequential=self.spec.concurrency == "sequential")
+            replies, missing = fanout.request([request for request, _ in sent], self.spec.timeout,
+                                              sequential=sequential)
             nbytes = fanout.bytes_received - before
-            for reply, (node, _, _, handle) in zip(replies, requests):
+            for reply, ((node, _, _), handlers) in zip(replies, sent):
                 if reply is None:
                     continue
                 if isinstance(reply, PastSetError):
                     missing.add(node)  # it answered, but not with data: a removed join, a deleted element
                     continue
-                handle(reply)
+                for handle, part in handlers:
+                    handle(reply if part is None else reply[part])
         out = finish()
         out.missing |= missing
         if nbytes:
@@ -149,7 +152,7 @@ class Join:
                 out.discarded += pulled.discarded
                 out.missing |= pulled.missing
                 out.merge_levels(pulled.levels)
-            records = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else trace.empty())
+            records = trace.concat(parts)
             out.records = self.apply(records)
             out.add_level(spec.level, time.perf_counter() - started, len(out.records), 0)
             return out
@@ -206,3 +209,31 @@ class Join:
         out.missing |= pulled.missing
         out.merge_levels(pulled.levels)
         return pulled.records
+
+
+def _merged(requests: list) -> list:
+    """The requests of one round with the leaf reads that go to the same node merged into one
+    (a kary tree in the monitor has a leaf join per K trace elements; one request per join
+    would cost a message each way per K elements). Returns [((node, op, args), [(handler, part)])]:
+    each handler gets its `part` (a slice) of the merged reply, or all of it for part None.
+    A merged read that fails fails for every join in it (the node is reported missing).
+    """
+    sent: list = []
+    merged: dict[tuple, tuple[list, list]] = {}   # (node, op, last arg) -> (list args, handlers)
+    for node, op, args, handle in requests:
+        if op not in (p.LATEST_MANY, p.RANGE_MANY):
+            sent.append(((node, op, args), [(handle, None)]))
+            continue
+        # LATEST_MANY (names, n) and RANGE_MANY (names, los, hi): per-element lists, then one value.
+        key = (node, op, args[-1])
+        found = merged.get(key)
+        if found is None:
+            lists = [[] for _ in args[:-1]]
+            found = merged[key] = (lists, [])
+            sent.append(((node, op, (*lists, args[-1])), found[1]))
+        lists, handlers = found
+        start = len(lists[0])
+        for mine, theirs in zip(lists, args[:-1]):
+            mine.extend(theirs)
+        handlers.append((handle, slice(start, len(lists[0]))))
+    return sent

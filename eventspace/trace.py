@@ -46,3 +46,17 @@ def encode(records: np.ndarray) -> bytes:
 
 def empty() -> np.ndarray:
     return np.empty(0, dtype=DTYPE)
+
+
+def concat(batches: list[np.ndarray]) -> np.ndarray:
+    """The records of several batches in one array, in order.
+
+    Joined as bytes: `np.concatenate` on a structured dtype promotes the dtypes field by field
+    on every call, which costs more than copying a few thousand records, and a scope's tree
+    joins batches at every join of every pull (benchmarks/scope_bench.py).
+    """
+    if len(batches) == 1:
+        return batches[0]
+    if not batches:
+        return empty()
+    return decode(b"".join(encode(b) for b in batches))

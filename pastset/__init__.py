@@ -3,15 +3,16 @@
 from .client import Client, RemoteElement, connect
 from .element import Element, ElementInfo
 from .errors import (AuthError, BadArgument, Expired, LimitExceeded, PastSetError, ProtocolError,
-                     ServerGone, TemplateMismatch, Timeout, UnknownElement)
+                     Refused, ServerGone, TemplateMismatch, Timeout, UnknownElement)
 from .linda import ANY, Linda
 from .protocol import Limits
+from .security import Security
 from .server import TupleServer
 from .template import Template
 
 __all__ = [
     "TupleServer", "connect", "Client", "Element", "RemoteElement", "ElementInfo", "Template",
-    "Limits", "Linda", "ANY",
+    "Limits", "Linda", "ANY", "Security",
     "PastSetError", "UnknownElement", "TemplateMismatch", "Expired", "Timeout", "ServerGone",
-    "ProtocolError", "LimitExceeded", "BadArgument", "AuthError",
+    "ProtocolError", "LimitExceeded", "BadArgument", "AuthError", "Refused",
 ]

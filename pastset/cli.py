@@ -1,16 +1,15 @@
-"""The pastset subcommands of `eventspace`: serve, ps stat, ps demo."""
+"""The pastset subcommands of `eventspace`: serve, keys generate, ps stat, ps demo."""
 
 from __future__ import annotations
 
-import ipaddress
 import signal
 import socket
-import sys
+import stat
 import threading
-from urllib.parse import urlsplit
+from pathlib import Path as FilePath
 
 from .client import connect
-from .errors import PastSetError
+from .security import AUTHORIZED, KEYS_ENV, Security, check_bind, default, generate
 from .server import TupleServer
 
 
@@ -19,9 +18,19 @@ def register(subparsers) -> None:
     serve.add_argument("--bind", default="tcp://127.0.0.1:5555",
                        help="ZeroMQ endpoint to bind (port 0 picks a free one; default %(default)s)")
     serve.add_argument("--name", default=None, help="server name (default: the host name)")
+    serve.add_argument("--keys", metavar="DIR", default=None,
+                       help=f"serve CURVE with the key directory DIR (default: ${KEYS_ENV} if set)")
     serve.add_argument("--insecure", action="store_true",
                        help="allow binding a non-loopback address without authentication")
     serve.set_defaults(func=_serve)
+
+    keys = subparsers.add_parser("keys", help="CURVE keys: authentication and encryption of node servers")
+    keys_sub = keys.add_subparsers(dest="keys_command", metavar="SUBCOMMAND", required=True)
+    generate = keys_sub.add_parser("generate", help="write a key directory: server and client key pairs, "
+                                                    "and the client keys servers accept")
+    generate.add_argument("dir", help="the key directory to write (created with mode 0700)")
+    generate.add_argument("--force", action="store_true", help="replace the keys DIR already holds")
+    generate.set_defaults(func=_keys_generate)
 
     ps = subparsers.add_parser("ps", help="PastSet tools: inspect a node server, run the demo")
     ps_sub = ps.add_subparsers(dest="ps_command", metavar="SUBCOMMAND", required=True)
@@ -35,30 +44,13 @@ def register(subparsers) -> None:
     demo.set_defaults(func=_demo)
 
 
-def check_bind(bind: str, insecure: bool) -> None:
-    """Refuse a non-loopback bind unless the user said --insecure (no authentication exists yet)."""
-    parts = urlsplit(bind)
-    if parts.scheme != "tcp":
-        return
-    host = parts.hostname or ""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback:
-        if not insecure:
-            raise PastSetError(
-                f"refusing to bind {bind}: it is reachable from other hosts and anyone who can "
-                "reach it may read and write every element; bind 127.0.0.1, or pass --insecure"
-            )
-        print(f"warning: serving {bind} without authentication", file=sys.stderr)
-
-
 def _serve(args) -> int:
-    check_bind(args.bind, args.insecure)
+    security = Security.load(args.keys) if args.keys else default()
+    check_bind(args.bind, security, args.insecure)
     server = TupleServer(args.name or socket.gethostname())
-    endpoint = server.serve(args.bind)
-    print(f"serving on {endpoint}", flush=True)
+    endpoint = server.serve(args.bind, security)
+    print(f"serving on {endpoint}" + (f" (CURVE, keys {security.keys})" if security.serves else ""),
+          flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -87,6 +79,23 @@ def _stat(args) -> int:
                           "-" if i.keep is None else str(i.keep),
                           "-" if i.delta is None else str(i.delta), f"{i.nbytes:,}")
         Console().print(table)
+    return 0
+
+
+def _keys_generate(args) -> int:
+    written = generate(args.dir, force=args.force)
+    base = FilePath(args.dir).resolve()
+    print(f"wrote CURVE keys to {base}:")
+    for path in written:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        print(f"  {path.relative_to(written[0].parent)}  ({mode:04o})")
+    print(f"""
+server.key_secret stays with the node servers; client.key_secret with whoever may use the run
+(nodes, monitors, tools); {AUTHORIZED}/ holds the client public keys the servers accept: add
+another client's .key file there to let it in. Give the directory to every node and monitor:
+  in the pathmap:       security: {{keys: {base}}}
+  or the environment:   export {KEYS_ENV}={base}
+Monitors and tools attaching to a run need {KEYS_ENV} (server.key and client.key_secret suffice).""")
     return 0
 
 

@@ -9,23 +9,28 @@ from time import monotonic
 
 import msgpack
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from . import protocol as p
 from .element import ElementInfo, _check_timeout
-from .errors import BadArgument, LimitExceeded, PastSetError, ServerGone, UnknownElement
+from .errors import BadArgument, LimitExceeded, PastSetError, Refused, ServerGone, UnknownElement
+from .security import Security, resolve
 from .template import Template
 
 _unpackb = msgpack.unpackb
 
 
-def connect(endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0) -> Client:
+def connect(endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0,
+            security: Security | None = None) -> Client:
     """A client of the node server at `endpoint` (e.g. "tcp://127.0.0.1:5555").
 
-    Raises ServerGone if nothing answers within `timeout` seconds. Afterwards a server that
-    answers neither a request nor a liveness ping for `gone_after` seconds is reported as
-    ServerGone to every caller waiting on it; no call hangs on a dead server.
+    Raises ServerGone if nothing answers within `timeout` seconds, or Refused (a ServerGone)
+    as soon as the server refuses the security handshake. Afterwards a server that answers
+    neither a request nor a liveness ping for `gone_after` seconds is reported as ServerGone
+    to every caller waiting on it; no call hangs on a dead server. `security` holds the CURVE
+    keys to speak with (None: the process's, see `pastset.security.default`).
     """
-    return Client(endpoint, timeout=timeout, gone_after=gone_after)
+    return Client(endpoint, timeout=timeout, gone_after=gone_after, security=security)
 
 
 class Client:
@@ -42,9 +47,10 @@ class Client:
     _GRACE = 0.5
 
     def __init__(self, endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0,
-                 limits: p.Limits = p.Limits()):
+                 limits: p.Limits = p.Limits(), security: Security | None = None):
         self.endpoint = endpoint
         self.limits = limits
+        self.security = resolve(security)
         self._gone_after = gone_after
         self._ctx = zmq.Context()
         self._local = threading.local()
@@ -54,10 +60,17 @@ class Client:
         self._rids = itertools.count(1)
         self._closed = False
         try:
-            self.name, max_frame = self._call(p.PING, (), wait=timeout, gone_after=timeout)
+            self.name, max_frame = self._hello(timeout)
+        except Refused as exc:
+            self.close()
+            raise Refused(f"node server at {endpoint} refused this client: {exc}") from None
         except ServerGone:
             self.close()
             raise ServerGone(f"no node server answers at {endpoint} (waited {timeout}s)") from None
+        except zmq.ZMQError as exc:  # an endpoint zmq cannot connect to at all
+            self.close()
+            raise BadArgument(f"cannot connect to {endpoint!r}: {exc}; an endpoint looks like "
+                              "tcp://HOST:PORT") from None
         # A frame far beyond the server's limit is dropped with its connection, unanswered:
         # such a request must never leave this client.
         if max_frame < limits.max_frame:
@@ -127,18 +140,43 @@ class Client:
     def _socket(self) -> zmq.Socket:
         sock = getattr(self._local, "sock", None)
         if sock is None:
-            if self._closed:
-                raise PastSetError(f"client of {self.endpoint} is closed")
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.RCVTIMEO, int(self._PING_AFTER * 1000))
+            sock = self._open()
             sock.connect(self.endpoint)
-            with self._sockets_mutex:
-                self._sockets.add(sock)
-            self._local.sock = sock
-            # A Packer of its own per thread: packb would build one for every request.
-            self._local.pack = msgpack.Packer(use_bin_type=True).pack
         return sock
+
+    def _open(self) -> zmq.Socket:
+        """A new socket for this thread, configured and registered, not connected yet."""
+        if self._closed:
+            raise PastSetError(f"client of {self.endpoint} is closed")
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(self._PING_AFTER * 1000))
+        self.security.configure_client(sock)
+        with self._sockets_mutex:
+            self._sockets.add(sock)
+        self._local.sock = sock
+        # A Packer of its own per thread: packb would build one for every request.
+        self._local.pack = msgpack.Packer(use_bin_type=True).pack
+        return sock
+
+    def _hello(self, timeout):
+        """The first request: a ping, with the connection's handshake watched, so that a server
+        that refuses it is told apart from silence (and at once, not after `timeout`)."""
+        sock = self._open()
+        # Watched from before it connects: libzmq may not retry after a mechanism mismatch, so
+        # a failure missed here would never be seen again.
+        watch = _Handshake(sock, self.security)
+        try:
+            sock.connect(self.endpoint)
+            rid = next(self._rids)
+            sock.send(p.pack([rid, p.PING]))
+            raw = self._wait(sock, rid, p.PING, timeout, timeout, watch=watch)
+        finally:
+            watch.close()
+        reply = _unpackb(raw, raw=False)
+        if reply[1] == p.OK:
+            return reply[2]
+        p.raise_error(reply[2], reply[3])
 
     def _call(self, op, args, wait=None, gone_after=None):
         """Send one request from this thread and wait for its reply.
@@ -172,8 +210,9 @@ class Client:
             return reply[2]
         p.raise_error(reply[2], reply[3])
 
-    def _wait(self, sock, rid, op, wait, gone_after, early=None) -> bytes:
-        # `early` is a reply the fast path already read that was not ours (None: a probe).
+    def _wait(self, sock, rid, op, wait, gone_after, early=None, watch=None) -> bytes:
+        # `early` is a reply the fast path already read that was not ours (None: a probe);
+        # `watch` the handshake of a first request.
         """The slow path of a reply: ping a quiet server, drop stale replies, give up if it is gone."""
         start = monotonic()
         deadline = None if wait is None else start + _check_timeout(wait) + self._GRACE
@@ -191,7 +230,14 @@ class Client:
                     sock.send(p.pack([ping_rid, p.PING]))
                 limit = heard + gone_after if deadline is None else min(deadline, heard + gone_after)
                 ms = max(1, int(min(limit - now, self._PING_AFTER) * 1000))
-                if not sock.poll(ms):
+                if watch is None:
+                    ready = sock.poll(ms)
+                else:
+                    ready = watch.poll(ms)
+                    if watch.refused:
+                        self._drop_socket(sock)
+                        raise Refused(watch.refused)
+                if not ready:
                     continue
                 raw = sock.recv()
                 if not raw:
@@ -209,12 +255,60 @@ class Client:
             # anything else answers a request this thread abandoned earlier: drop it
 
     def _give_up(self, sock, why):
+        self._drop_socket(sock)
+        raise ServerGone(f"node server at {self.endpoint} is gone: {why}")
+
+    def _drop_socket(self, sock):
         # Close the socket so that requests still queued in it are never delivered later.
         with self._sockets_mutex:
             self._sockets.discard(sock)
         self._local.sock = None
         sock.close(linger=0)
-        raise ServerGone(f"node server at {self.endpoint} is gone: {why}")
+
+
+class _Handshake:
+    """Watches a socket's connection handshakes (a ZeroMQ socket monitor) to learn whether the
+    server refused it: a mechanism mismatch (CURVE on one side only, or a wrong server key)
+    or a client key the server's authenticator does not accept."""
+
+    _FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+               | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+
+    def __init__(self, sock: zmq.Socket, security: Security):
+        self._sock = sock
+        self._security = security
+        self._events = sock.get_monitor_socket(self._FAILED)
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(self._events, zmq.POLLIN)
+        self.refused: str | None = None   # why, once a handshake failed
+
+    def poll(self, ms: int) -> bool:
+        """Wait up to `ms` for a message on the socket (True) or a failed handshake (sets `refused`)."""
+        ready = dict(self._poller.poll(ms))
+        if self._events in ready:
+            event = recv_monitor_message(self._events)["event"]
+            self.refused = self._why(event)
+        return self._sock in ready
+
+    def _why(self, event) -> str:
+        sec = self._security
+        if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            key = f" ({sec.keys}/client.key)" if sec.keys else ""
+            return (f"it does not authorise this client's CURVE key{key}; copy the client's public "
+                    "key file into the server's authorized_clients directory, or use the run's own "
+                    "key directory")
+        if not sec.connects:
+            return ("the security handshake failed: the server uses CURVE and this client has no "
+                    "keys; set EVENTSPACE_KEYS to the run's key directory (see `eventspace keys generate`)")
+        key = f" (this client expects the one in {sec.keys}/server.key)" if sec.keys else ""
+        return (f"the CURVE handshake failed: the server does not use CURVE, or uses another server "
+                f"key{key}")
+
+    def close(self) -> None:
+        if not self._sock.closed:
+            self._sock.disable_monitor()
+        self._events.close(linger=0)
 
 
 class RemoteElement:

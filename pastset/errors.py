@@ -38,7 +38,13 @@ class BadArgument(PastSetError, ValueError):
 
 
 class AuthError(PastSetError):
-    """The peer is not authorised to talk to this node server."""
+    """Authentication cannot happen: CURVE keys are missing or unusable, or the peer refused them."""
+
+
+class Refused(ServerGone, AuthError):
+    """The node server refused this client's security handshake: it uses CURVE and the client has
+    no keys, or a key it does not authorise, or a wrong server key (or CURVE on the client only).
+    Never on the wire: the client learns it from its connection, not from a reply."""
 
 
 # The wire carries errors by name; only these names are ever turned back into exceptions.

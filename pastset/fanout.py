@@ -10,6 +10,7 @@ import zmq
 
 from . import protocol as p
 from .errors import ERRORS_BY_NAME, ProtocolError, ServerGone
+from .security import Security, resolve
 
 _unpackb = msgpack.unpackb
 
@@ -20,11 +21,15 @@ class Fanout:
     One DEALER socket per endpoint, all owned by the thread that uses the Fanout (it is not
     thread-safe: give each thread its own). `request` never blocks past its deadline: a server
     that does not answer in time is reported missing, and its late replies are recognised by
-    request id and dropped. Counts the bytes it sends and receives.
+    request id and dropped. Counts the bytes it sends and receives. `security` holds the CURVE
+    keys its sockets speak with (None: the process's, see `pastset.security.default`); a server
+    that refuses them never answers, so its node is reported missing.
     """
 
-    def __init__(self, endpoints: dict[str, str], context: zmq.Context | None = None):
+    def __init__(self, endpoints: dict[str, str], context: zmq.Context | None = None,
+                 security: Security | None = None):
         self._ctx = context or zmq.Context.instance()
+        self._security = resolve(security)
         self._endpoints = dict(endpoints)
         self._sockets: dict[str, zmq.Socket] = {}
         self._node_of: dict[zmq.Socket, str] = {}
@@ -112,6 +117,7 @@ class Fanout:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 1000)
+            self._security.configure_client(sock)
             sock.connect(endpoint)
             self._sockets[node] = sock
             self._node_of[sock] = node

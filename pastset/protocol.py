@@ -54,6 +54,7 @@ class Limits:
     max_parked: int = 10_000              # blocked requests parked at once, per server
     max_batch: int = 100_000              # elements named in one latest_many
     max_calls: int = 512                  # hosted calls running at once (each holds a worker thread)
+    max_ring: int = 64 * 1024 * 1024      # bytes one binary element preallocates (record size x keep)
 
 
 def pack(obj) -> bytes:

@@ -15,9 +15,11 @@ import msgpack
 import zmq
 
 from . import protocol as p
-from .element import WOULD_BLOCK, Element, ElementInfo, _check_pattern, _check_timeout, make_element
-from .errors import (BadArgument, LimitExceeded, PastSetError, ProtocolError, TemplateMismatch,
+from .element import (WOULD_BLOCK, BinaryElement, Element, ElementInfo, _check_pattern, _check_timeout,
+                      make_element)
+from .errors import (AuthError, BadArgument, LimitExceeded, PastSetError, ProtocolError, TemplateMismatch,
                      Timeout, UnknownElement)
+from .security import Security, resolve
 from .template import Template
 
 
@@ -57,6 +59,7 @@ class TupleServer:
                         f"server {self.name} already hosts {self.limits.max_elements} elements; "
                         "delete some or raise Limits.max_elements"
                     )
+                self._check_ring(template, keep, delta)
                 element = make_element(name, template, keep, delta, next(self._ids))
                 self._by_name[name] = element
                 self._by_id[element.id] = element
@@ -74,7 +77,7 @@ class TupleServer:
         """The existing element `name`; raises UnknownElement (with close names) if absent."""
         element = self._by_name.get(name)
         if element is None:
-            raise UnknownElement(_unknown_message(name, self._by_name))
+            raise UnknownElement(_unknown_message(name, self._by_name, self.limits.max_name))
         return element
 
     def delete(self, name: str) -> None:
@@ -82,7 +85,7 @@ class TupleServer:
         with self._table:
             element = self._by_name.pop(name, None)
             if element is None:
-                raise UnknownElement(_unknown_message(name, self._by_name))
+                raise UnknownElement(_unknown_message(name, self._by_name, self.limits.max_name))
             del self._by_id[element.id]
         element._delete()
 
@@ -131,13 +134,16 @@ class TupleServer:
             raise UnknownElement(f"nothing is hosted as {name!r} on server {self.name}")
         return fn
 
-    def serve(self, bind: str = "tcp://127.0.0.1:0") -> str:
+    def serve(self, bind: str = "tcp://127.0.0.1:0", security: Security | None = None) -> str:
         """Open a ZeroMQ endpoint for remote clients; returns the bound endpoint.
 
         Port 0 picks a free port. The endpoint's loop runs in a background thread until
-        `close()`.
+        `close()`. With `security` that serves CURVE (None: the process's keys, see
+        `pastset.security.default`), clients must speak CURVE with a key the security's
+        authorised directory holds; any other client is refused during its handshake and
+        never reaches the loop. No address policy here: see `pastset.security.check_bind`.
         """
-        endpoint = _Endpoint(self, bind)
+        endpoint = _Endpoint(self, bind, resolve(security))
         self._endpoints.append(endpoint)
         return endpoint.endpoint
 
@@ -164,6 +170,19 @@ class TupleServer:
                 f"element name of {len(name)} characters exceeds the limit of {self.limits.max_name}"
             )
 
+    def _check_ring(self, template, keep, delta):
+        # A binary element preallocates its ring (BinaryElement): a request of a few bytes must
+        # not make the server allocate, and zero, gigabytes while every client waits.
+        if not template.is_binary:
+            return
+        bounds = [b for b in (keep, delta) if isinstance(b, int) and b > 0]
+        records = min(bounds) if bounds else BinaryElement._INITIAL_CAPACITY
+        if records * template.record_size > self.limits.max_ring:
+            raise LimitExceeded(
+                f"an element of {records} records of {template.record_size} bytes would preallocate "
+                f"more than the {self.limits.max_ring}-byte ring limit; lower keep or raise Limits.max_ring"
+            )
+
     def _element_changed(self, element):
         """Called, element mutex held, when an element with parked remote requests changes."""
         for endpoint in self._endpoints:  # requests may be parked on any of them
@@ -176,10 +195,13 @@ class TupleServer:
         return element
 
 
-def _unknown_message(name, known) -> str:
+def _unknown_message(name, known, max_name: int) -> str:
     import difflib
 
-    close = difflib.get_close_matches(str(name), list(known), n=3)
+    if not isinstance(name, str) or len(name) > max_name:
+        # No element has such a name; and difflib over megabytes would hold the loop for seconds.
+        return f"no element named {name!r:.80}; enter it first"
+    close = difflib.get_close_matches(name, list(known), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; enter it first"
     return f"no element named {name!r}{hint}"
 
@@ -205,7 +227,7 @@ class _Endpoint:
     thread, always under `_waker_mutex`).
     """
 
-    def __init__(self, server: TupleServer, bind: str):
+    def __init__(self, server: TupleServer, bind: str, security: Security):
         self.server = server
         self.limits = server.limits
         self._ctx = zmq.Context()
@@ -216,10 +238,17 @@ class _Endpoint:
         # allocate it; anything between the two limits gets a proper error reply.
         sock.setsockopt(zmq.MAXMSGSIZE, 2 * self.limits.max_frame)
         sock.setsockopt(zmq.SNDHWM, 100_000)
+        # CURVE is the socket's and the ZAP thread's business, settled per connection at its
+        # handshake: the loop below does no per-request work for it.
+        try:
+            self._auth = security.start_server(self._ctx, sock)
+        except AuthError:
+            self._ctx.destroy(linger=0)
+            raise
         try:
             self.endpoint = _bind(sock, bind)
         except zmq.ZMQError as exc:
-            self._ctx.destroy(linger=0)
+            self._destroy()
             raise PastSetError(f"cannot bind {bind}: {exc}") from None
         inproc = f"inproc://pastset-waker-{id(self)}"
         sock.bind(inproc)
@@ -264,6 +293,11 @@ class _Endpoint:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self._waker.close(linger=0)
+        self._destroy()
+
+    def _destroy(self):
+        if self._auth is not None:
+            self._auth.stop()  # its sockets live in the context: before destroying it
         self._ctx.destroy(linger=0)
 
     # -- the loop --------------------------------------------------------------------------------

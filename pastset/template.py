@@ -113,7 +113,8 @@ class Template:
         for i, (name, value) in enumerate(zip(self.fields, values)):
             if name == "any":
                 try:
-                    msgpack.packb(value, use_bin_type=True)
+                    # As deep as the deepest reply carries it (latest_many), so that it can be read back.
+                    msgpack.packb([[[[[value]]]]], use_bin_type=True)
                 except (TypeError, ValueError, OverflowError) as exc:
                     raise TemplateMismatch(
                         f"field {i} (any): {type(value).__name__} is not msgpack-encodable ({exc})"

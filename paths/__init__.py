@@ -7,14 +7,14 @@ from .inputs import AppMap, ClusterMap, Placement
 from .instrument import CollectorPoint, Instrument, Selector
 from .launch import NodeDied, ProgramFailed, Run, attach, launch
 from .node import NodeServer, collector_points
-from .pathmap import Clock, ElementSpec, Node, Path, Pathmap, Stage, Thread, Tree, TreePoints
+from .pathmap import Clock, ElementSpec, Node, Path, Pathmap, SecuritySpec, Stage, Thread, Tree, TreePoints
 from .runfile import RunError, RunFile
 from .shapes import Shape
 from .wrapper import PathsError, Wrapper
 
 __all__ = [
     "Pathmap", "PathmapError", "Problem", "Node", "Thread", "ElementSpec", "Stage", "Path", "Tree",
-    "TreePoints", "Instrument", "Selector", "CollectorPoint", "Clock",
+    "TreePoints", "Instrument", "Selector", "CollectorPoint", "Clock", "SecuritySpec",
     "generate", "AppMap", "ClusterMap", "Placement", "Shape",
     "launch", "attach", "Run", "RunFile", "RunError", "NodeDied", "ProgramFailed",
     "NodeServer", "Context", "PathHandle", "Wrapper", "PathsError", "collector_points",

@@ -10,6 +10,7 @@ import sys
 import threading
 
 from pastset import PastSetError
+from pastset.security import use as use_security
 
 from .document import PathmapError
 from .node import NodeServer
@@ -17,11 +18,14 @@ from .pathmap import Pathmap
 
 
 def run_node(pathmap_file: str, node: str, bind: str | None = None, launched: bool = False,
-             endpoints: dict | None = None) -> int:
+             endpoints: dict | None = None, insecure: bool = False) -> int:
     """Run one node until stopped; print one JSON line {node, endpoint, pid} once it serves.
 
     Launched (by `paths.launch`): the node also stops when its stdin closes, so that it never
-    outlives the launcher. Otherwise SIGINT or SIGTERM stop it.
+    outlives the launcher. Otherwise SIGINT or SIGTERM stop it. The node's keys (the pathmap's
+    `security` section, else $EVENTSPACE_KEYS) become the process's, so that everything that
+    connects from inside it (scope joins placed on the node) speaks CURVE too. A non-loopback
+    address without CURVE needs `insecure`.
     """
     pathmap = Pathmap.load(pathmap_file)
     try:
@@ -29,12 +33,14 @@ def run_node(pathmap_file: str, node: str, bind: str | None = None, launched: bo
     except KeyError:
         raise PathmapError([pathmap.origin.problem(("nodes",), f"no node {node!r}; the pathmap's nodes are "
                                                    f"{', '.join(n.name for n in pathmap.nodes)}")]) from None
-    server = NodeServer(pathmap, node, endpoints=endpoints)
+    security = pathmap.security.load()
+    use_security(security)
+    server = NodeServer(pathmap, node, endpoints=endpoints, security=security)
     try:
-        endpoint = server.serve(bind)
-    except PastSetError as exc:
+        endpoint = server.serve(bind, insecure)
+    except PastSetError:
         server.close()
-        raise PastSetError(f"node {node}: {exc}; is another node on this port? use port 0 for a free one") from None
+        raise
     print(json.dumps({"node": node, "endpoint": endpoint, "pid": os.getpid()}), flush=True)
     if launched:
         threading.Thread(target=_watch_stdin, args=(server,), daemon=True).start()
@@ -66,10 +72,12 @@ def main(argv=None) -> int:
     parser.add_argument("--bind", default=None)
     parser.add_argument("--launched", action="store_true")
     parser.add_argument("--endpoints", default=None, help="JSON {node: endpoint} of the other nodes")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a non-loopback address without authentication")
     args = parser.parse_args(argv)
     try:
         return run_node(args.pathmap, args.node, args.bind, args.launched,
-                        json.loads(args.endpoints) if args.endpoints else None)
+                        json.loads(args.endpoints) if args.endpoints else None, args.insecure)
     except (PathmapError, PastSetError, OSError) as exc:
         print(f"node {args.node}: {exc}", file=sys.stderr, flush=True)
         return 2

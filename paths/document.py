@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import errno
+import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path as FilePath
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -68,6 +71,15 @@ class PathmapError(ValueError):
     def __init__(self, problems: Iterable[Problem]):
         self.problems = tuple(sorted(problems, key=lambda p: p.line or 0))
         super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def read_text(file: str | os.PathLike) -> str:
+    """A YAML input's text. OSError if it cannot be read, also (EILSEQ, naming the file) if it is not UTF-8 text."""
+    try:
+        return FilePath(file).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise OSError(errno.EILSEQ, f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                                    "give a YAML file", os.fspath(file)) from None
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path as FilePath
 
 from yaml.nodes import ScalarNode, SequenceNode
 
-from .document import Document, Origin, PathmapError, suggest
+from .document import Document, Origin, PathmapError, read_text, suggest
 from .pathmap import Node
 from .registry import TREE_KINDS
 from .rules import count_problem, port_problem, template_problem
@@ -44,7 +43,7 @@ def _parse(text: str, source: str, read):
 
 
 def _read_file(cls, file: str | os.PathLike):
-    return cls.loads(FilePath(file).read_text(encoding="utf-8"), source=os.fspath(file))
+    return cls.loads(read_text(file), source=os.fspath(file))
 
 
 @dataclass(frozen=True)

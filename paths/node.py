@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 
 import pastset
-from pastset import PastSetError, TupleServer
+from pastset import AuthError, PastSetError, TupleServer
+from pastset.security import check_bind
 
 from . import operation as op
 from .instrument import CollectorPoint
@@ -47,13 +48,17 @@ class NodeServer:
     server instead of holding a thread).
 
     Application threads placed on this node run `program(ctx)` with a `paths.Context`.
+
+    `security` holds the CURVE keys the node serves with and connects to the other nodes with
+    (None: the pathmap's `security` section, else the process's keys, see `SecuritySpec.load`).
     """
 
     def __init__(self, pathmap: Pathmap, name: str, endpoints: Mapping[str, str] | None = None,
-                 limits: pastset.Limits = pastset.Limits()):
+                 limits: pastset.Limits = pastset.Limits(), security: pastset.Security | None = None):
         self.pathmap = pathmap
         self.name = name
         self.spec = pathmap.node(name)
+        self.security = security if security is not None else pathmap.security.load()
         offset = os.environ.get(CLOCK_OFFSET_ENV)
         self.clock_offset_ns = int(offset) if offset else self.spec.clock_offset_ns
         self.server = TupleServer(name, limits)
@@ -196,17 +201,28 @@ class NodeServer:
                 client = self._clients.get(node)
                 if client is None:
                     endpoint = self.endpoints.get(node) or _pathmap_endpoint(self.pathmap, node)
-                    client = pastset.connect(endpoint)
+                    client = pastset.connect(endpoint, security=self.security)
                     self._clients[node] = client
         return client
 
     # -- serving -----------------------------------------------------------------------------
 
-    def serve(self, bind: str | None = None) -> str:
-        """Open the node's endpoint (default: its host and port from the pathmap); returns it."""
+    def serve(self, bind: str | None = None, insecure: bool = False) -> str:
+        """Open the node's endpoint (default: its host and port from the pathmap); returns it.
+
+        A non-loopback address without CURVE is refused (PastSetError) unless `insecure`
+        (then a warning goes to stderr); see `pastset.security.check_bind`.
+        """
         if bind is None:
             bind = f"tcp://{self.spec.host}:{self.spec.port}"
-        self.endpoint = self.server.serve(bind)
+        check_bind(bind, self.security, insecure)
+        try:
+            self.endpoint = self.server.serve(bind, self.security)
+        except AuthError:
+            raise
+        except PastSetError as exc:
+            raise PastSetError(f"node {self.name}: {exc}; is another node on this port? "
+                               "use port 0 for a free one") from None
         self.endpoints[self.name] = self.endpoint
         return self.endpoint
 

@@ -8,10 +8,12 @@ from functools import cached_property
 from pathlib import Path as FilePath
 
 import networkx as nx
+import pastset
 import yaml
+from pastset.security import default as default_security
 
 from . import rules
-from .document import Document, Origin, PathmapError, Problem
+from .document import Document, Origin, PathmapError, Problem, read_text
 from .instrument import CollectorPoint, Instrument, Selector, select
 from .registry import JOIN_TYPES
 
@@ -157,6 +159,20 @@ class Clock:
     reference: str | None = None
 
 
+@dataclass(frozen=True)
+class SecuritySpec:
+    """CURVE for the run: `keys` is a key directory (`eventspace keys generate DIR`) that every
+    node serves and connects with; None: the process's keys ($EVENTSPACE_KEYS), or plaintext.
+    A relative `keys` in a pathmap file is read relative to the file's folder."""
+
+    keys: str | None = None
+
+    def load(self) -> pastset.Security:
+        """The keys to serve and connect with: the directory's, else the process's
+        (`pastset.security.default`). AuthError if they are not usable."""
+        return pastset.Security.load(self.keys) if self.keys is not None else default_security()
+
+
 @dataclass(frozen=True, repr=False)
 class Pathmap:
     """Everything a run needs: nodes, threads, elements, stages, paths, trees, instrumentation.
@@ -176,6 +192,7 @@ class Pathmap:
     instrument: Instrument = Instrument()
     allow_modules: tuple[str, ...] = ()
     clock: Clock = Clock()
+    security: SecuritySpec = SecuritySpec()
     origin: Origin = field(default=Origin(), compare=False)
 
     def __repr__(self) -> str:
@@ -192,8 +209,7 @@ class Pathmap:
     @classmethod
     def load(cls, file: str | os.PathLike) -> Pathmap:
         """Read and validate a pathmap file; raises PathmapError (every problem) or OSError."""
-        text = FilePath(file).read_text(encoding="utf-8")
-        return cls.loads(text, source=os.fspath(file))
+        return cls.loads(read_text(file), source=os.fspath(file))
 
     @classmethod
     def loads(cls, text: str, source: str = "<string>") -> Pathmap:
@@ -381,8 +397,8 @@ def _default_name(source: str) -> str:
 
 # -- reading -------------------------------------------------------------------------------------
 
-_TOP_KEYS = ("name", "allow_modules", "clock", "nodes", "threads", "elements", "stages", "paths",
-             "trees", "instrument")
+_TOP_KEYS = ("name", "allow_modules", "clock", "security", "nodes", "threads", "elements", "stages",
+             "paths", "trees", "instrument")
 
 
 def _read(doc: Document, default_name: str) -> Pathmap:
@@ -394,6 +410,7 @@ def _read(doc: Document, default_name: str) -> Pathmap:
         name=top.name("name", default_name) or default_name,
         allow_modules=top.names("allow_modules"),
         clock=_read_clock(doc, top.node("clock")),
+        security=_read_security(doc, top.node("security")),
         nodes=tuple(_read_node(doc, name, node) for name, node in
                     doc.named(top.node("nodes"), ("nodes",), "{A: {host: 127.0.0.1}}")),
         threads=tuple(_read_thread(doc, name, node) for name, node in
@@ -491,6 +508,22 @@ def _read_clock(doc: Document, node) -> Clock:
                  reference=f.name("reference", None) or None)
 
 
+def _read_security(doc: Document, node) -> SecuritySpec:
+    if node is None:
+        return SecuritySpec()
+    f = doc.fields(node, ("security",), ("keys",), required={"keys": "keys: path/to/keydir"},
+                   example="{keys: path/to/keydir}")
+    keys = f.text("keys", "") if "keys" in f else ""
+    if not keys:
+        return SecuritySpec("" if "keys" in f else None)
+    keys = os.path.expanduser(keys)
+    if not os.path.isabs(keys) and not doc.source.startswith("<"):
+        # Relative to the pathmap's folder, and absolute from here on: a launcher's snapshot of
+        # the pathmap, read from elsewhere, must name the same directory.
+        keys = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(doc.source)), keys))
+    return SecuritySpec(keys)
+
+
 # -- writing -------------------------------------------------------------------------------------
 
 class _Flow(dict):
@@ -511,6 +544,7 @@ _Dumper.add_representer(_FlowList, lambda d, data: d.represent_sequence(
     "tag:yaml.org,2002:seq", data, flow_style=True))
 
 _SECTION_COMMENTS = {
+    "security": "CURVE: node servers accept only clients whose keys are in this directory; traffic is encrypted",
     "nodes": "node servers: one process each (port 0: a free one)",
     "threads": "application threads and the node whose process runs each",
     "elements": "tuple elements: node, template, keep (discard threshold) or delta (flow control)",
@@ -529,6 +563,8 @@ def _write(pm: Pathmap, header: str | None) -> str:
     if pm.clock.reference is not None:
         clock["reference"] = pm.clock.reference
     data["clock"] = clock
+    if pm.security.keys is not None:
+        data["security"] = _Flow(keys=pm.security.keys)
     nodes = {}
     for n in pm.nodes:
         entry = _Flow(host=n.host, port=n.port, cluster=n.cluster)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import networkx as nx
 from pastset.errors import PastSetError
+from pastset.security import problems as key_problems
 from pastset.template import Template
 
 from .document import Key, listing, suggest
@@ -85,6 +86,7 @@ class _Checker:
     def run(self) -> list[tuple[Key, str]]:
         self.check_allow_modules()
         self.check_clock()
+        self.check_security()
         self.check_nodes()
         self.check_threads()
         self.check_elements()
@@ -125,6 +127,18 @@ class _Checker:
                                            "write e.g. samples: 8")
         if clock.reference is not None and clock.reference not in self.nodes:
             self.unknown(("clock", "reference"), "node", clock.reference, self.nodes)
+
+    def check_security(self) -> None:
+        keys = self.pm.security.keys
+        if keys is None:
+            return
+        if not isinstance(keys, str) or not keys.strip():
+            self.add(("security", "keys"), f"keys must name a key directory, got {keys!r}; "
+                                           "write e.g. keys: path/to/keydir")
+            return
+        # Every node serves and connects with these keys: it needs all of them.
+        for what in key_problems(keys, serve=True):
+            self.add(("security", "keys"), what)
 
     def check_nodes(self) -> None:
         if not self.pm.nodes:

@@ -72,9 +72,13 @@ class RunFile:
             path = FilePath(run_dir or DEFAULT_DIR) / f"{run}.json"
         return cls.read(path)
 
-    def check_live(self, timeout: float = 2.0) -> RunFile:
-        """Self if every node answers; RunError naming the nodes that do not (a stale run file)."""
-        dead = [node for node, endpoint in self.endpoints.items() if not _answers(endpoint, timeout)]
+    def check_live(self, timeout: float = 2.0, security: pastset.Security | None = None) -> RunFile:
+        """Self if every node answers; RunError naming the nodes that do not (a stale run file).
+
+        `security`: the keys to speak with (None: the process's, $EVENTSPACE_KEYS). A live node
+        that refuses them raises pastset.Refused: the run is live, this process lacks its keys.
+        """
+        dead = [node for node, endpoint in self.endpoints.items() if not _answers(endpoint, timeout, security)]
         if dead:
             age = time.time() - self.started
             raise RunError(f"run file {self.path} is stale: node{'s' if len(dead) > 1 else ''} "
@@ -83,9 +87,11 @@ class RunFile:
         return self
 
 
-def _answers(endpoint: str, timeout: float) -> bool:
+def _answers(endpoint: str, timeout: float, security: pastset.Security | None) -> bool:
     try:
-        with pastset.connect(endpoint, timeout=timeout):
+        with pastset.connect(endpoint, timeout=timeout, security=security):
             return True
+    except pastset.Refused:
+        raise
     except pastset.PastSetError:
         return False
