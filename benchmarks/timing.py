@@ -7,10 +7,14 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+
+# A target is its text, or (text, check) where check(figure, ratio_to_peer) says whether it is met.
+Target = str | tuple[str, Callable[["Figure", float | None], bool]]
 
 
 @dataclass
@@ -29,10 +33,16 @@ class Figure:
     @property
     def spread(self) -> float:
         """Half the inter-quartile range, relative to the median."""
+        if not self.median:
+            return 0.0
         if len(self.rounds) < 4:
-            return (max(self.rounds) - min(self.rounds)) / 2 / self.median
+            return abs((max(self.rounds) - min(self.rounds)) / 2 / self.median)
         q = statistics.quantiles(self.rounds, n=4)
-        return (q[2] - q[0]) / 2 / self.median
+        return abs((q[2] - q[0]) / 2 / self.median)
+
+    def ratio_rounds(self, peer: Figure) -> list[float]:
+        """This figure over its peer, round by round (both measured in the same rounds)."""
+        return [a / b for a, b in zip(self.rounds, peer.rounds)]
 
 
 def per_call(fn, calls: int) -> float:
@@ -43,42 +53,105 @@ def per_call(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def interleave(cases: dict[str, tuple], rounds: int) -> dict[str, Figure]:
+def per_call_unpreempted(fn, calls: int, batch: int) -> float:
+    """Seconds per call of `fn`: the median over batches of `batch` calls.
+
+    On a shared machine a process is switched out for milliseconds at a time; a plain mean
+    charges that to every call, in proportion to how long the case runs, which inflates
+    differences between cases. Batches much shorter than a time slice are mostly not switched
+    out, and their median is the speed when running.
+    """
+    times = []
+    for _ in range(max(1, calls // batch)):
+        start = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) / batch
+
+
+def interleave(cases: dict[str, tuple], rounds: int, batch: int | None = None) -> dict[str, Figure]:
     """Run every case once per round, in turn, so that noise hits all of them alike.
 
-    `cases` maps a name to (fn, calls, peer_name_or_None).
+    `cases` maps a name to (fn, calls, peer_name_or_None). With `batch`, each round's figure is
+    the median over batches of that many calls (see `per_call_unpreempted`).
     """
     figures = {name: Figure(name, peer=peer) for name, (_, _, peer) in cases.items()}
     for _ in range(rounds):
         for name, (fn, calls, _) in cases.items():
-            figures[name].rounds.append(per_call(fn, calls))
+            figures[name].rounds.append(per_call(fn, calls) if batch is None
+                                        else per_call_unpreempted(fn, calls, min(batch, calls)))
     return figures
+
+
+def difference(name: str, a: Figure, b: Figure, peer: str | None = None) -> Figure:
+    """a - b round by round: the cost one case adds to another measured in the same rounds."""
+    return Figure(name, [x - y for x, y in zip(a.rounds, b.rounds)], peer=peer)
+
+
+def load() -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages (what else ran on the machine)."""
+    try:
+        return os.getloadavg()
+    except OSError:
+        return (float("nan"),) * 3
 
 
 def machine() -> dict:
     return {"cores": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M")}
+            "date": time.strftime("%Y-%m-%d %H:%M"), "load": [round(x, 2) for x in load()]}
 
 
-def report(title: str, figures: list[Figure], targets: dict[str, str], out: str) -> None:
-    """Print a rich table (median µs, spread, ratio to peer, target) and write JSON results."""
+_UNITS = {"ns": 1e9, "µs": 1e6, "ms": 1e3, "s": 1.0}
+
+
+def report(title: str, figures: list[Figure], targets: dict[str, Target], out: str, *,
+           unit: str = "µs", rate: bool = False, extra: dict | None = None) -> list[dict]:
+    """Print a rich table (median per operation, spread, ratio to peer, target and whether it is
+    met) and write JSON results to benchmarks/results/`out`; returns the rows.
+
+    `unit` is the time column's unit; `rate` adds operations per second (1 / median); `extra`
+    goes into the JSON as it is (settings, what was skipped).
+    """
     from rich.console import Console
     from rich.table import Table
 
+    scale = _UNITS[unit]
     by_name = {f.name: f for f in figures}
-    table = Table(title=f"{title} ({machine()['cores']} cores)")
-    for column in ("figure", "median µs", "spread", "peer", "ratio to peer", "target"):
+    avg1, _, _ = load()
+    table = Table(title=f"{title} ({machine()['cores']} cores, load {avg1:.2f})")
+    columns = ["figure", f"median {unit}", "spread"] + (["rate /s"] if rate else []) + \
+              ["peer", "ratio to peer", "ratio spread", "target", "met"]
+    for column in columns:
         table.add_column(column, justify="left" if column in ("figure", "peer", "target") else "right")
     rows = []
     for f in figures:
         peer = by_name.get(f.peer)
-        ratio = f.median / peer.median if peer else None
-        table.add_row(f.name, f"{f.median * 1e6:.2f}", f"±{f.spread:.0%}", f.peer or "",
-                      "" if ratio is None else f"{ratio:.2f}", targets.get(f.name, ""))
-        rows.append({**asdict(f), "median_s": f.median, "spread": f.spread, "ratio_to_peer": ratio,
-                     "target": targets.get(f.name)})
-    Console(width=150).print(table)
+        ratio, ratio_spread = None, None
+        if peer is not None and peer.median:
+            # The median of per-round ratios: both sides of a round saw the same noise.
+            if len(f.rounds) == len(peer.rounds):
+                ratios = Figure("ratio", f.ratio_rounds(peer))
+                ratio, ratio_spread = ratios.median, ratios.spread
+            else:
+                ratio = f.median / peer.median
+        target = targets.get(f.name)
+        text, met = (target, None) if not isinstance(target, tuple) else (target[0], bool(target[1](f, ratio)))
+        cells = [f.name, f"{f.median * scale:,.2f}", f"±{f.spread:.0%}"]
+        if rate:
+            cells.append(f"{1 / f.median:,.0f}" if f.median > 0 else "")
+        cells += [f.peer or "", "" if ratio is None else f"{ratio:.2f}",
+                  "" if ratio_spread is None else f"±{ratio_spread:.0%}", text or "",
+                  "" if met is None else ("yes" if met else "NO")]
+        table.add_row(*cells)
+        rows.append({**asdict(f), "median_s": float(f.median), "spread": float(f.spread),
+                     "ratio_to_peer": None if ratio is None else float(ratio),
+                     "ratio_spread": None if ratio_spread is None else float(ratio_spread),
+                     "target": text, "met": met})
+    Console(width=180).print(table)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / out
-    path.write_text(json.dumps({"title": title, "machine": machine(), "figures": rows}, indent=2))
+    path.write_text(json.dumps({"title": title, "machine": machine(), "figures": rows, **(extra or {})},
+                               indent=2))
     print(f"results written to {path}")
+    return rows
