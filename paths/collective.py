@@ -121,6 +121,12 @@ class Join(Wrapper):
             del self._results[this_round], self._readers[this_round]
         return _unwrap(outcome)
 
+    def close(self) -> None:
+        """The node is stopping: every child still waiting for a round is told so at once."""
+        with self._cond:
+            self._broken = f"tree stage {self.id} closed: its node server is stopping"
+            self._cond.notify_all()
+
     def _function(self, how):
         fn = BUILTIN_FUNCTIONS.get(how)
         return fn if fn is not None else self.node.function(how)

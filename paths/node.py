@@ -322,10 +322,13 @@ class NodeServer:
             close = getattr(service, "close", None)
             if close is not None:
                 close()
-        with self._clients_mutex:
-            for client in self._clients.values():
-                client.close()
-            self._clients.clear()
+        # Application threads still running may be inside a client call: closing its sockets
+        # under them can hang, and the process is about to end, which closes them anyway.
+        if not any(th.is_alive() for th in self._threads.values()):
+            with self._clients_mutex:
+                for client in self._clients.values():
+                    client.close()
+                self._clients.clear()
         self.server.close()
 
 
