@@ -139,6 +139,7 @@ class EventScope:
         self._closed = False
         self._installed: list[tuple[str, str]] = []   # (node, key) of near joins
         self._build()
+        self._closing = threading.Event()   # set by close(): the lease renewer stops at once
         self._renewer = threading.Thread(target=self._renew_loop, name="scope-lease", daemon=True)
         self._renewer.start()
 
@@ -338,10 +339,7 @@ class EventScope:
 
     def _renew_loop(self) -> None:
         fanout = None
-        while not self._closed:
-            time.sleep(max(0.05, self.lease / 3))
-            if self._closed:
-                break
+        while not self._closing.wait(max(0.05, self.lease / 3)):
             with self._mutex:
                 installed = list(self._installed)
             if not installed:
@@ -362,9 +360,10 @@ class EventScope:
             return
         with self._mutex:
             self._closed = True
+            self._closing.set()
             self._remove(self._installed)
             self._installed = []
-        self._renewer.join(timeout=self.lease)
+        self._renewer.join(timeout=self.timeout + 1)
         self._fanout.close()
 
     def __enter__(self):

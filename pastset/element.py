@@ -400,30 +400,8 @@ class BinaryElement(Element):
         """
         if self.keep is None or self._delta is not None:
             return lambda *values: self.move(values)
-        # The function is written with one named parameter per field: CPython specialises calls
-        # to functions with exact positional parameters, while a `*values` function takes the
-        # generic call path and builds two tuples (a fifth of an append's time, measured by
-        # benchmarks/collector_bench.py).
-        fields = ", ".join(f"f{i}" for i in range(len(self.template.fields)))
-        source = (
-            f"def append({fields}):\n"
-            f"    with mutex:\n"
-            f"        last = element._last\n"
-            f"        try:\n"
-            f"            pack_into(ring, (last % cap) * size, {fields})\n"
-            f"        except (TypeError, struct_error):\n"
-            f"            raise element.template._mismatch(({fields},)) from None\n"
-            f"        element._last = last + 1\n"
-            f"        if last + 1 - element._first > keep:\n"
-            f"            element._first = last + 1 - keep\n"
-            f"        if element._sleepers or element.parked:\n"
-            f"            element._signal_change()\n"
-            f"    return last\n"
-        )
-        cells = {"element": self, "mutex": self.mutex, "pack_into": self._pack_into, "ring": self._ring,
-                 "cap": self._cap, "size": self._size, "keep": self.keep, "struct_error": struct_error}
-        exec(source, cells)  # noqa: S102 - the source above, with field names made here, nothing else
-        return cells["append"]
+        return _appender_maker(len(self.template.fields))(
+            self, self.mutex, self._pack_into, self._ring, self._cap, self._size, self.keep)
 
     def move_record(self, record: bytes) -> int:
         """Append one already-packed record (exactly `template.record_size` bytes)."""
@@ -469,6 +447,41 @@ class BinaryElement(Element):
 
     def _peek_match(self, pattern):
         raise TemplateMismatch(f"element {self.name}: Linda matching needs a typed template")
+
+
+# Appenders take one named parameter per field: CPython specialises calls to functions with
+# exact positional parameters, while a `*values` function takes the generic call path and builds
+# two tuples (a fifth of an append). Their code is made once per field count and shared, so that
+# the many trace elements of a node run one code object (benchmarks/collector_bench.py).
+_APPENDER_MAKERS: dict = {}
+
+
+def _appender_maker(fields: int):
+    """The function that makes an appender for records of `fields` fields."""
+    maker = _APPENDER_MAKERS.get(fields)
+    if maker is None:
+        names = ", ".join(f"f{i}" for i in range(fields))
+        source = (
+            f"def make(element, mutex, pack_into, ring, cap, size, keep):\n"
+            f"    def append({names}):\n"
+            f"        with mutex:\n"
+            f"            last = element._last\n"
+            f"            try:\n"
+            f"                pack_into(ring, (last % cap) * size, {names})\n"
+            f"            except (TypeError, struct_error):\n"
+            f"                raise element.template._mismatch(({names},)) from None\n"
+            f"            element._last = last + 1\n"
+            f"            if last + 1 - element._first > keep:\n"
+            f"                element._first = last + 1 - keep\n"
+            f"            if element._sleepers or element.parked:\n"
+            f"                element._signal_change()\n"
+            f"        return last\n"
+            f"    return append\n"
+        )
+        scope = {"struct_error": struct_error}
+        exec(source, scope)  # noqa: S102 - the source above, with field names made here, nothing else
+        maker = _APPENDER_MAKERS[fields] = scope["make"]
+    return maker
 
 
 def make_element(name: str, template: Template, keep=None, delta=None, eid=0) -> Element:

@@ -1,0 +1,233 @@
+"""Event scope observe rate per view size and tree configuration, against a bare pyzmq + numpy puller.
+
+Run: `python benchmarks/scope_bench.py [--rounds 7] [--quick] [--profile] [--pathmap P]`.
+
+Launches the pathmap (default pathmaps/windtunnel-paper.yaml: 8 nodes, 140 threads, 1841
+collectors) on this machine, runs a few wind-tunnel steps of a tiny size so that every trace
+element holds records, and then, with the application idle, pulls `latest` scopes over views
+of the paper's sizes: one collector, one thread (its 12 paths and its contribute point), one
+node, and every collector. Each view is pulled by trees flat, kary:8 and per-node, placed in
+the monitor or near the data (in the node servers), concurrently; the largest view also one
+child after another. Beside each view, in the same rounds, a bare peer pulls the same trace
+elements with plain pyzmq DEALER sockets: one pastset LATEST_MANY request per node, sent to
+every node before any reply is read, and one `np.frombuffer` over the replies. It is the floor
+the scope machinery adds to.
+
+Targets (best configuration per view): >= 4000, 3000, 1500, 500 pulls/s for 1, ~14, ~266 and
+all trace elements; the scope at most ~1/3 slower than the bare peer for all elements.
+`--profile` samples the monitor and two node servers with py-spy while the all-elements view is
+pulled, and prints where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import msgpack
+import numpy as np
+import zmq
+from timing import Figure, interleave, report
+
+from eventspace import trace
+from eventspace.catalogue import Catalogue
+from eventspace.scope import EventScope
+from eventspace.view import View
+from pastset import protocol as p
+from paths import Pathmap, launch
+
+ROOT = Path(__file__).resolve().parent.parent
+PAPER = ROOT / "pathmaps" / "windtunnel-paper.yaml"
+TREES = ("flat", "kary:8", "per-node")
+PLACEMENTS = ("monitor", "near")
+
+
+def views(pm: Pathmap) -> dict[str, tuple[str, float, int]]:
+    """label -> (view text, target pulls/s, pulls per round) for the paper's four view sizes."""
+    thread, node = pm.threads[0].name, pm.nodes[0].name
+    return {
+        "1 collector": ("collector:1", 4000, 400),
+        f"thread {thread}": (f"thread:{thread}", 3000, 300),
+        f"node {node}": (f"node:{node}", 1500, 100),
+        "all": ("all", 500, 20),
+    }
+
+
+class Bare:
+    """The floor: LATEST_MANY of the view's trace elements, one request per node, pipelined."""
+
+    def __init__(self, endpoints: dict[str, str], names_by_node: dict[str, list[str]]):
+        ctx = zmq.Context.instance()
+        self._requests = []
+        for node, names in names_by_node.items():
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoints[node])
+            self._requests.append((sock, p.pack([1, p.LATEST_MANY, names, 1])))
+        self.sockets = [s for s, _ in self._requests]
+
+    def pull(self) -> np.ndarray:
+        for sock, frame in self._requests:
+            sock.send(frame)
+        parts = []
+        for sock, _ in self._requests:
+            reply = msgpack.unpackb(sock.recv(), raw=False)
+            if reply[1] != p.OK:
+                raise RuntimeError(f"bare pull failed: {reply[2:]}")
+            parts.extend(data for _, data in reply[2])
+        return np.frombuffer(b"".join(parts), dtype=trace.DTYPE)
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close(linger=0)
+
+
+def configurations(largest: bool) -> list[tuple[str, str, str]]:
+    configs = [(tree, placement, "concurrent") for tree in TREES for placement in PLACEMENTS]
+    if largest:
+        configs += [(tree, placement, "sequential") for tree in TREES for placement in PLACEMENTS]
+    return configs
+
+
+def build(run, pm: Pathmap, quick: bool) -> tuple[dict, list, dict]:
+    """(cases for `interleave`, [things to close], {view label: (target Hz, [scope figure names], bare name)})."""
+    catalogue = Catalogue(pm)
+    cases, closing, plan = {}, [], {}
+    for label, (text, target, calls) in views(pm).items():
+        entries = View.parse(text).select(catalogue)
+        calls = max(3, calls // 4) if quick else calls
+        by_node: dict[str, list[str]] = {}
+        for e in entries:
+            by_node.setdefault(e.trace_node, []).append(e.trace)
+        bare = Bare(run.endpoints, by_node)
+        closing.append(bare)
+        assert len(bare.pull()) == len(entries), f"{label}: the bare peer did not read every trace element"
+        bare_name = f"{label} ({len(entries)}): bare pyzmq + numpy"
+        cases[bare_name] = (bare.pull, calls, None)
+        names = []
+        for tree, placement, concurrency in configurations(label == "all"):
+            scope = EventScope(run, text, mode="latest", tree=tree, placement=placement,
+                               concurrency=concurrency, timeout=10.0)
+            closing.append(scope)
+            pulled = scope.pull()
+            assert not pulled.missing and len(pulled.records) == len(entries), \
+                f"{label} {tree} {placement}: {len(pulled.records)} records, missing {pulled.missing}"
+            name = f"{label} ({len(entries)}): {tree} {placement}" + (" seq" if concurrency == "sequential" else "")
+            cases[name] = (scope.pull, calls, bare_name)
+            names.append(name)
+        plan[label] = (target, names, bare_name)
+    return cases, closing, plan
+
+
+def best_rows(measured: dict[str, Figure], plan: dict) -> tuple[list[Figure], dict]:
+    """Per view, the fastest scope configuration again, with the view's targets on it."""
+    rows, targets = [], {}
+    for label, (target, names, bare_name) in plan.items():
+        best = min((measured[n] for n in names), key=lambda f: f.median)
+        row = Figure(f"BEST {best.name}", best.rounds, peer=bare_name)
+        rows.append(row)
+        text = f"≥ {target} Hz"
+        if label == "all":
+            targets[row.name] = (f"{text}; ≤ 1.33× bare",
+                                 lambda f, ratio, target=target: 1 / f.median >= target and ratio <= 1.34)
+        else:
+            targets[row.name] = (text, lambda f, ratio, target=target: 1 / f.median >= target)
+    return rows, targets
+
+
+def profile(run, pm: Pathmap, seconds: float) -> None:
+    """Sample the monitor and node servers with py-spy while the all-elements view is pulled."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(py_spy).exists():
+        print("--profile needs py-spy (pip install py-spy)")
+        return
+    import os
+
+    nodes = [pm.nodes[0].name, pm.nodes[-1].name]
+    for tree, placement in (("flat", "monitor"), ("per-node", "near")):
+        with EventScope(run, "all", tree=tree, placement=placement, timeout=10.0) as scope, \
+                tempfile.TemporaryDirectory() as tmp:
+            targets = {"monitor": os.getpid(), **{f"node {n}": run.pids[n] for n in nodes}}
+            spies = {who: subprocess.Popen([py_spy, "record", "-r", "250", "--gil", "--nonblocking", "-f", "raw", "-d", str(int(seconds)),
+                                            "-o", f"{tmp}/{i}.txt", "--pid", str(pid)],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     for i, (who, pid) in enumerate(targets.items())}
+            pulls, end = 0, time.monotonic() + seconds + 1
+            time.sleep(0.5)  # let py-spy attach
+            while time.monotonic() < end:
+                scope.pull()
+                pulls += 1
+            for spy in spies.values():
+                spy.wait(timeout=30)
+            stats = scope.stats()
+            print(f"\n== all elements, {tree} tree placed {placement}: {stats.observe_rate:.0f} pulls/s while sampled")
+            for i, who in enumerate(targets):
+                _print_profile(who, Path(f"{tmp}/{i}.txt"))
+
+
+def _print_profile(who: str, path: Path, top: int = 12) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    if not path.exists():
+        print(f"{who}: py-spy wrote nothing (no permission to attach?)")
+        return
+    own = collections.Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        frames = stack.split(";")
+        total += int(count)
+        own[_function(frames[-1])] += int(count)
+    table = Table(title=f"{who}: self time by function ({total} samples holding the GIL)")
+    table.add_column("share", justify="right")
+    table.add_column("function (file)")
+    for frame, count in own.most_common(top):
+        table.add_row(f"{count / max(total, 1):.1%}", frame)
+    Console(width=160).print(table)
+
+
+def _function(frame: str) -> str:
+    """`fn (path/file.py:123)` -> `fn (file.py)`."""
+    name, _, where = frame.partition(" (")
+    where = where.rstrip(")").rsplit(":", 1)[0]
+    return f"{name} ({'/'.join(where.split('/')[-2:])})" if where else name
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="fewer pulls and rounds")
+    parser.add_argument("--pathmap", default=str(PAPER))
+    parser.add_argument("--profile", action="store_true", help="also sample monitor and nodes with py-spy")
+    args = parser.parse_args()
+    rounds = 3 if args.quick else args.rounds
+    pm = Pathmap.load(args.pathmap)
+    size = len(pm.threads) + len(pm.threads) % 2
+    with tempfile.TemporaryDirectory() as run_dir, launch(pm, run_dir=run_dir) as run:
+        run.run("windtunnel", {"size": max(size, 4), "steps": 3}, timeout=600)  # every trace element holds records
+        cases, closing, plan = build(run, pm, args.quick)
+        try:
+            measured = interleave(cases, rounds)
+            best, targets = best_rows(measured, plan)
+            report(f"Event scope observe rate, latest mode, {pm.name} idle", [*measured.values(), *best], targets,
+                   "scope_bench.json", unit="ms", rate=True,
+                   extra={"settings": {"rounds": rounds, "pathmap": pm.name, "quick": args.quick}})
+            if args.profile:
+                profile(run, pm, 3.0 if args.quick else 6.0)
+        finally:
+            for thing in closing:
+                thing.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Gather joins' plumbing: joining record batches, and merging the leaf reads of one round per node."""
+
+import struct
+
+import numpy as np
+
+from eventspace import trace
+from eventspace.gather import _merged
+from pastset import protocol as p
+
+
+def batch(*collectors):
+    return trace.decode(b"".join(struct.pack(trace.FORMAT, 1, 0, c, 0, 0, 0, c, c + 1) for c in collectors))
+
+
+def test_concat_keeps_every_record_in_order():
+    joined = trace.concat([batch(1, 2), batch(), batch(3)])
+    assert joined.dtype == trace.DTYPE and joined["collector"].tolist() == [1, 2, 3]
+    assert np.array_equal(trace.concat([batch(4)]), batch(4))
+    assert len(trace.concat([])) == 0
+
+
+def test_leaf_reads_to_one_node_travel_as_one_request_and_each_join_gets_its_part():
+    got = {}
+    requests = [
+        ("A", p.LATEST_MANY, (["t/1", "t/2"], 1), lambda r: got.setdefault("j1", r)),
+        ("B", p.LATEST_MANY, (["t/3"], 1), lambda r: got.setdefault("j2", r)),
+        ("A", p.LATEST_MANY, (["t/4"], 1), lambda r: got.setdefault("j3", r)),
+        ("A", p.CALL, ("eventspace.scope.pull", ["k"]), lambda r: got.setdefault("child", r)),
+        ("A", p.RANGE_MANY, (["t/5"], [7], 99), lambda r: got.setdefault("j4", r)),
+        ("A", p.RANGE_MANY, (["t/6"], [9], 99), lambda r: got.setdefault("j5", r)),
+    ]
+    sent = _merged(requests)
+    assert [request for request, _ in sent] == [
+        ("A", p.LATEST_MANY, (["t/1", "t/2", "t/4"], 1)),
+        ("B", p.LATEST_MANY, (["t/3"], 1)),
+        ("A", p.CALL, ("eventspace.scope.pull", ["k"])),
+        ("A", p.RANGE_MANY, (["t/5", "t/6"], [7, 9], 99)),
+    ]
+    replies = [["r1", "r2", "r4"], ["r3"], "pulled", ["r5", "r6"]]
+    for reply, (_, handlers) in zip(replies, sent):
+        for handle, part in handlers:
+            handle(reply if part is None else reply[part])
+    assert got == {"j1": ["r1", "r2"], "j2": ["r3"], "j3": ["r4"], "child": "pulled", "j4": ["r5"], "j5": ["r6"]}
