@@ -14,7 +14,7 @@ from runs import gone
 @pytest.mark.slow
 def test_the_demo_runs_end_to_end_and_writes_a_valid_trace(tmp_path):
     trace = tmp_path / "demo-trace.json"
-    proc = subprocess.run([sys.executable, "-m", "eventspace.cli", "demo", "--duration", "8", "--trace", str(trace),
+    proc = subprocess.run([sys.executable, "-m", "eventspace.cli", "demo", "--duration", "5", "--trace", str(trace),
                            "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=240,
                           env={**os.environ, "COLUMNS": "120"})
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -8,17 +8,17 @@ from monitors.heartbeat import ALIVE, IDLE, STALLED, WAITING, Heartbeat
 from paths import Pathmap, launch
 from runs import REPO
 
-INTERVAL = 0.3
+INTERVAL = 0.25
 
 
 def test_a_stalled_thread_is_flagged_within_three_intervals_and_no_healthy_one_ever(tmp_path):
     pm = Pathmap.load(REPO / "pathmaps" / "windtunnel-4node.yaml")
     with launch(pm, run_dir=tmp_path) as run:
-        run.start("windtunnel", {"size": 64, "steps": 100_000, "until": time.time() + 7,
-                                 "stall": {"thread": "T6", "at_step": 60, "seconds": 2.5}})
+        run.start("windtunnel", {"size": 64, "steps": 100_000, "until": time.time() + 5,
+                                 "stall": {"thread": "T6", "at_step": 60, "seconds": 2.0}})
         reports = []
         with Heartbeat(run) as heartbeat:
-            while len(reports) < 40:
+            while len(reports) < 28:
                 started = time.monotonic()
                 reports.append(heartbeat.beat())
                 time.sleep(max(0.0, INTERVAL - (time.monotonic() - started)))

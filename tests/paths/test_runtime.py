@@ -89,7 +89,10 @@ def test_a_node_that_dies_stops_the_run_naming_it(tmp_path):
         inbound_on_b = [t.name for t in pm.threads_on("A")
                         if pm.element(f"row_{(int(t.name[1:]) - 1) % 4}_{t.name[1:]}").node == "B"]
         assert inbound_on_b
-        joined = run.client("A").call("paths.join", 10)
+        deadline = time.monotonic() + 15
+        joined = run.client("A").call("paths.join", 0.5)
+        while not set(inbound_on_b) <= set(joined["outcomes"]) and time.monotonic() < deadline:
+            joined = run.client("A").call("paths.join", 0.5)
         for thread in inbound_on_b:
             assert joined["outcomes"][thread][:2] == ["error", "ServerGone"]
     assert all(gone(pid) for pid in pids.values())
