@@ -9,7 +9,7 @@ of the paper's sizes: one collector, one thread (its 12 paths and its contribute
 node, and every collector. Each view is pulled by trees flat, kary:8 and per-node, placed in
 the monitor or near the data (in the node servers), concurrently; the largest view also one
 child after another. Beside each view, in the same rounds, a bare peer pulls the same trace
-elements with plain pyzmq DEALER sockets: one pastset LATEST_MANY request per node, sent to
+elements with plain pyzmq DEALER sockets: one pastset LATEST_RECORDS request per node, sent to
 every node before any reply is read, and one `np.frombuffer` over the replies. It is the floor
 the scope machinery adds to.
 
@@ -61,7 +61,8 @@ def views(pm: Pathmap) -> dict[str, tuple[str, float, int]]:
 
 
 class Bare:
-    """The floor: LATEST_MANY of the view's trace elements, one request per node, pipelined."""
+    """The floor: LATEST_RECORDS of the view's trace elements (the node's one vectorised read), one
+    request per node, pipelined, with none of the scope's machinery."""
 
     def __init__(self, endpoints: dict[str, str], names_by_node: dict[str, list[str]]):
         ctx = zmq.Context.instance()
@@ -70,7 +71,7 @@ class Bare:
             sock = ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(endpoints[node])
-            self._requests.append((sock, p.pack([1, p.LATEST_MANY, names, 1])))
+            self._requests.append((sock, p.pack([1, p.LATEST_RECORDS, names, 1])))
         self.sockets = [s for s, _ in self._requests]
 
     def pull(self) -> np.ndarray:
@@ -81,7 +82,7 @@ class Bare:
             reply = msgpack.unpackb(sock.recv(), raw=False)
             if reply[1] != p.OK:
                 raise RuntimeError(f"bare pull failed: {reply[2:]}")
-            parts.extend(data for _, data in reply[2])
+            parts.append(reply[2])
         return np.frombuffer(b"".join(parts), dtype=trace.DTYPE)
 
     def close(self) -> None:

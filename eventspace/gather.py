@@ -11,7 +11,7 @@ from pastset import PastSetError
 from pastset import protocol as p
 
 from . import trace
-from .catalogue import Catalogue
+from .catalogue import TRACE_PREFIX, Catalogue
 from .stages import ScopeStage, compile_stages
 
 PULL = "eventspace.scope.pull"
@@ -94,6 +94,7 @@ class Join:
                                     catalogue)
         self.cursors = dict(spec.cursors)
         self.lease_until = 0.0
+        self._parts: dict[int, _Mine] = {}   # how to cut merged replies, by the names list asked for
 
     def pull(self, fanout) -> Pulled:
         """Pull this join and, in the same round of requests, every join below it in this process."""
@@ -103,7 +104,7 @@ class Join:
         missing: set[str] = set()
         if requests:
             sequential = self.spec.concurrency == "sequential"
-            sent = [(r[:3], [(r[3], None)]) for r in requests] if sequential else _merged(requests)
+            sent = [(r[:3], [(r[3], None)]) for r in requests] if sequential else _merged(requests, self._parts)
             before = fanout.bytes_received
             replies, missing = fanout.request([request for request, _ in sent], self.spec.timeout,
                                               sequential=sequential)
@@ -115,7 +116,7 @@ class Join:
                     missing.add(node)  # it answered, but not with data: a removed join, a deleted element
                     continue
                 for handle, part in handlers:
-                    handle(reply if part is None else reply[part])
+                    handle(reply if part is None else (part.of(reply) if isinstance(part, _Mine) else reply[part]))
         out = finish()
         out.missing |= missing
         if nbytes:
@@ -163,6 +164,11 @@ class Join:
 
     def _read_local(self, names, out: Pulled) -> np.ndarray:
         server, mode = self.local, self.spec.mode
+        if mode == "latest":
+            try:  # one vectorised read when the trace elements share a slab (they do on a node)
+                return trace.decode(server.latest_records(names, 1))
+            except PastSetError:
+                pass  # one is gone: read them one by one below, skipping it
         chunks = []
         node = self.spec.node
         for name in names:
@@ -171,7 +177,7 @@ class Join:
             except PastSetError:
                 continue
             if mode == "latest":
-                chunks.append(element.latest(1)[1])
+                chunks.append(element.latest_records(1))
             elif mode == "backlog":
                 chunks.append(element.read_range(0, _END)[1])
             else:
@@ -185,12 +191,16 @@ class Join:
 
     def _leaf_request(self, node, names):
         if self.spec.mode == "latest":
-            return node, p.LATEST_MANY, (names, 1)
+            return node, p.LATEST_RECORDS, (names, 1)
         if self.spec.mode == "backlog":
             return node, p.RANGE_MANY, (names, [0] * len(names), _END)
         return node, p.RANGE_MANY, (names, [self.cursors.get(f"{node}/{n}", 0) for n in names], _END)
 
     def _leaf_reply(self, node, names, reply, out: Pulled) -> np.ndarray:
+        if isinstance(reply, bytes):  # latest mode: the newest record of each, already one batch
+            return trace.decode(reply)
+        if isinstance(reply, np.ndarray):  # the same, cut out of a reply merged with other joins'
+            return reply
         chunks = []
         stream = self.spec.mode == "stream"
         for name, (start, data) in zip(names, reply):
@@ -211,29 +221,57 @@ class Join:
         return pulled.records
 
 
-def _merged(requests: list) -> list:
+def _merged(requests: list, parts: dict) -> list:
     """The requests of one round with the leaf reads that go to the same node merged into one
     (a kary tree in the monitor has a leaf join per K trace elements; one request per join
     would cost a message each way per K elements). Returns [((node, op, args), [(handler, part)])]:
-    each handler gets its `part` (a slice) of the merged reply, or all of it for part None.
-    A merged read that fails fails for every join in it (the node is reported missing).
+    each handler gets its `part` of the merged reply (a slice of a list reply, or for
+    LATEST_RECORDS its own collectors' records, cut by a _Mine cached in `parts`), or all of it
+    for part None. A merged read that fails fails for every join in it (the node is reported
+    missing).
     """
+    groups: dict[tuple, list] = {}
+    order: list = []
+    for request in requests:
+        node, op, args, _ = request
+        key = (node, op, args[-1]) if op in (p.LATEST_MANY, p.RANGE_MANY, p.LATEST_RECORDS) else (id(request),)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(request)
     sent: list = []
-    merged: dict[tuple, tuple[list, list]] = {}   # (node, op, last arg) -> (list args, handlers)
-    for node, op, args, handle in requests:
-        if op not in (p.LATEST_MANY, p.RANGE_MANY):
+    for key in order:
+        group = groups[key]
+        if len(group) == 1:
+            node, op, args, handle = group[0]
             sent.append(((node, op, args), [(handle, None)]))
             continue
-        # LATEST_MANY (names, n) and RANGE_MANY (names, los, hi): per-element lists, then one value.
-        key = (node, op, args[-1])
-        found = merged.get(key)
-        if found is None:
-            lists = [[] for _ in args[:-1]]
-            found = merged[key] = (lists, [])
-            sent.append(((node, op, (*lists, args[-1])), found[1]))
-        lists, handlers = found
-        start = len(lists[0])
-        for mine, theirs in zip(lists, args[:-1]):
-            mine.extend(theirs)
-        handlers.append((handle, slice(start, len(lists[0]))))
+        node, op, _, _ = group[0]
+        # LATEST_MANY (names, n), RANGE_MANY (names, los, hi), LATEST_RECORDS (names, n):
+        # per-element lists, then one value.
+        lists = [[] for _ in group[0][2][:-1]]
+        handlers = []
+        for _, _, args, handle in group:
+            start = len(lists[0])
+            for mine, theirs in zip(lists, args[:-1]):
+                mine.extend(theirs)
+            if op == p.LATEST_RECORDS:
+                part = parts.get(id(args[0]))
+                if part is None:
+                    part = parts[id(args[0])] = _Mine(args[0])
+                handlers.append((handle, part))
+            else:
+                handlers.append((handle, slice(start, len(lists[0]))))
+        sent.append(((node, op, (*lists, group[0][2][-1])), handlers))
     return sent
+
+
+class _Mine:
+    """The part of a merged LATEST_RECORDS reply (a batch of trace records) that one join asked for."""
+
+    def __init__(self, names):
+        self.ids = np.array([int(n[len(TRACE_PREFIX):]) for n in names], dtype=np.uint32)
+
+    def of(self, reply: bytes) -> np.ndarray:
+        records = trace.decode(reply)
+        return records[np.isin(records["collector"], self.ids)]

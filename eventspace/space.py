@@ -45,8 +45,11 @@ class NodeSpace:
         self.catalogue = Catalogue(node.pathmap)
         self.clock = monotonic_clock(node.clock_offset_ns)
         keep = node.pathmap.instrument.keep
-        for entry in self.catalogue.on_node(node.name):
-            node.server.enter(entry.trace, trace.FORMAT, keep=keep)
+        # One slab for all of this node's trace elements: a scope's latest pull reads them all
+        # in one vectorised step.
+        mine = [entry.trace for entry in self.catalogue.on_node(node.name)]
+        if mine:
+            node.server.enter_rings(mine, trace.FORMAT, keep)
         self._switches: dict[int, list[bool]] = {}
         # Collector id -> start (ns) of the operation it is timing now, 0 when none: written by
         # collectors (a list store, atomic under the GIL), read by heartbeat monitors.

@@ -98,6 +98,10 @@ class Client:
         refs = [e if isinstance(e, str) else e.id for e in elements]
         return [_batch(reply) for reply in self._call(p.LATEST_MANY, (refs, n))]
 
+    def latest_records(self, elements, n: int = 1) -> bytes:
+        """The newest `n` records of many binary elements (handles or names) as one bytes, one round trip."""
+        return self._call(p.LATEST_RECORDS, ([e if isinstance(e, str) else e.id for e in elements], n))
+
     def range_many(self, elements, los, hi: int) -> list[tuple[int, list | bytes]]:
         """`read_range(lo, hi)` of many elements (handles or names), each from its own lo, in one round trip."""
         refs = [e if isinstance(e, str) else e.id for e in elements]

@@ -35,12 +35,14 @@ FIND = 14        # eid, pattern, remove, timeout              -> values
 CALL = 15        # name, [args...]                            -> what the hosted callable returns
 RANGE_MANY = 16  # [eid or name, ...], [lo, ...], hi          -> [[start, items], ...]
 OBSERVE_INDEXED = 17  # eid, index|None, timeout              -> [index, values]
+LATEST_RECORDS = 18   # [eid or name, ...], n (binary elements) -> bytes: each one's newest n records, in order
 
 OP_NAMES = {
     PING: "ping", ENTER: "enter", LOOKUP: "lookup", MOVE: "move", OBSERVE: "observe",
     FIRST: "first", LAST: "last", DELTA: "delta", AXE: "axe", READ_RANGE: "read_range",
     LATEST: "latest", LATEST_MANY: "latest_many", DELETE: "delete", ELEMENTS: "elements",
     FIND: "find", CALL: "call", RANGE_MANY: "range_many", OBSERVE_INDEXED: "observe_indexed",
+    LATEST_RECORDS: "latest_records",
 }
 
 

@@ -30,7 +30,7 @@ def test_leaf_reads_to_one_node_travel_as_one_request_and_each_join_gets_its_par
         ("A", p.RANGE_MANY, (["t/5"], [7], 99), lambda r: got.setdefault("j4", r)),
         ("A", p.RANGE_MANY, (["t/6"], [9], 99), lambda r: got.setdefault("j5", r)),
     ]
-    sent = _merged(requests)
+    sent = _merged(requests, {})
     assert [request for request, _ in sent] == [
         ("A", p.LATEST_MANY, (["t/1", "t/2", "t/4"], 1)),
         ("B", p.LATEST_MANY, (["t/3"], 1)),
@@ -42,3 +42,17 @@ def test_leaf_reads_to_one_node_travel_as_one_request_and_each_join_gets_its_par
         for handle, part in handlers:
             handle(reply if part is None else reply[part])
     assert got == {"j1": ["r1", "r2"], "j2": ["r3"], "j3": ["r4"], "child": "pulled", "j4": ["r5"], "j5": ["r6"]}
+
+
+def test_merged_newest_records_are_cut_by_collector_for_each_join():
+    got = {}
+    requests = [
+        ("A", p.LATEST_RECORDS, (["trace/1", "trace/2"], 1), lambda r: got.setdefault("j1", r)),
+        ("A", p.LATEST_RECORDS, (["trace/3"], 1), lambda r: got.setdefault("j2", r)),
+    ]
+    (request, handlers), = _merged(requests, {})
+    assert request == ("A", p.LATEST_RECORDS, (["trace/1", "trace/2", "trace/3"], 1))
+    reply = trace.encode(batch(1, 3))  # trace/2 held nothing yet
+    for handle, part in handlers:
+        handle(part.of(reply))
+    assert got["j1"]["collector"].tolist() == [1] and got["j2"]["collector"].tolist() == [3]
