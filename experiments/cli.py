@@ -11,14 +11,14 @@ NAMES = ("collect", "scopes", "reconfigure", "monitors", "trees")
 def register(subparsers) -> None:
     parser = subparsers.add_parser("experiment", help="rerun the paper's experiments (and more): tables and plots")
     parser.add_argument("name", choices=(*NAMES, "all"), help="which experiment, or all of them")
-    scale = parser.add_mutually_exclusive_group()
-    scale.add_argument("--quick", action="store_const", dest="scale", const="quick",
-                       help="the 16-thread, 4-node layout, two sizes: a few minutes for all")
-    scale.add_argument("--tiny", action="store_const", dest="scale", const="tiny",
-                       help="one node, four threads, tiny grids: seconds (a smoke test)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the 16-thread, 4-node layout, two sizes: a few minutes for all")
+    parser.add_argument("--tiny", action="store_true",
+                        help="one node, four threads, tiny grids, one repetition: a smoke test "
+                             "(wins over --quick)")
     parser.add_argument("--sizes", help="comma-separated sizes to run (default: the scale's)")
     parser.add_argument("--out", default="experiment-results", help="folder for the results (default %(default)s)")
-    parser.set_defaults(func=_run, scale="full")
+    parser.set_defaults(func=_run)
 
 
 def _run(args) -> int:
@@ -29,7 +29,7 @@ def _run(args) -> int:
     from . import report
     from .study import EXPERIMENTS, SCALES, work
 
-    scale = SCALES[args.scale]
+    scale = SCALES["tiny" if args.tiny else "quick" if args.quick else "full"]
     sizes = [s.strip() for s in args.sizes.split(",")] if args.sizes else None
     if sizes:
         unknown = [s for s in sizes if s not in scale.sizes]

@@ -21,11 +21,11 @@ SCALES = {
     # Seconds: a smoke run of every experiment, for tests.
     "tiny": Scale("tiny", "windtunnel-toy.yaml", {"small": 16}, {"small": 4}, 1, (2, 4), 5),
     # A few minutes: the 16-thread, 4-node layout.
-    "quick": Scale("quick", "windtunnel-4node.yaml", {"small": 280, "medium": 560}, {"small": 20, "medium": 8},
+    "quick": Scale("quick", "windtunnel-4node.yaml", {"small": 280, "medium": 560}, {"small": 40, "medium": 15},
                    3, (2, 4, 8, 16), 30),
     # The paper's scale: 140 threads on two clusters of four nodes.
     "full": Scale("full", "windtunnel-paper.yaml", {"small": 280, "medium": 1960, "large": 3920},
-                  {"small": 20, "medium": 6, "large": 3}, 3, (2, 4, 8, 16, 32, 64), 50),
+                  {"small": 60, "medium": 15, "large": 5}, 3, (2, 4, 8, 16, 32, 64), 50),
 }
 
 
@@ -200,6 +200,8 @@ def monitors(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
                 try:
                     for p in pullers:
                         p.__enter__()
+                    for p in pullers:
+                        p.warm()
                     seconds = step_time(run, n, steps)
                 finally:
                     for p in pullers:

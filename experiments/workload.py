@@ -106,6 +106,15 @@ class Pulling:
         except BaseException as exc:  # reported by the experiment, not lost in a thread
             self.error = exc
 
+    def warm(self, timeout: float = 120.0) -> None:
+        """Wait for the first pull (a monitor's first pull is its costliest: clock sync, a whole
+        backlog), then start counting afresh, so that the figures cover the measured run only."""
+        deadline = time.monotonic() + timeout
+        while self.pulls == 0 and self.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.check()
+        self.pulls, self.seconds = 0, 0.0
+
     @property
     def rate(self) -> float:
         return self.pulls / self.seconds if self.seconds else 0.0
@@ -124,6 +133,7 @@ def monitored(run, n: int, steps: int, make_pull: Callable[[], tuple[Callable, C
         pull, close = make_pull()
         try:
             with Pulling(pull) as puller:
+                puller.warm()
                 seconds = step_time(run, n, steps)
             puller.check()
             rates.append(puller.rate)
