@@ -86,8 +86,7 @@ def scopes(scale: Scale, sizes=None, run_dir=None, progress=None, tree="flat", p
     and everything, pulling back to back during measured runs: observe rate, and the slowdown
     against unmonitored runs alternating with them."""
     pm = _pathmap(scale)
-    chosen = {k: v for k, v in scale.sizes.items() if (sizes is None and k in ("small", "large")) or
-              (sizes is not None and k in sizes)} or dict(list(scale.sizes.items())[:1])
+    chosen = _scope_sizes(scale, sizes)
     rows, raw = [], {}
     with launch(pm, run_dir=run_dir) as run:
         for size, n in chosen.items():
@@ -262,9 +261,16 @@ def _ms(seconds: list[float]) -> float:
     return round(statistics.median(seconds) * 1e3, 2)
 
 
+def _scope_sizes(scale: Scale, sizes) -> dict[str, int]:
+    """The scopes experiment's sizes: the paper's small and large, or those asked for."""
+    chosen = {k: v for k, v in scale.sizes.items()
+              if (k in ("small", "large") if sizes is None else k in sizes)}
+    return chosen or dict(list(scale.sizes.items())[:1])
+
+
 def work(name: str, scale: Scale, sizes=None) -> int:
     """How many progress steps experiment `name` makes (for progress bars)."""
     chosen = len([s for s in scale.sizes if sizes is None or s in sizes]) or 1
-    return {"collect": chosen, "scopes": len(VIEWS) * max(1, min(2, chosen)), "reconfigure": len(CONFIGS),
+    return {"collect": chosen, "scopes": len(VIEWS) * len(_scope_sizes(scale, sizes)), "reconfigure": len(CONFIGS),
             "monitors": 5, "trees": sum(1 for p in scale.participants for s in TREE_SHAPES
                                          if s == "flat" or int(s.split(':')[1]) < p)}[name]
