@@ -28,6 +28,8 @@ class Collector(Wrapper):
     While an operation is under way, the node's in-flight table holds its start time under the
     collector's id (0 otherwise): a thread blocked in an observe or a collective shows there,
     long before its record is written. Switched off, the collector only forwards.
+    A collector that only its own thread calls (source, contribute) appends to a local trace
+    element without taking its lock (NodeSpace.appender).
     """
 
     type_name = "collector"

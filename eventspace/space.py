@@ -18,6 +18,7 @@ CLOCK = "eventspace.clock"              # hosted: () -> this node's clock, ns
 CURSORS = "eventspace.scope.cursors"    # hosted: (key) -> a near join's stream cursors
 INFLIGHT = "eventspace.inflight"        # hosted: () -> [[collector id, start ns], ...] of operations under way
 MAX_JOINS = 10_000                      # scope joins one node server holds at once
+SINGLE_THREAD_ROLES = frozenset({"source", "contribute"})  # collectors only their thread calls
 
 
 class NodeSpace:
@@ -71,9 +72,14 @@ class NodeSpace:
         self._sweeper.start()
 
     def appender(self, entry):
-        """How collector `entry` appends a record (op, flags, collector, element, arg, nbytes, t0, t1)."""
+        """How collector `entry` appends a record (op, flags, collector, element, arg, nbytes, t0, t1).
+
+        A collector on one thread's path (source) or one member's way into a tree (contribute)
+        is only ever called by that thread: it appends to its local trace element without a lock.
+        """
         if entry.trace_node == self.node.name:
-            return self.node.server.element(entry.trace).appender()
+            single_writer = entry.role in SINGLE_THREAD_ROLES
+            return self.node.server.element(entry.trace).appender(single_writer)
         handle = self.node.client(entry.trace_node).element(entry.trace)
         return lambda *record: handle.move(record)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -61,7 +62,8 @@ class Element:
         self.keep = keep
         self.id = eid
         self._delta = delta
-        # The mutex must be held whenever first, last or the storage is read or mutated.
+        # The mutex must be held whenever first, last or the storage is read or mutated, with
+        # one exception: a binary element's single-writer appender (see BinaryElement.appender).
         # Both conditions below share it.
         self.mutex = threading.Lock()
         self._changed = threading.Condition(self.mutex)
@@ -124,8 +126,7 @@ class Element:
             self._check_alive()
             if n is not None:
                 _check_bound("delta", n)
-                # A ring must hold as many records as may now be held: delta, or keep if fewer.
-                self._bound_to(n if self.keep is None else min(n, self.keep))
+                self._bound_to(ring_slots(self.keep, n))
                 self._delta = n
                 self._signal_change()
             return self._delta
@@ -152,16 +153,22 @@ class Element:
         _check_index(hi)
         with self.mutex:
             self._check_alive()
-            start = min(max(lo, self._first), self._last)
-            return start, self._read(start, max(start, min(hi, self._last)))
+            while True:
+                start = min(max(lo, self._first), self._last)
+                items = self._read(start, max(start, min(hi, self._last)))
+                if start >= self._first:  # else a single writer overwrote them while we copied
+                    return start, items
 
     def latest(self, n: int = 1) -> tuple[int, list | bytes]:
         """The newest `n` held tuples (fewer if fewer are held), as (start, items); never blocks."""
         _check_index(n)
         with self.mutex:
             self._check_alive()
-            start = max(self._first, self._last - n)
-            return start, self._read(start, self._last)
+            while True:
+                start = max(self._first, self._last - n)
+                items = self._read(start, self._last)
+                if start >= self._first:  # as in read_range
+                    return start, items
 
     def find(self, pattern, remove: bool = False, timeout: float | None = None) -> tuple:
         """Linda-style matching: the oldest held tuple matching `pattern` (removed if `remove`).
@@ -263,20 +270,22 @@ class Element:
     def _block(self, attempt, args, timeout, what):
         """Retry `attempt` each time the element changes, until it succeeds or `timeout` passes."""
         deadline = None if _check_timeout(timeout) is None else monotonic() + timeout
-        while True:
-            remaining = None
-            if deadline is not None:
-                remaining = deadline - monotonic()
-                if remaining <= 0:
-                    raise Timeout(f"{what} on element {self.name} timed out after {timeout}s")
-            self._sleepers += 1
-            try:
+        # Counted as a sleeper before each attempt, not after it: a single writer (which appends
+        # without the mutex) either published before the attempt, or sees the count and wakes us.
+        self._sleepers += 1
+        try:
+            while True:
+                result = attempt(*args)
+                if result is not WOULD_BLOCK:
+                    return result
+                remaining = None
+                if deadline is not None:
+                    remaining = deadline - monotonic()
+                    if remaining <= 0:
+                        raise Timeout(f"{what} on element {self.name} timed out after {timeout}s")
                 self._changed.wait(remaining)
-            finally:
-                self._sleepers -= 1
-            result = attempt(*args)
-            if result is not WOULD_BLOCK:
-                return result
+        finally:
+            self._sleepers -= 1
 
     def _signal_change(self):
         if self._sleepers:
@@ -350,11 +359,10 @@ class BinaryElement(Element):
         self._size = st.size
         self._pack_into = st.pack_into
         self._unpack_from = st.unpack_from
-        bounds = [b for b in (self.keep, self._delta) if b is not None]
-        self._fixed = bool(bounds)
-        self._cap = min(bounds) if bounds else self._INITIAL_CAPACITY
+        self._fixed = self.keep is not None or self._delta is not None
+        self._cap = ring_slots(self.keep, self._delta) if self._fixed else self._INITIAL_CAPACITY
         if self._slab is not None:
-            self._cap = self._slab.keep
+            self._cap = self._slab.slots
             self._ring = self._slab.ring(self._row)
         else:
             self._ring = bytearray(self._cap * self._size)
@@ -408,10 +416,13 @@ class BinaryElement(Element):
         with self.mutex:
             if self._deleted:
                 raise UnknownElement(f"element {self.name} was deleted")
-            last = self._last
-            return self._read(max(self._first, last - n), last)
+            while True:
+                start = max(self._first, self._last - n)
+                records = self._read(start, self._last)
+                if start >= self._first:  # as in read_range
+                    return records
 
-    def appender(self):
+    def appender(self, single_writer: bool = False):
         """A function appending one record given as its field values, returning its index.
 
         It takes exactly one positional argument per field (`append(*values)` for a tuple);
@@ -419,10 +430,16 @@ class BinaryElement(Element):
         For a bounded ring (`keep`, no `delta`) and a writer that appends often (an event
         collector): everything it touches is bound once, so an append is a lock, one
         `pack_into` and two stores. Other elements get `move`.
+
+        `single_writer=True` is for a caller that is the only one appending to this element
+        (a collector on one thread's path): the append then takes the mutex only to wake
+        waiters. It publishes `last` once the record is whole and writes a slot no kept record
+        is in, and readers check `first` again after copying, so none returns a record
+        overwritten under it. A second concurrent appender (or `move`) would lose records.
         """
         if self.keep is None or self._delta is not None:
             return lambda *values: self.move(values)
-        return _appender_maker(len(self.template.fields))(
+        return _appender_maker(len(self.template.fields), single_writer)(
             self, self.mutex, self._pack_into, self._ring, self._cap, self._size, self.keep)
 
     def move_record(self, record: bytes) -> int:
@@ -434,6 +451,15 @@ class BinaryElement(Element):
 
     def _get(self, index):
         return self._unpack_from(self._ring, (index % self._cap) * self._size)
+
+    def _peek(self, index):
+        while True:
+            found = super()._peek(index)
+            if found is WOULD_BLOCK or found[0] >= self._first:
+                return found
+            # A single writer overwrote the record while it was read (see `appender`).
+            if index is not None:
+                raise Expired(f"element {self.name}: tuple {index} was discarded (first held is {self._first})")
 
     def _drop_to(self, new_first):
         self._first = new_first
@@ -476,35 +502,57 @@ class BinaryElement(Element):
 # exact positional parameters, while a `*values` function takes the generic call path and builds
 # two tuples (a fifth of an append). Their code is made once per field count and shared, so that
 # the many trace elements of a node run one code object (benchmarks/collector_bench.py).
-_APPENDER_MAKERS: dict = {}
+_APPENDER_MAKERS: dict[tuple[int, bool], object] = {}
+
+# What an append does: the record, then `last` past it, then `first` up to `keep` behind. The
+# slot written never holds a kept record (the ring has a spare one), so a record that fails to
+# pack half way damages nothing, and a reader racing a lock-free writer can tell (`_peek`).
+_APPEND = """\
+last = element._last
+try:
+    pack_into(ring, (last % cap) * size, {names})
+except (TypeError, struct_error):
+    raise element.template._mismatch(({names},)) from None
+element._last = last + 1
+if last + 1 - element._first > keep:
+    element._first = last + 1 - keep
+"""
+_LOCKED = "with mutex:\n{append}    if element._sleepers or element.parked:\n        element._signal_change()\n"
+# Lock-free (one writer only): waiters count themselves before they check `last` (`_block`), so
+# one that this writer does not see has seen the record.
+_SINGLE_WRITER = "{append}if element._sleepers or element.parked:\n    with mutex:\n        element._signal_change()\n"
 
 
-def _appender_maker(fields: int):
-    """The function that makes an appender for records of `fields` fields."""
-    maker = _APPENDER_MAKERS.get(fields)
+def _appender_maker(fields: int, single_writer: bool):
+    """The function that makes an appender for records of `fields` fields (see `BinaryElement.appender`)."""
+    maker = _APPENDER_MAKERS.get((fields, single_writer))
     if maker is None:
         names = ", ".join(f"f{i}" for i in range(fields))
+        append = _APPEND.format(names=names)
+        if single_writer:
+            body = _SINGLE_WRITER.format(append=append)
+        else:
+            body = _LOCKED.format(append=textwrap.indent(append, "    "))
         source = (
             f"def make(element, mutex, pack_into, ring, cap, size, keep):\n"
             f"    def append({names}):\n"
-            f"        with mutex:\n"
-            f"            last = element._last\n"
-            f"            try:\n"
-            f"                pack_into(ring, (last % cap) * size, {names})\n"
-            f"            except (TypeError, struct_error):\n"
-            f"                raise element.template._mismatch(({names},)) from None\n"
-            f"            element._last = last + 1\n"
-            f"            if last + 1 - element._first > keep:\n"
-            f"                element._first = last + 1 - keep\n"
-            f"            if element._sleepers or element.parked:\n"
-            f"                element._signal_change()\n"
+            f"{textwrap.indent(body, '        ')}"
             f"        return last\n"
             f"    return append\n"
         )
         scope = {"struct_error": struct_error}
         exec(source, scope)  # noqa: S102 - the source above, with field names made here, nothing else
-        maker = _APPENDER_MAKERS[fields] = scope["make"]
+        maker = _APPENDER_MAKERS[(fields, single_writer)] = scope["make"]
     return maker
+
+
+def ring_slots(keep: int | None, delta: int | None) -> int:
+    """The slots of a bounded ring: `delta` when flow control bounds it first (a move waits
+    before it could overwrite a held record), else `keep` plus a spare one, so that the slot an
+    append writes never holds a kept record."""
+    if delta is not None and (keep is None or delta <= keep):
+        return delta
+    return keep + 1
 
 
 def make_element(name: str, template: Template, keep=None, delta=None, eid=0, slab=None, row=0) -> Element:
@@ -531,10 +579,11 @@ class RingSlab:
         import numpy as np
 
         self.template, self.keep, self.size = template, keep, template.record_size
-        self.array = np.zeros((count, keep, self.size), dtype=np.uint8)
+        self.slots = ring_slots(keep, None)
+        self.array = np.zeros((count, self.slots, self.size), dtype=np.uint8)
 
     def ring(self, row: int) -> memoryview:
-        """Row `row` as a writable buffer of `keep` records."""
+        """Row `row` as a writable buffer of `slots` records."""
         return memoryview(self.array[row]).cast("B")
 
     def newest(self, elements) -> bytes:
@@ -551,7 +600,7 @@ class RingSlab:
         held = lasts > firsts
         if not held.all():
             rows, lasts = rows[held], lasts[held]
-        return self.array[rows, (lasts - 1) % self.keep].tobytes()
+        return self.array[rows, (lasts - 1) % self.slots].tobytes()
 
 
 def _check_bound(what, n):

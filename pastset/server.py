@@ -581,6 +581,12 @@ class _Endpoint:
             self._n_parked += 1
             element.parked += 1
             element.on_change = self.server._element_changed
+            # Tried again now that the element counts this request: a single writer, which appends
+            # without the mutex, either published before this try or sees the count and wakes us.
+            if self._complete(peer, rid, element, kind, args):
+                self._finish(waiter)
+                self._prune(element)
+                return _ANSWERED
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, next(self._seq), waiter))
         now = monotonic()
