@@ -94,7 +94,8 @@ class Join:
                                     catalogue)
         self.cursors = dict(spec.cursors)
         self.lease_until = 0.0
-        self._parts: dict[int, _Mine] = {}   # how to cut merged replies, by the names list asked for
+        # How to cut merged replies, by the names list asked for; the names encoded, by the lists.
+        self._parts: dict = {}
 
     def pull(self, fanout) -> Pulled:
         """Pull this join and, in the same round of requests, every join below it in this process."""
@@ -242,28 +243,42 @@ def _merged(requests: list, parts: dict) -> list:
     sent: list = []
     for key in order:
         group = groups[key]
-        if len(group) == 1:
-            node, op, args, handle = group[0]
-            sent.append(((node, op, args), [(handle, None)]))
+        node, op, _, handle = group[0]
+        if len(key) == 1:
+            sent.append((group[0][:3], [(handle, None)]))
             continue
-        node, op, _, _ = group[0]
         # LATEST_MANY (names, n), RANGE_MANY (names, los, hi), LATEST_RECORDS (names, n):
-        # per-element lists, then one value.
-        lists = [[] for _ in group[0][2][:-1]]
+        # per-element lists, then one value. The names are the same every round: encoded once.
+        names = _packed_names([args[0] for _, _, args, _ in group], parts)
+        lists = [[] for _ in group[0][2][1:-1]]
         handlers = []
+        start = 0
         for _, _, args, handle in group:
-            start = len(lists[0])
-            for mine, theirs in zip(lists, args[:-1]):
+            for mine, theirs in zip(lists, args[1:-1]):
                 mine.extend(theirs)
-            if op == p.LATEST_RECORDS:
+            if len(group) == 1:
+                handlers.append((handle, None))
+            elif op == p.LATEST_RECORDS:
                 part = parts.get(id(args[0]))
                 if part is None:
                     part = parts[id(args[0])] = _Mine(args[0])
                 handlers.append((handle, part))
             else:
-                handlers.append((handle, slice(start, len(lists[0]))))
-        sent.append(((node, op, (*lists, group[0][2][-1])), handlers))
+                handlers.append((handle, slice(start, start + len(args[0]))))
+            start += len(args[0])
+        sent.append(((node, op, (names, *lists, group[0][2][-1])), handlers))
     return sent
+
+
+def _packed_names(lists: list, cache: dict) -> p.Packed:
+    """The names of `lists` (a join spec's own lists, alive as long as the join) run together
+    and msgpack-encoded, once per join: a monitor pulling hundreds of trace elements would
+    otherwise spend most of its time encoding their names again on every pull."""
+    key = tuple(id(names) for names in lists)
+    packed = cache.get(key)
+    if packed is None:
+        packed = cache[key] = p.Packed([name for names in lists for name in names])
+    return packed
 
 
 class _Mine:

@@ -66,12 +66,15 @@ class Fanout:
 
     def _round(self, requests, positions, results, missing, deadline) -> None:
         waiting: dict[int, tuple[int, str]] = {}  # request id -> (position, node)
+        # Replies still owed per socket: a socket is read until it has paid them, not until a
+        # non-blocking read fails (pyzmq raises for that, which costs more than the read).
+        owed: dict[zmq.Socket, int] = {}
         for position, (node, op, args) in zip(positions, requests):
             if node in missing:
                 continue
             sock = self._socket(node)
             rid = next(self._rids)
-            frame = p.pack([rid, op, *args])
+            frame = p.pack_request(rid, op, args)
             try:
                 sock.send(frame, zmq.NOBLOCK)
             except zmq.Again:  # nothing connected (a dead peer): zmq would queue or block
@@ -80,12 +83,16 @@ class Fanout:
                 continue
             self.bytes_sent += len(frame)
             waiting[rid] = (position, node)
+            owed[sock] = owed.get(sock, 0) + 1
         while waiting:
             remaining = deadline - monotonic()
             if remaining <= 0:
                 break
             for sock, _ in self._poller.poll(max(1, int(remaining * 1000))):
-                while True:
+                if not owed.get(sock):
+                    _drain(sock)  # only late replies or probes there: read out, so that poll waits
+                    continue
+                while owed[sock]:
                     try:
                         raw = sock.recv(zmq.NOBLOCK)
                     except zmq.Again:
@@ -97,6 +104,7 @@ class Fanout:
                     found = waiting.pop(reply[0], None)
                     if found is None:
                         continue  # a late reply to a request given up on
+                    owed[sock] -= 1
                     position = found[0]
                     if reply[1] == p.OK:
                         results[position] = reply[2]
@@ -134,3 +142,12 @@ class Fanout:
     def close(self) -> None:
         for node in list(self._sockets):
             self._drop(node)
+
+
+def _drain(sock: zmq.Socket) -> None:
+    """Read and drop every message waiting on `sock`."""
+    while True:
+        try:
+            sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return

@@ -63,6 +63,27 @@ def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+class Packed:
+    """An argument encoded once, for a request sent again and again (a monitor's list of trace
+    element names): `pack_request` splices its bytes instead of encoding it on every send."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, obj):
+        self.data = pack(obj)
+
+
+_array_header = msgpack.Packer().pack_array_header
+
+
+def pack_request(rid: int, op: int, args) -> bytes:
+    """The frame of request [rid, op, *args]; arguments given as `Packed` are not encoded again."""
+    if not any(isinstance(a, Packed) for a in args):
+        return pack([rid, op, *args])
+    return b"".join([_array_header(2 + len(args)), pack(rid), pack(op),
+                     *(a.data if isinstance(a, Packed) else pack(a) for a in args)])
+
+
 def unpack_request(frame: bytes, limits: Limits):
     """(rid, op, args) from a request frame; raises ProtocolError for anything malformed."""
     if len(frame) > limits.max_frame:

@@ -2,6 +2,7 @@
 
 import struct
 
+import msgpack
 import numpy as np
 
 from eventspace import trace
@@ -11,6 +12,12 @@ from pastset import protocol as p
 
 def batch(*collectors):
     return trace.decode(b"".join(struct.pack(trace.FORMAT, 1, 0, c, 0, 0, 0, c, c + 1) for c in collectors))
+
+
+def as_sent(request):
+    """(node, op, args) as the server receives them."""
+    node, op, args = request
+    return node, op, tuple(msgpack.unpackb(p.pack_request(0, op, args), raw=False)[2:])
 
 
 def test_concat_keeps_every_record_in_order():
@@ -31,7 +38,7 @@ def test_leaf_reads_to_one_node_travel_as_one_request_and_each_join_gets_its_par
         ("A", p.RANGE_MANY, (["t/6"], [9], 99), lambda r: got.setdefault("j5", r)),
     ]
     sent = _merged(requests, {})
-    assert [request for request, _ in sent] == [
+    assert [as_sent(request) for request, _ in sent] == [
         ("A", p.LATEST_MANY, (["t/1", "t/2", "t/4"], 1)),
         ("B", p.LATEST_MANY, (["t/3"], 1)),
         ("A", p.CALL, ("eventspace.scope.pull", ["k"])),
@@ -51,8 +58,19 @@ def test_merged_newest_records_are_cut_by_collector_for_each_join():
         ("A", p.LATEST_RECORDS, (["trace/3"], 1), lambda r: got.setdefault("j2", r)),
     ]
     (request, handlers), = _merged(requests, {})
-    assert request == ("A", p.LATEST_RECORDS, (["trace/1", "trace/2", "trace/3"], 1))
+    assert as_sent(request) == ("A", p.LATEST_RECORDS, (["trace/1", "trace/2", "trace/3"], 1))
     reply = trace.encode(batch(1, 3))  # trace/2 held nothing yet
     for handle, part in handlers:
         handle(part.of(reply))
     assert got["j1"]["collector"].tolist() == [1] and got["j2"]["collector"].tolist() == [3]
+
+
+def test_a_joins_names_are_encoded_once_and_its_counters_every_round():
+    names_a, names_b, cache = ["t/1"], ["t/2"], {}
+    rounds = [_merged([("A", p.RANGE_MANY, (names_a, [lo], 9), print), ("A", p.RANGE_MANY, (names_b, [lo + 1], 9), print)],
+                      cache) for lo in (3, 5)]
+    (first, _), = rounds[0]
+    (second, _), = rounds[1]
+    assert first[2][0] is second[2][0]  # the same encoded names, not encoded again
+    assert as_sent(first) == ("A", p.RANGE_MANY, (["t/1", "t/2"], [3, 4], 9))
+    assert as_sent(second) == ("A", p.RANGE_MANY, (["t/1", "t/2"], [5, 6], 9))
