@@ -222,6 +222,11 @@ class Join:
         return pulled.records
 
 
+# LATEST_MANY (names, n), RANGE_MANY (names, los, hi), LATEST_RECORDS (names, n): per-element
+# lists, then one value; such reads to one node merge into one request.
+_BATCH_READS = (p.LATEST_MANY, p.RANGE_MANY, p.LATEST_RECORDS)
+
+
 def _merged(requests: list, parts: dict) -> list:
     """The requests of one round with the leaf reads that go to the same node merged into one
     (a kary tree in the monitor has a leaf join per K trace elements; one request per join
@@ -235,7 +240,7 @@ def _merged(requests: list, parts: dict) -> list:
     order: list = []
     for request in requests:
         node, op, args, _ = request
-        key = (node, op, args[-1]) if op in (p.LATEST_MANY, p.RANGE_MANY, p.LATEST_RECORDS) else (id(request),)
+        key = (node, op, args[-1]) if op in _BATCH_READS else (id(request),)
         if key not in groups:
             groups[key] = []
             order.append(key)
@@ -244,11 +249,10 @@ def _merged(requests: list, parts: dict) -> list:
     for key in order:
         group = groups[key]
         node, op, _, handle = group[0]
-        if len(key) == 1:
+        if op not in _BATCH_READS:
             sent.append((group[0][:3], [(handle, None)]))
             continue
-        # LATEST_MANY (names, n), RANGE_MANY (names, los, hi), LATEST_RECORDS (names, n):
-        # per-element lists, then one value. The names are the same every round: encoded once.
+        # The names are the same every round: encoded once.
         names = _packed_names([args[0] for _, _, args, _ in group], parts)
         lists = [[] for _ in group[0][2][1:-1]]
         handlers = []

@@ -153,22 +153,14 @@ class Element:
         _check_index(hi)
         with self.mutex:
             self._check_alive()
-            while True:
-                start = min(max(lo, self._first), self._last)
-                items = self._read(start, max(start, min(hi, self._last)))
-                if start >= self._first:  # else a single writer overwrote them while we copied
-                    return start, items
+            return self._read_held(lo, hi)
 
     def latest(self, n: int = 1) -> tuple[int, list | bytes]:
         """The newest `n` held tuples (fewer if fewer are held), as (start, items); never blocks."""
         _check_index(n)
         with self.mutex:
             self._check_alive()
-            while True:
-                start = max(self._first, self._last - n)
-                items = self._read(start, self._last)
-                if start >= self._first:  # as in read_range
-                    return start, items
+            return self._read_held(newest=n)
 
     def find(self, pattern, remove: bool = False, timeout: float | None = None) -> tuple:
         """Linda-style matching: the oldest held tuple matching `pattern` (removed if `remove`).
@@ -232,6 +224,19 @@ class Element:
 
     # Reads are split from removal so that the node server can remove a tuple only once its
     # reply was handed to a connected peer: a consumer that vanished loses nothing.
+
+    def _read_held(self, lo: int = 0, hi: int | None = None, newest: int | None = None):
+        """(start, items) of the held tuples with lo <= index < hi (hi None: all), or of the
+        `newest` ones; mutex held. Copied again if a single writer, which appends without the
+        mutex (BinaryElement.appender), overwrote any of them during the copy."""
+        while True:
+            last = self._last
+            if newest is not None:
+                lo = last - newest
+            start = min(max(lo, self._first), last)
+            items = self._read(start, max(start, last if hi is None else min(hi, last)))
+            if start >= self._first:
+                return start, items
 
     def _peek(self, index):
         """(index, tuple) for `observe(index)` without consuming anything."""
@@ -416,11 +421,7 @@ class BinaryElement(Element):
         with self.mutex:
             if self._deleted:
                 raise UnknownElement(f"element {self.name} was deleted")
-            while True:
-                start = max(self._first, self._last - n)
-                records = self._read(start, self._last)
-                if start >= self._first:  # as in read_range
-                    return records
+            return self._read_held(newest=n)[1]
 
     def appender(self, single_writer: bool = False):
         """A function appending one record given as its field values, returning its index.
@@ -457,9 +458,8 @@ class BinaryElement(Element):
             found = super()._peek(index)
             if found is WOULD_BLOCK or found[0] >= self._first:
                 return found
-            # A single writer overwrote the record while it was read (see `appender`).
-            if index is not None:
-                raise Expired(f"element {self.name}: tuple {index} was discarded (first held is {self._first})")
+            # A single writer overwrote the record while it was read (see `appender`): read the
+            # new first one, or for an index asked for, report it discarded (`Expired`).
 
     def _drop_to(self, new_first):
         self._first = new_first
