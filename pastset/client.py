@@ -173,7 +173,7 @@ class Client:
         try:
             sock.connect(self.endpoint)
             rid = next(self._rids)
-            sock.send(p.pack([rid, p.PING]))
+            _send_unless_unconnected(sock, p.pack([rid, p.PING]))
             raw = self._wait(sock, rid, p.PING, timeout, timeout, watch=watch)
         finally:
             watch.close()
@@ -231,7 +231,8 @@ class Client:
                     self._give_up(sock, f"no reply for {gone_after:.2f}s")
                 if ping_rid is None and now - heard >= self._PING_AFTER:
                     ping_rid = next(self._rids)
-                    sock.send(p.pack([ping_rid, p.PING]))
+                    if not _send_unless_unconnected(sock, p.pack([ping_rid, p.PING])):
+                        ping_rid = None  # tried again next time round
                 limit = heard + gone_after if deadline is None else min(deadline, heard + gone_after)
                 ms = max(1, int(min(limit - now, self._PING_AFTER) * 1000))
                 if watch is None:
@@ -268,6 +269,17 @@ class Client:
             self._sockets.discard(sock)
         self._local.sock = None
         sock.close(linger=0)
+
+
+def _send_unless_unconnected(sock: zmq.Socket, frame: bytes) -> bool:
+    """Send `frame`; False, at once, if the socket has no connection to queue it on (one whose
+    handshake the server refused is dropped, and a DEALER would then block in send for ever).
+    The caller's wait sees the refusal, or the silence, within its timeout."""
+    try:
+        sock.send(frame, zmq.NOBLOCK)
+    except zmq.Again:
+        return False
+    return True
 
 
 class _Handshake:
