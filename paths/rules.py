@@ -11,9 +11,11 @@ from pastset.security import problems as key_problems
 from pastset.template import Template
 
 from .document import Key, listing, suggest
+from .expression import ExpressionError
 from .instrument import PATH_ROLES, ROLES, TREE_ROLES, select
 from .registry import JOIN_TYPE_OF_KIND, JOIN_TYPES, is_module_name, reference_problem, registered_types
 from .shapes import Shape
+from .wrapper import Filter
 
 if TYPE_CHECKING:
     from .pathmap import Pathmap, Tree
@@ -202,8 +204,8 @@ class _Checker:
                 self.check_function(fn, key + ("params", "fn"))
             if stage.type == "convert" and "fn" not in params:
                 self.add(key + ("params",), "a convert stage needs a function; add params: {fn: module:function}")
-            if stage.type == "filter" and not isinstance(params.get("where"), str):
-                self.add(key + ("params",), "a filter stage needs an expression; add params: {where: f0 > 0}")
+            if stage.type == "filter":
+                self.check_filter(params, key + ("params",))
             if stage.type == "buffer" and "size" in params and count_problem(params["size"], "size"):
                 self.add(key + ("params", "size"), count_problem(params["size"], "size"))
 
@@ -230,6 +232,16 @@ class _Checker:
         problem = reference_problem(fn, self.pm.allow_modules, "function")
         if problem is not None:
             self.add(key, problem)
+
+    def check_filter(self, params: dict, key: Key) -> None:
+        """The parse the filter stage makes when its node builds it (paths.wrapper.Filter.parse)."""
+        if not isinstance(params.get("where"), str):
+            self.add(key, "a filter stage needs an expression; add params: {where: f0 > 0}")
+            return
+        try:
+            Filter.parse(params)
+        except ExpressionError as exc:
+            self.add(key + ("where",), str(exc))
 
     def check_element_stage(self, stage, key: Key) -> None:
         name = stage.params.get("element")
