@@ -1,4 +1,4 @@
-"""The wrapper type names a pathmap may use: built-ins, entry points, and allowed user modules."""
+"""What a pathmap may name as code: built-in wrapper types, entry points, and `module:name` from allowed modules."""
 
 from __future__ import annotations
 
