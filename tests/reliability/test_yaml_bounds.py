@@ -146,7 +146,8 @@ def test_repeated_duplicate_key_errors_are_told_once(tmp_path):
     done = eventspace("pathmap", "validate", "dup.yaml", cwd=tmp_path)
     lines = done.stdout.splitlines()
     assert done.returncode == 1 and len(lines) == len(set(lines)), f"{len(lines)} lines, {len(set(lines))} distinct"
-    assert sum("duplicate key 'n'" in line for line in lines) == 1 and lines[-1] == f"{len(lines) - 1} problems in dup.yaml"
+    assert sum("duplicate key 'n'" in line for line in lines) == 1
+    assert lines[-1] == f"{len(lines) - 1} problems in dup.yaml"
 
 
 def test_a_flood_of_distinct_errors_is_capped(tmp_path):
