@@ -42,8 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # one clear line for the user; the traceback is behind --debug
         if args.debug:
             raise
-        print(f"eventspace {args.command}: {exc}", file=sys.stderr)
+        print(f"eventspace {args.command}: {_message(exc)}", file=sys.stderr)
         return 2
+
+
+def _message(exc: Exception) -> str:
+    """The exception's message; never empty (a MemoryError, for one, has none)."""
+    text = str(exc).strip()
+    if text:
+        return text
+    if isinstance(exc, MemoryError):
+        return "ran out of memory (MemoryError); give it a smaller input, or run with --debug to see where"
+    return f"{type(exc).__name__} without a message; run with --debug to see where"
 
 
 if __name__ == "__main__":

@@ -92,8 +92,8 @@ def _validate(args) -> int:
     try:
         pathmap = Pathmap.load(args.file)
     except PathmapError as exc:
-        for problem in exc.problems:
-            print(problem)
+        for line in exc.lines():
+            print(line)
         count = len(exc.problems)
         print(f"{count} problem{'s' if count != 1 else ''} in {args.file}")
         return 1

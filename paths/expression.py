@@ -42,11 +42,21 @@ class Expression:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
             raise ExpressionError(
-                f"filter {text!r}: does not parse at column {exc.offset}: {exc.msg}"
+                f"filter {text!r}: does not parse at column {exc.offset}: {exc.msg}; "
+                f"write e.g. {self.fields[0] if self.fields else 'f0'} > 0, over fields {', '.join(self.fields)}"
             ) from None
+        except RecursionError:
+            raise self._too_deep() from None
         self._tree = tree.body
-        self._row = self._compile(self._tree, vector=False)
+        try:
+            self._row = self._compile(self._tree, vector=False)
+        except RecursionError:
+            raise self._too_deep() from None
         self._vector = None
+
+    def _too_deep(self) -> ExpressionError:
+        return ExpressionError(f"filter {self.text[:60]!r}...: nested too deeply ({len(self.text)} characters); "
+                               "write a shorter expression, e.g. `f0 in (1, 2, 3)` for a chain of `or`s")
 
     def matches(self, row) -> bool:
         return bool(self._row(row))

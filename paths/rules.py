@@ -11,9 +11,11 @@ from pastset.security import problems as key_problems
 from pastset.template import Template
 
 from .document import Key, listing, suggest
+from .expression import ExpressionError
 from .instrument import PATH_ROLES, ROLES, TREE_ROLES, select
-from .registry import JOIN_TYPE_OF_KIND, JOIN_TYPES, is_module_name, module_allowed, registered_types, split_reference
+from .registry import JOIN_TYPE_OF_KIND, JOIN_TYPES, is_module_name, reference_problem, registered_types
 from .shapes import Shape
+from .wrapper import Filter
 
 if TYPE_CHECKING:
     from .pathmap import Pathmap, Tree
@@ -202,21 +204,17 @@ class _Checker:
                 self.check_function(fn, key + ("params", "fn"))
             if stage.type == "convert" and "fn" not in params:
                 self.add(key + ("params",), "a convert stage needs a function; add params: {fn: module:function}")
-            if stage.type == "filter" and not isinstance(params.get("where"), str):
-                self.add(key + ("params",), "a filter stage needs an expression; add params: {where: f0 > 0}")
+            if stage.type == "filter":
+                self.check_filter(params, key + ("params",))
             if stage.type == "buffer" and "size" in params and count_problem(params["size"], "size"):
                 self.add(key + ("params", "size"), count_problem(params["size"], "size"))
 
     def check_type(self, type_name: str, key: Key, types: frozenset[str]) -> bool:
         """True if the type is one the pathmap may use."""
         if ":" in type_name:
-            reference = split_reference(type_name)
-            if reference is None:
-                self.add(key, f"{type_name!r} is not a user wrapper reference; write module.sub:Class")
-                return False
-            if not module_allowed(reference[0], self.pm.allow_modules):
-                self.add(key, f"module {reference[0]!r} is not listed in allow_modules, and a pathmap "
-                              f"imports no other; add `allow_modules: [{reference[0]}]` if you trust it")
+            problem = reference_problem(type_name, self.pm.allow_modules, "wrapper type")
+            if problem is not None:
+                self.add(key, problem)
                 return False
         elif type_name not in types:
             self.add(key, f"unknown wrapper type {type_name!r}{suggest(type_name, types)}; use one of "
@@ -231,12 +229,19 @@ class _Checker:
             return
         if ":" not in fn:
             return  # a built-in name; the wrapper that uses it knows its own
-        reference = split_reference(fn)
-        if reference is None:
-            self.add(key, f"{fn!r} is not a function reference; write module.sub:function")
-        elif not module_allowed(reference[0], self.pm.allow_modules):
-            self.add(key, f"module {reference[0]!r} is not listed in allow_modules, and a pathmap "
-                          f"imports no other; add `allow_modules: [{reference[0]}]` if you trust it")
+        problem = reference_problem(fn, self.pm.allow_modules, "function")
+        if problem is not None:
+            self.add(key, problem)
+
+    def check_filter(self, params: dict, key: Key) -> None:
+        """The parse the filter stage makes when its node builds it (paths.wrapper.Filter.parse)."""
+        if not isinstance(params.get("where"), str):
+            self.add(key, "a filter stage needs an expression; add params: {where: f0 > 0}")
+            return
+        try:
+            Filter.parse(params)
+        except ExpressionError as exc:
+            self.add(key + ("where",), str(exc))
 
     def check_element_stage(self, stage, key: Key) -> None:
         name = stage.params.get("element")

@@ -148,13 +148,24 @@ class Filter(Wrapper):
 
     def __init__(self, stage_id, params, node):
         super().__init__(stage_id, params, node)
+        from .expression import ExpressionError
+
+        if not isinstance(params.get("where"), str):
+            raise PathsError(f"stage {stage_id}: a filter needs `where: <expression>`")
+        try:
+            self.expression = self.parse(params)
+        except ExpressionError as exc:
+            raise PathsError(f"stage {stage_id}: {exc}") from None
+
+    @staticmethod
+    def parse(params: dict):
+        """The Expression of a filter stage's `where` (a str) over its fields; ExpressionError if bad.
+
+        Validation (paths.rules) runs this same parse, so a pathmap that validates builds.
+        """
         from .expression import Expression
 
-        where = params.get("where")
-        if not isinstance(where, str):
-            raise PathsError(f"stage {stage_id}: a filter needs `where: <expression>`")
-        fields = params.get("fields") or [f"f{i}" for i in range(16)]
-        self.expression = Expression(where, fields)
+        return Expression(params["where"], params.get("fields") or [f"f{i}" for i in range(16)])
 
     def __call__(self, code, args):
         if code == op.MOVE and not self.expression.matches(args[0]):

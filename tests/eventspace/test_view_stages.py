@@ -118,7 +118,7 @@ def test_filter_sort_and_latest(catalogue):
     ("filter:bogus > 1", "unknown field 'bogus'"),
     ("reduce:median", "unknown reduction"),
     ("reduce:max_t_end@galaxy", "unknown group"),
-    ("reduce:os:system", "not listed in the pathmap's allow_modules"),
+    ("reduce:os:system", "'os' is not listed in allow_modules"),
     ("sort:colour", "unknown field"),
     ("shuffle", "unknown scope stage"),
 ])
