@@ -46,6 +46,10 @@ class Paused:
         self.pid = pid
         os.kill(pid, signal.SIGSTOP)
         self.resumed = False
+        deadline = time.monotonic() + 10   # the signal is only queued: wait until the process is stopped
+        while _state(pid) != "T":
+            assert time.monotonic() < deadline, f"process {pid} did not stop"
+            time.sleep(0.01)
 
     def resume(self) -> None:
         if not self.resumed:
@@ -60,6 +64,12 @@ class Paused:
 
     def __exit__(self, *exc):
         self.resume()
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (T: stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 def in_background(fn):
