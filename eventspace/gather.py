@@ -27,21 +27,29 @@ _END = 1 << 62  # read_range's hi for "everything held"
 @dataclass
 class Pulled:
     """What one pull of a join brought: records, how many were discarded before they were read
-    (stream mode), which nodes did not answer, and per tree level (seconds, tuples, bytes in)."""
+    (stream mode), which nodes did not answer (`missing`) and which of those are gone (their
+    connection closed; the others are not answering), and per tree level (seconds, tuples,
+    bytes in)."""
 
     records: np.ndarray
     discarded: int = 0
     missing: set[str] = field(default_factory=set)
     levels: dict[int, list] = field(default_factory=dict)
+    gone: set[str] = field(default_factory=set)
 
     def wire(self) -> list:
         return [trace.encode(self.records), self.discarded, sorted(self.missing),
-                {str(k): v for k, v in self.levels.items()}]
+                {str(k): v for k, v in self.levels.items()}, sorted(self.gone)]
 
     @classmethod
     def from_wire(cls, reply) -> Pulled:
-        data, discarded, missing, levels = reply
-        return cls(trace.decode(data), discarded, set(missing), {int(k): v for k, v in levels.items()})
+        data, discarded, missing, levels, gone = reply
+        return cls(trace.decode(data), discarded, set(missing), {int(k): v for k, v in levels.items()}, set(gone))
+
+    def lost(self, other: Pulled) -> None:
+        """Add the nodes `other` (a pull below this one) missed."""
+        self.missing |= other.missing
+        self.gone |= other.gone
 
     def add_level(self, level: int, seconds: float, tuples: int, nbytes: int) -> None:
         mine = self.levels.setdefault(level, [0.0, 0, 0])
@@ -120,6 +128,7 @@ class Join:
                     handle(reply if part is None else (part.of(reply) if isinstance(part, _Mine) else reply[part]))
         out = finish()
         out.missing |= missing
+        out.gone |= fanout.gone(missing)
         if nbytes:
             out.add_level(self.spec.level, 0.0, 0, nbytes)
         return out
@@ -152,7 +161,7 @@ class Join:
                 pulled = child_finish()
                 parts.append(pulled.records)
                 out.discarded += pulled.discarded
-                out.missing |= pulled.missing
+                out.lost(pulled)
                 out.merge_levels(pulled.levels)
             records = trace.concat(parts)
             out.records = self.apply(records)
@@ -217,7 +226,7 @@ class Join:
     def _child_reply(reply, out: Pulled) -> np.ndarray:
         pulled = Pulled.from_wire(reply)
         out.discarded += pulled.discarded
-        out.missing |= pulled.missing
+        out.lost(pulled)
         out.merge_levels(pulled.levels)
         return pulled.records
 

@@ -91,12 +91,19 @@ class ScopeStats:
 @dataclass
 class Pull:
     """One pull's result: `records` (a trace.DTYPE array, or dicts after convert:records),
-    `discarded` (stream mode), `missing` (nodes that did not answer within the timeout)."""
+    `discarded` (stream mode), `missing` (nodes that did not answer within the timeout) and of
+    those the `gone` ones (their connection closed: the process ended or the host is out of
+    reach); the others are `not_answering` (connected, but paused, swapping or busy)."""
 
     records: np.ndarray | list
     discarded: int
     missing: set[str]
     seconds: float
+    gone: set[str] = field(default_factory=set)
+
+    @property
+    def not_answering(self) -> set[str]:
+        return self.missing - self.gone
 
 
 class EventScope:
@@ -252,14 +259,14 @@ class EventScope:
                     mine[i] += v
             if self.settings.stages and self.settings.stages[-1].startswith("convert"):
                 records = self.catalogue.label(records)
-            return Pull(records, pulled.discarded, pulled.missing, seconds)
+            return Pull(records, pulled.discarded, pulled.missing, seconds, pulled.gone)
 
     def _pull_remote_root(self, root: JoinSpec) -> Pulled:
         replies, missing = self._fanout.request([(root.node, p.CALL, ("eventspace.scope.pull", [root.key]))],
                                                 self.timeout)
         reply = replies[0]
         if reply is None or isinstance(reply, PastSetError):
-            return Pulled(trace.empty(), missing={root.node})
+            return Pulled(trace.empty(), missing={root.node}, gone=self._fanout.gone({root.node}))
         return Pulled.from_wire(reply)
 
     def _correct(self, records: np.ndarray) -> np.ndarray:
@@ -274,6 +281,11 @@ class EventScope:
         out["t_start"] = (out["t_start"].astype(np.int64) - shift).astype(np.uint64)
         out["t_end"] = (out["t_end"].astype(np.int64) - shift).astype(np.uint64)
         return out
+
+    def gone(self, nodes) -> set[str]:
+        """Of `nodes` that did not answer this scope (a pull's or `in_flight`'s missing ones), those
+        whose connection is closed: gone, where the others are only not answering."""
+        return self._fanout.gone(nodes)
 
     def in_flight(self) -> tuple[dict[int, int], set[str]]:
         """The view's collectors timing an operation right now: ({collector id: its start, ns on

@@ -18,6 +18,7 @@ CLOCK = "eventspace.clock"              # hosted: () -> this node's clock, ns
 CURSORS = "eventspace.scope.cursors"    # hosted: (key) -> a near join's stream cursors
 INFLIGHT = "eventspace.inflight"        # hosted: () -> [[collector id, start ns], ...] of operations under way
 MAX_JOINS = 10_000                      # scope joins one node server holds at once
+_SWEEP_EVERY = 0.25                     # seconds between looks for scope joins whose lease ended
 SINGLE_THREAD_ROLES = frozenset({"source", "contribute"})  # collectors only their thread calls
 
 
@@ -151,9 +152,17 @@ class NodeSpace:
         return join
 
     def _sweep(self) -> None:
-        while not self._closing.wait(0.25):
+        last = time.monotonic()
+        while not self._closing.wait(_SWEEP_EVERY):
             now = time.monotonic()
+            # Woken long after it slept: this process was stopped (SIGSTOP, swapped out), and no
+            # renewal could reach it meanwhile. Its leases run on from now, not from before.
+            stopped = now - last - _SWEEP_EVERY
+            last = now
             with self._joins_mutex:
+                if stopped > _SWEEP_EVERY:
+                    for join in self._joins.values():
+                        join.lease_until += stopped
                 for key in [k for k, j in self._joins.items() if j.lease_until < now]:
                     del self._joins[key]
 

@@ -108,6 +108,15 @@ class Archive:
                 raise ArchiveError(f"{self.path} is an archive of pathmap {stored.name} with other "
                                    f"collectors than {name}'s; write to a new file")
             self._db = _connect(self.path, readonly=False)
+            try:
+                _try_a_write(self._db)
+            except sqlite3.Error as exc:
+                self._db.close()
+                if "readonly" in str(exc):
+                    raise ArchiveError(f"{self.path} is read-only, so events cannot be appended to it; make it "
+                                       "writable (chmod u+w), or write to a new file") from None
+                raise ArchiveError(f"{self.path}: cannot append to this archive ({exc}); check that the file and "
+                                   "its directory are writable, or write to a new file") from None
         else:
             db = None
             try:
@@ -279,6 +288,17 @@ class Archive:
             raise ArchiveError(f"{self.path} is a damaged EventSpace archive ({exc}); "
                                "its events cannot be read") from None
         return ArchivedCatalogue(meta["pathmap"], entries)
+
+
+def _try_a_write(db: sqlite3.Connection) -> None:
+    """Write to the archive and roll it back: SQLite opens a file it may not write (read-only, or
+    immutable) without a word, and says so only at the first write, when events would be lost.
+    The file is left as it was."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("UPDATE meta SET value = value WHERE key = 'tuples'")
+    finally:
+        db.execute("ROLLBACK")
 
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:

@@ -232,9 +232,11 @@ def _getevent(args) -> int:
         _loop(args, step)
     finally:
         out = mon.close()
+    lost = [f"node {node} {'gone' if gone else 'not answering'} since {time.strftime('%H:%M:%S', time.localtime(since))}"
+            for node, (gone, since) in sorted(mon.lost.items(), key=lambda item: (item[1][1], item[0]))]
     console.print(f"{mon.stats.tuples:,} events streamed in {mon.stats.pulls} pulls, "
                   f"{mon.stats.discarded:,} discarded before they were read"
-                  + (f"; wrote {out}" if out else ""))
+                  + (f"; wrote {out}" if out else "") + "".join(f"; {line}" for line in lost))
     return 0
 
 

@@ -44,7 +44,10 @@ class GetEventMon:
     streamed, and the events discarded before they could be read are counted and recorded.
 
     Perfetto and OTF2 files are written by `close()` (they need every event); an archive grows
-    with every poll, so it is useful while the run goes on.
+    with every poll, so it is useful while the run goes on. `lost` names the nodes that did not
+    answer the last poll: node -> (gone, since), `gone` True if its connection closed (its
+    process ended), False if it is only not answering (paused, busy), `since` the wall-clock time
+    (seconds since the epoch) of the poll that first missed it so.
     """
 
     def __init__(self, run, view: str = "all", out: str | os.PathLike | None = None, *, tree: str = "flat",
@@ -64,11 +67,17 @@ class GetEventMon:
                                        samples=self.scope.pathmap.clock.samples)
             self.scope.clock_offsets = {n: e.offset_ns for n, e in estimates.items()}
         self.stats = GetEventStats()
+        self.missing: set[str] = set()
+        self.lost: dict[str, tuple[bool, float]] = {}
         self._kept: list[np.ndarray] = []
         self._archive = None
         if self.format == "archive":
             from .archive import Archive
-            self._archive = Archive(self.out, self.scope.catalogue)
+            try:
+                self._archive = Archive(self.out, self.scope.catalogue)
+            except BaseException:
+                self.scope.close()
+                raise
 
     @property
     def catalogue(self):
@@ -88,6 +97,9 @@ class GetEventMon:
             self._kept.append(records)
         self.stats.seconds += time.perf_counter() - started
         self.missing = pulled.missing
+        now = time.time()
+        self.lost = {node: self.lost[node] if self.lost.get(node, (None,))[0] == (node in pulled.gone)
+                     else (node in pulled.gone, now) for node in pulled.missing}
         return records
 
     def events(self) -> np.ndarray:

@@ -9,9 +9,10 @@ from rich.text import Text
 from eventspace import trace
 
 from .colop import ColOpReport
-from .heartbeat import ALIVE, GONE, IDLE, QUIET, SLOW, STALLED, WAITING, HeartbeatReport
+from .heartbeat import ALIVE, GONE, IDLE, NOT_ANSWERING, QUIET, SLOW, STALLED, WAITING, HeartbeatReport
 
-STATUS_STYLE = {ALIVE: "green", WAITING: "yellow", STALLED: "bold red", QUIET: "dim", GONE: "magenta", IDLE: "blue", SLOW: "orange3"}
+STATUS_STYLE = {ALIVE: "green", WAITING: "yellow", STALLED: "bold red", QUIET: "dim", GONE: "magenta", IDLE: "blue",
+                SLOW: "orange3", NOT_ANSWERING: "bold magenta"}
 
 
 def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:
@@ -22,9 +23,16 @@ def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:
     for beat in report.threads:
         table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
                       f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
-    if report.gone:
-        table.caption = f"nodes not answering: {', '.join(sorted(report.gone))}"
+    lost = _lost_nodes(report)
+    if lost:
+        table.caption = lost
     return table
+
+
+def _lost_nodes(report: HeartbeatReport) -> str:
+    """"nodes not answering: B; nodes gone: C", or "" when every node answered."""
+    return "; ".join(f"nodes {what}: {', '.join(sorted(nodes))}"
+                     for what, nodes in (("not answering", report.not_answering), ("gone", report.gone)) if nodes)
 
 
 def heartbeat_summary(report: HeartbeatReport, clock: str) -> Group:
@@ -35,8 +43,9 @@ def heartbeat_summary(report: HeartbeatReport, clock: str) -> Group:
     line = Text(f"{clock}  {len(report.threads)} threads: ")
     for i, (status, n) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1])):
         line.append(("" if i == 0 else ", ") + f"{n} {status}", style=STATUS_STYLE[status])
-    if report.gone:
-        line.append(f"; nodes not answering: {', '.join(sorted(report.gone))}", style=STATUS_STYLE[GONE])
+    lost = _lost_nodes(report)
+    if lost:
+        line.append(f"; {lost}", style=STATUS_STYLE[GONE])
     others = [b for b in report.threads if b.status != ALIVE]
     if not others:
         return Group(line)

@@ -25,6 +25,11 @@ class ServerGone(PastSetError):
     """The node server did not answer: it is down, unreachable, or stopped responding."""
 
 
+class NotAnswering(ServerGone):
+    """The node server's connection is open but it did not answer for the caller's grace: it may
+    be paused, swapping or overloaded rather than dead (a dead one is plain ServerGone, soon)."""
+
+
 class ProtocolError(PastSetError):
     """A request was malformed, too large, or named an unknown operation or bad arguments."""
 
@@ -52,6 +57,6 @@ ERRORS_BY_NAME = {
     cls.__name__: cls
     for cls in (
         PastSetError, UnknownElement, TemplateMismatch, Expired, Timeout,
-        ServerGone, ProtocolError, LimitExceeded, BadArgument, AuthError,
+        ServerGone, NotAnswering, ProtocolError, LimitExceeded, BadArgument, AuthError,
     )
 }

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
 
+from .__main__ import add_grace_option
 from .document import PathmapError, listing
 from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
@@ -80,6 +81,7 @@ def register(subparsers) -> None:
     node.add_argument("--insecure", action="store_true",
                       help="allow a non-loopback address without CURVE (keys: the pathmap's "
                            "security section, or $EVENTSPACE_KEYS)")
+    add_grace_option(node)
     node.set_defaults(func=_node)
 
     run = subparsers.add_parser("run", help="launch a pathmap's nodes and run an application on them")
@@ -249,7 +251,7 @@ def _node(args) -> int:
         raise ValueError(f"no node {args.node!r} in {args.pathmap}; its nodes: "
                          f"{listing([n.name for n in pathmap.nodes])}")
     # The node refuses a non-loopback address without CURVE itself (NodeServer.serve).
-    return run_node(args.pathmap, args.node, args.bind, insecure=args.insecure)
+    return run_node(args.pathmap, args.node, args.bind, insecure=args.insecure, grace=args.grace)
 
 
 def _instrument(args) -> int:

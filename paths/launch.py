@@ -24,7 +24,13 @@ from .wrapper import PathsError
 
 
 class NodeDied(PathsError):
-    """A node server process ended (or stopped answering) while the run needed it."""
+    """A node server process ended, or its connection closed, while the run needed it."""
+
+
+class NodeNotAnswering(NodeDied):
+    """A node server kept its connection open but did not answer for the run's grace (paused,
+    swapping, a busy host), and the run could not wait longer. A NodeDied, so that one handler
+    covers every node a run loses."""
 
 
 class ProgramFailed(PathsError):
@@ -44,17 +50,29 @@ class Run:
     Made by `launch` (which owns the processes) or `attach` (nodes started elsewhere, e.g. with
     `eventspace node` on several hosts). `security`: the keys its clients speak CURVE with
     (None: the pathmap's, see `SecuritySpec.load`).
+
+    A node that is gone (its process ended, its connection closed) ends the run at once; one
+    whose connection stays open but who does not answer (paused, swapping, a busy host) is
+    waited for until it has been silent for `grace` seconds (the pathmap's `liveness.grace`).
     """
+
+    # How long `wait` and `progress` wait on a silent node before they look at the other nodes
+    # (and at the processes) again; the grace is counted over consecutive silent calls.
+    _PATIENCE = 1.0
+    # How long a hosted call may run (if the grace is not longer) before the node is given up on.
+    _CALL_TIMEOUT = 30.0
 
     def __init__(self, pathmap: Pathmap, run_file: RunFile, processes: dict[str, subprocess.Popen] | None = None,
                  logs: dict[str, FilePath] | None = None, security: pastset.Security | None = None):
         self.pathmap = pathmap
         self.security = security if security is not None else pathmap.security.load()
+        self.grace = pathmap.liveness.grace
         self.run_file = run_file
         self.endpoints = dict(run_file.endpoints)
         self._processes = processes or {}
         self._logs = logs or {}
         self._clients: dict[str, pastset.Client] = {}
+        self._silent: dict[str, float] = {}   # node -> when it stopped answering
         self._thread_node = {t.name: t.node for t in pathmap.threads}
 
     @property
@@ -76,18 +94,23 @@ class Run:
             self._call(node, START, program, args or {})
 
     def progress(self) -> dict[str, dict]:
-        """What every running thread last reported with `ctx.report(...)`, by thread."""
+        """What every running thread last reported with `ctx.report(...)`, by thread. The threads
+        of a node that does not answer within a second are left out (see `wait` for the errors)."""
         out: dict[str, dict] = {}
         for node in self._nodes_with_threads():
-            out.update(self._call(node, INFO)["progress"])
+            info = self._call(node, INFO, patient=True)
+            if info is not None:
+                out.update(info["progress"])
         return out
 
     def wait(self, timeout: float | None = None, poll: float = 0.1, on_poll=None) -> dict[str, object]:
         """Every thread's result once all have ended: {thread: what program(ctx) returned}.
 
-        Raises ProgramFailed if a thread raised, NodeDied as soon as a node process ends or stops
-        answering (naming it and its exit code), pastset.Timeout after `timeout` seconds.
-        `on_poll(run)` is called every `poll` seconds while it waits (to show progress).
+        Raises ProgramFailed if a thread raised; NodeDied as soon as a node process ends or its
+        connection closes (naming it, and its exit code if launched here); NodeNotAnswering once
+        a node that keeps its connection has not answered for the run's grace (naming it);
+        pastset.Timeout after `timeout` seconds. `on_poll(run)` is called every `poll` seconds
+        while it waits (to show progress).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = set(self._nodes_with_threads())
@@ -95,8 +118,8 @@ class Run:
         while pending:
             self.check_nodes()
             for node in sorted(pending):
-                joined = self._call(node, JOIN, 0)
-                if not joined["running"]:
+                joined = self._call(node, JOIN, 0, patient=True)
+                if joined is not None and not joined["running"]:
                     outcomes.update(joined["outcomes"])
                     pending.discard(node)
             if not pending:
@@ -134,12 +157,28 @@ class Run:
         """Send `sig` to a launched node's process (fault injection)."""
         self._processes[node].send_signal(sig)
 
-    def _call(self, node, name, *args):
+    def _call(self, node, name, *args, patient: bool = False):
+        """One hosted call to `node`'s server. NodeDied if the node is gone; NodeNotAnswering once
+        it has been silent, with its connection open, for the run's grace. A `patient` call (one
+        that may be repeated: JOIN(0), INFO) returns None after _PATIENCE of silence instead, so
+        that the caller can look at the other nodes meanwhile."""
+        grace = min(self._PATIENCE, self.grace) if patient else self.grace
+        asked = time.monotonic()
         try:
-            return self.client(node).call(name, *args, timeout=30)
-        except pastset.ServerGone:
+            result = self.client(node).call(name, *args, timeout=max(self._CALL_TIMEOUT, self.grace + 1),
+                                            grace=grace)
+        except pastset.NotAnswering:
+            since = self._silent.setdefault(node, asked)
+            if not patient or time.monotonic() - since >= self.grace:
+                raise NodeNotAnswering(f"node {node} at {self.endpoints[node]} did not answer for {self.grace:g} s "
+                                       "though its connection is open (paused, swapping or overloaded?); to wait "
+                                       "longer, raise the pathmap's liveness.grace (or --grace)") from None
+            return None
+        except pastset.ServerGone as exc:
             self.check_nodes()
-            raise NodeDied(f"node {node} at {self.endpoints[node]} stopped answering") from None
+            raise NodeDied(f"node {node} at {self.endpoints[node]} is gone: {exc}") from None
+        self._silent.pop(node, None)
+        return result
 
     def _nodes_with_threads(self) -> list[str]:
         return [n.name for n in self.pathmap.nodes if self.pathmap.threads_on(n.name)]
@@ -174,7 +213,7 @@ class Run:
 @contextlib.contextmanager
 def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike | None = None,
            start_timeout: float | None = None, env: dict[str, str] | None = None,
-           insecure: bool = False) -> Iterator[Run]:
+           insecure: bool = False, grace: float | None = None) -> Iterator[Run]:
     """Start one node server process per pathmap node on this machine; stop them all on exit.
 
     Waits until every node answers (PathsError naming a node that does not within
@@ -188,8 +227,12 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     with those in $EVENTSPACE_KEYS (the node processes inherit the environment); the launcher
     speaks CURVE to them with the same keys. A node whose host is not loopback is refused
     (PathsError, before anything starts) unless CURVE is on or `insecure`.
+
+    `grace` (seconds) replaces the pathmap's `liveness.grace`, for the launcher and the nodes:
+    how long a node that keeps its connection but does not answer is waited for.
     """
     pathmap = Pathmap.load(pathmap) if not isinstance(pathmap, Pathmap) else pathmap.validate()
+    pathmap = pathmap.with_grace(grace)
     if start_timeout is None:  # 8 nodes importing numpy at once on 2 busy cores take a while
         start_timeout = max(60.0, 10.0 * len(pathmap.nodes))
     security = pathmap.security.load()

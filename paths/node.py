@@ -51,6 +51,10 @@ class NodeServer:
 
     `security` holds the CURVE keys the node serves with and connects to the other nodes with
     (None: the pathmap's `security` section, else the process's keys, see `SecuritySpec.load`).
+
+    A stage reaching another node waits for it, while its connection stays open, for the
+    pathmap's `liveness.grace` seconds of silence (pastset.NotAnswering after that); a node
+    whose connection closed is pastset.ServerGone within about two seconds.
     """
 
     def __init__(self, pathmap: Pathmap, name: str, endpoints: Mapping[str, str] | None = None,
@@ -201,7 +205,9 @@ class NodeServer:
                 client = self._clients.get(node)
                 if client is None:
                     endpoint = self.endpoints.get(node) or _pathmap_endpoint(self.pathmap, node)
-                    client = pastset.connect(endpoint, security=self.security)
+                    # A first contact may find the node paused too: it gets the same grace.
+                    grace = self.pathmap.liveness.grace
+                    client = pastset.connect(endpoint, security=self.security, timeout=grace, grace=grace)
                     self._clients[node] = client
         return client
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path as FilePath
 
 import networkx as nx
 import pastset
 import yaml
+from pastset.client import GRACE, check_grace
 from pastset.security import default as default_security
 
 from . import rules
@@ -160,6 +161,16 @@ class Clock:
 
 
 @dataclass(frozen=True)
+class Liveness:
+    """How long, in seconds, a node whose connection is open but who does not answer (paused,
+    swapping, a busy host) is waited for, by the launcher, the other nodes and monitors, before
+    the run gives up on it. A node whose process ended or whose connection closed is gone at
+    once, whatever the grace."""
+
+    grace: float = GRACE
+
+
+@dataclass(frozen=True)
 class SecuritySpec:
     """CURVE for the run: `keys` is a key directory (`eventspace keys generate DIR`) that every
     node serves and connects with; None: the process's keys ($EVENTSPACE_KEYS), or plaintext.
@@ -193,6 +204,7 @@ class Pathmap:
     allow_modules: tuple[str, ...] = ()
     clock: Clock = Clock()
     security: SecuritySpec = SecuritySpec()
+    liveness: Liveness = Liveness()
     origin: Origin = field(default=Origin(), compare=False)
 
     def __repr__(self) -> str:
@@ -245,6 +257,13 @@ class Pathmap:
         if problems:
             raise PathmapError(problems)
         return self
+
+    def with_grace(self, grace: float | None) -> Pathmap:
+        """A copy whose `liveness.grace` is `grace` seconds (a command line's --grace); self for
+        None. pastset.BadArgument (a ValueError) if it is not a positive number."""
+        if grace is None:
+            return self
+        return replace(self, liveness=Liveness(check_grace(grace)))
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -397,7 +416,7 @@ def _default_name(source: str) -> str:
 
 # -- reading -------------------------------------------------------------------------------------
 
-_TOP_KEYS = ("name", "allow_modules", "clock", "security", "nodes", "threads", "elements", "stages",
+_TOP_KEYS = ("name", "allow_modules", "clock", "security", "liveness", "nodes", "threads", "elements", "stages",
              "paths", "trees", "instrument")
 
 
@@ -411,6 +430,7 @@ def _read(doc: Document, default_name: str) -> Pathmap:
         allow_modules=top.names("allow_modules"),
         clock=_read_clock(doc, top.node("clock")),
         security=_read_security(doc, top.node("security")),
+        liveness=_read_liveness(doc, top.node("liveness")),
         nodes=tuple(_read_node(doc, name, node) for name, node in
                     doc.named(top.node("nodes"), ("nodes",), "{A: {host: 127.0.0.1}}")),
         threads=tuple(_read_thread(doc, name, node) for name, node in
@@ -508,6 +528,20 @@ def _read_clock(doc: Document, node) -> Clock:
                  reference=f.name("reference", None) or None)
 
 
+def _read_liveness(doc: Document, node) -> Liveness:
+    f = doc.fields(node, ("liveness",), ("grace",), example="{grace: 30}")
+    value = f.node("grace")
+    if value is None:
+        return Liveness()
+    key = ("liveness", "grace")
+    grace = doc.scalar(value, key)
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)):
+        if grace is not None:
+            doc.fail(key, value, f"expected a number of seconds, got {value.value!r}; write e.g. grace: 30")
+        return Liveness()
+    return Liveness(grace)
+
+
 def _read_security(doc: Document, node) -> SecuritySpec:
     if node is None:
         return SecuritySpec()
@@ -545,6 +579,7 @@ _Dumper.add_representer(_FlowList, lambda d, data: d.represent_sequence(
 
 _SECTION_COMMENTS = {
     "security": "CURVE: node servers accept only clients whose keys are in this directory; traffic is encrypted",
+    "liveness": "seconds a node that keeps its connection but does not answer (paused, swapping) is waited for",
     "nodes": "node servers: one process each (port 0: a free one)",
     "threads": "application threads and the node whose process runs each",
     "elements": "tuple elements: node, template, keep (discard threshold) or delta (flow control)",
@@ -565,6 +600,8 @@ def _write(pm: Pathmap, header: str | None) -> str:
     data["clock"] = clock
     if pm.security.keys is not None:
         data["security"] = _Flow(keys=pm.security.keys)
+    if pm.liveness != Liveness():
+        data["liveness"] = _Flow(grace=pm.liveness.grace)
     nodes = {}
     for n in pm.nodes:
         entry = _Flow(host=n.host, port=n.port, cluster=n.cluster)

@@ -6,6 +6,7 @@ import struct
 from typing import TYPE_CHECKING
 
 import networkx as nx
+from pastset.client import check_grace
 from pastset.errors import PastSetError
 from pastset.security import problems as key_problems
 from pastset.template import Template
@@ -89,6 +90,7 @@ class _Checker:
         self.check_allow_modules()
         self.check_clock()
         self.check_security()
+        self.check_liveness()
         self.check_nodes()
         self.check_threads()
         self.check_elements()
@@ -129,6 +131,12 @@ class _Checker:
                                            "write e.g. samples: 8")
         if clock.reference is not None and clock.reference not in self.nodes:
             self.unknown(("clock", "reference"), "node", clock.reference, self.nodes)
+
+    def check_liveness(self) -> None:
+        try:
+            check_grace(self.pm.liveness.grace)
+        except PastSetError as exc:
+            self.add(("liveness", "grace"), f"{exc}; write e.g. grace: 30")
 
     def check_security(self) -> None:
         keys = self.pm.security.keys

@@ -1,10 +1,12 @@
 """Shared by the tests that launch runs: small pathmaps, the test programs' environment, process checks."""
 
+import contextlib
 import dataclasses
 import os
+import time
 from pathlib import Path
 
-from paths import AppMap, ClusterMap, Pathmap, Placement, generate
+from paths import AppMap, ClusterMap, Instrument, Pathmap, Placement, Selector, generate, launch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,6 +33,17 @@ def ring_app(n: int) -> AppMap:
 def pathmap_for(app: AppMap, cluster: str, rule="block", shape="flat", name="rt") -> Pathmap:
     pm = generate(app, ClusterMap.loads(cluster), Placement(rule=rule), shape, name=name)
     return dataclasses.replace(pm, allow_modules=("programs",)).validate()
+
+
+@contextlib.contextmanager
+def windtunnel_with_source_collectors(run_dir, seconds: float = 120, seed: int = 3):
+    """The 2-node wind tunnel (pathmaps/windtunnel-2node.yaml, N=48) with an event collector at
+    every path's source, launched in `run_dir` and running for `seconds`: the Run."""
+    pm = Pathmap.load(REPO / "pathmaps" / "windtunnel-2node.yaml")
+    pm = dataclasses.replace(pm, instrument=Instrument(keep=50, collectors=(Selector(at=("source",)),)))
+    with launch(pm.validate(), run_dir=run_dir) as run:
+        run.start("windtunnel", {"size": 48, "steps": 1_000_000, "seed": seed, "until": time.time() + seconds})
+        yield run
 
 
 def gone(pid: int) -> bool:

@@ -11,6 +11,8 @@ from .program import OPS, TREE, check_ops
 
 
 def register(programs) -> None:
+    from paths.__main__ import add_grace_option
+
     run = programs.add_parser("collectives", help="a micro-benchmark of allreduce, barrier and broadcast "
                                                   "over a pathmap's tree")
     run.add_argument("--pathmap", required=True, help="the pathmap (YAML), e.g. pathmaps/collectives-kary.yaml")
@@ -19,6 +21,7 @@ def register(programs) -> None:
                      help="bytes each allreduce contribution and each broadcast carries (default %(default)s)")
     run.add_argument("--ops", default=",".join(OPS), help="comma-separated, in round order (default %(default)s)")
     run.add_argument("--run-dir", help="where the run file goes (default .eventspace/runs)")
+    add_grace_option(run)
     run.add_argument("--delay", metavar="THREAD:SECONDS[:EVERY]",
                      help="test hook: THREAD sleeps SECONDS before each op of every EVERY-th round "
                           "(to see a monitor find the late arrival)")
@@ -57,11 +60,12 @@ class Summary:
 
 
 def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_dir=None, delay=None,
-                    on_progress=None) -> Summary:
+                    on_progress=None, grace=None) -> Summary:
     """Launch, run `rounds` rounds of `ops` over the pathmap's `ops` tree, stop; the Summary.
 
     `delay` is the test hook {thread, seconds, every} (see program.thread). Raises ValueError for
-    bad arguments before launching anything, paths.NodeDied naming a node that died, or
+    bad arguments before launching anything, paths.NodeDied naming a node that died (or, after
+    `grace` seconds, default the pathmap's, did not answer), or
     paths.ProgramFailed naming a thread that failed (a wrong collective result among them).
     `on_progress(round)` is called with the slowest thread's round while it runs.
     """
@@ -81,7 +85,7 @@ def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_d
             raise ValueError(f"delay: {delay.get('thread')!r} is not a member of tree {TREE} "
                              f"({', '.join(tree.members)})")
         args["delay"] = dict(delay)
-    with launch(pm, run_dir=run_dir) as run:
+    with launch(pm, run_dir=run_dir, grace=grace) as run:
         started = time.perf_counter()
         run.start("collectives", args)
         poll = None
@@ -153,7 +157,7 @@ def _run(args) -> int:
     with progress:
         task = progress.add_task("rounds", total=args.rounds)
         summary = run_collectives(args.pathmap, args.rounds, args.payload, ops, args.run_dir, delay,
-                                  on_progress=lambda r: progress.update(task, completed=r))
+                                  on_progress=lambda r: progress.update(task, completed=r), grace=args.grace)
     if args.json:
         data = asdict(summary)
         del data["latencies"]

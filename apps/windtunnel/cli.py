@@ -12,6 +12,8 @@ from .program import size_n
 
 
 def register(programs) -> None:
+    from paths.__main__ import add_grace_option
+
     run = programs.add_parser("windtunnel", help="the wind tunnel (FHP lattice gas) on a pathmap's nodes")
     run.add_argument("--pathmap", required=True, help="the pathmap (YAML), e.g. pathmaps/windtunnel-4node.yaml")
     run.add_argument("--size", default="small",
@@ -22,6 +24,7 @@ def register(programs) -> None:
     run.add_argument("--check-every", type=int, default=10,
                      help="allreduce the particle count every K steps (default %(default)s)")
     run.add_argument("--run-dir", help="where the run file goes (default .eventspace/runs)")
+    add_grace_option(run)
     run.add_argument("--stall", metavar="THREAD:STEP:SECONDS",
                      help="test hook: THREAD sleeps SECONDS before STEP (to see a monitor catch it)")
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object, nothing else")
@@ -48,9 +51,10 @@ class Summary:
 
 
 def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run_dir=None, stall=None,
-                   on_progress=None, duration=None) -> Summary:
-    """Launch, run, stop; the Summary. Raises paths.NodeDied naming a node that died, or
-    paths.ProgramFailed naming the thread that failed (a conservation error among them)."""
+                   on_progress=None, duration=None, grace=None) -> Summary:
+    """Launch, run, stop; the Summary. Raises paths.NodeDied naming a node that died (or, after
+    `grace` seconds, default the pathmap's, did not answer), or paths.ProgramFailed naming the
+    thread that failed (a conservation error among them)."""
     from paths import Pathmap, launch
 
     pm = pathmap if isinstance(pathmap, Pathmap) else Pathmap.load(pathmap)
@@ -61,7 +65,7 @@ def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run
     args = {"size": n, "steps": steps, "seed": seed, "check_every": check_every}
     if stall:
         args["stall"] = stall
-    with launch(pm, run_dir=run_dir) as run:
+    with launch(pm, run_dir=run_dir, grace=grace) as run:
         if duration is not None:
             args["until"] = time.time() + duration
         started = time.perf_counter()
@@ -107,7 +111,8 @@ def _run(args) -> int:
     with progress:
         task = progress.add_task("steps", total=args.steps)
         summary = run_windtunnel(args.pathmap, args.size, args.steps, args.seed, args.check_every,
-                                 args.run_dir, stall, on_progress=lambda step: progress.update(task, completed=step))
+                                 args.run_dir, stall, on_progress=lambda step: progress.update(task, completed=step),
+                                 grace=args.grace)
         progress.update(task, completed=args.steps)
     if args.json:
         data = asdict(summary)

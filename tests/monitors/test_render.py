@@ -19,7 +19,7 @@ def report() -> HeartbeatReport:
         ThreadBeat("T0", "A", ALIVE, 10, 0.0),
         ThreadBeat("T1", "A", WAITING, 9, 2.5, "source T1/down0_0 (T1 -> down0_0) on A"),
         ThreadBeat("T2", "B", STALLED, 8, 3.0),
-    ], gone={"C"})
+    ], gone={"C"}, not_answering={"D"})
 
 
 def colop() -> ColOpReport:
@@ -29,7 +29,8 @@ def colop() -> ColOpReport:
 
 def test_heartbeat_summary_names_only_the_threads_that_are_not_alive():
     out = text(heartbeat_summary(report(), "12:00:00"))
-    assert "3 threads: " in out and "1 stalled" in out and "1 waiting" in out and "nodes not answering: C" in out
+    assert "3 threads: " in out and "1 stalled" in out and "1 waiting" in out
+    assert "nodes not answering: D; nodes gone: C" in out
     assert "T2" in out and "T1/down0_0" in out and "T0 " not in out
 
 
