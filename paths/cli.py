@@ -1,10 +1,13 @@
-"""The `pathmap` subcommands of `eventspace`: validate, show, generate."""
+"""The `paths` subcommands of `eventspace`: pathmap validate|show|generate|instrument, node, run, runs."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import shlex
 import sys
+import time
 from importlib.metadata import entry_points
 from pathlib import Path as FilePath
 
@@ -13,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
 
+from . import runfile
 from .document import PathmapError, listing
 from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
@@ -90,6 +94,13 @@ def register(subparsers) -> None:
     programs = run.add_subparsers(dest="program", metavar="PROGRAM", required=True)
     for ep in sorted(entry_points(group=RUN_COMMANDS), key=lambda ep: ep.name):
         ep.load()(programs)
+
+    runs = subparsers.add_parser("runs", help="list the live runs (and remove the run files of runs whose "
+                                              "launcher is gone)")
+    runs.add_argument("--run-dir", help="the run files' directory (default: $EVENTSPACE_RUN_DIR, "
+                                        "$XDG_RUNTIME_DIR/eventspace/runs or ~/.eventspace/runs)")
+    runs.add_argument("--json", action="store_true", help="print the runs as one JSON array")
+    runs.set_defaults(func=_runs)
 
 
 def _validate(args) -> int:
@@ -290,3 +301,66 @@ def _first_comment_block(text: str) -> str | None:
             break
         lines.append(line[1:].removeprefix(" "))
     return "\n".join(lines) or None
+
+
+def _runs(args) -> int:
+    removed = runfile.prune(args.run_dir)
+    rows = [_run_row(run) for run in runfile.live_runs(args.run_dir)]
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    console = Console(highlight=False)
+    if rows:
+        console.print(_runs_table(rows, runfile.run_dir(args.run_dir)))
+    else:
+        console.print(f"no live runs in {runfile.run_dir(args.run_dir)}", soft_wrap=True)
+    for run in removed:
+        console.print(f"removed the run file of {run.name}: its launcher (pid {run.owner.pid}) is gone",
+                      soft_wrap=True)
+    return 0
+
+
+def _run_row(run: runfile.RunFile) -> dict:
+    """One live run as plain data: what `eventspace runs` shows (and prints with --json)."""
+    return {"name": run.name, "pathmap": run.pathmap_name, "source": run.source, "run_file": run.path,
+            "state": "starting" if run.starting else "live", "nodes": dict(run.endpoints), "pids": dict(run.pids),
+            "started": run.started, "launcher": run.owner.as_dict() if run.owner else None,
+            "monitors": [{"kind": m.kind, "pid": m.owner.pid, "host": m.owner.host, "started": m.started}
+                         for m in run.monitors()]}
+
+
+def _runs_table(rows: list[dict], directory) -> Table:
+    table = Table(title=f"live runs in {directory}")
+    for column in ("run", "pathmap", "nodes", "started", "launcher", "monitors"):
+        table.add_column(column, justify="right" if column == "nodes" else "left",
+                         overflow="fold", no_wrap=column != "pathmap")
+    now = time.time()
+    for row in rows:
+        kinds: dict[str, int] = {}
+        for monitor in row["monitors"]:
+            kinds[monitor["kind"]] = kinds.get(monitor["kind"], 0) + 1
+        launcher = row["launcher"]
+        table.add_row(
+            Text(row["name"]), Text(_shown_path(row["source"]) if row["source"] else row["pathmap"]),
+            "starting" if row["state"] == "starting" else str(len(row["nodes"])),
+            _ago(now - row["started"]),
+            Text(f"pid {launcher['pid']} on {launcher['host']}" if launcher else "unknown"),
+            ", ".join(kind if n == 1 else f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none")
+    return table
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def _shown_path(path: str) -> str:
+    """`path` as short as it reads unambiguously: relative under the current directory, ~ under home."""
+    if path.startswith("<"):
+        return path
+    for base, shown in ((os.getcwd(), ""), (os.path.expanduser("~"), "~/")):
+        if os.path.commonpath([base, path]) == base:
+            return shown + os.path.relpath(path, base)
+    return path
