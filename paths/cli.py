@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
 
-from . import runfile
+from . import runcommand, runfile
 from .document import PathmapError, listing
 from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
@@ -25,8 +25,6 @@ from .node import collector_points
 from .pathmap import Pathmap
 from .registry import is_module_name
 
-# Applications add `eventspace run NAME` through this entry-point group: `register(subparsers)`.
-RUN_COMMANDS = "eventspace.run"
 # Applications offer their application map for any thread count through this group.
 APPMAPS = "eventspace.appmaps"
 
@@ -88,12 +86,12 @@ def register(subparsers) -> None:
     node.add_argument("--insecure", action="store_true",
                       help="allow a non-loopback address without CURVE (keys: the pathmap's "
                            "security section, or $EVENTSPACE_KEYS)")
+    node.add_argument("--path", action="append", default=[], metavar="DIR",
+                      help="a directory to import programs from (repeatable; the node also imports from "
+                           "its working directory and $PYTHONPATH)")
     node.set_defaults(func=_node)
 
-    run = subparsers.add_parser("run", help="launch a pathmap's nodes and run an application on them")
-    programs = run.add_subparsers(dest="program", metavar="PROGRAM", required=True)
-    for ep in sorted(entry_points(group=RUN_COMMANDS), key=lambda ep: ep.name):
-        ep.load()(programs)
+    runcommand.register(subparsers)
 
     runs = subparsers.add_parser("runs", help="list the live runs (and remove the run files of runs whose "
                                               "launcher is gone)")
@@ -276,6 +274,12 @@ def _node(args) -> int:
     if args.node not in {n.name for n in pathmap.nodes}:
         raise ValueError(f"no node {args.node!r} in {args.pathmap}; its nodes: "
                          f"{listing([n.name for n in pathmap.nodes])}")
+    # As a launched node's PYTHONPATH does: --path first, then the working directory (a console
+    # script's sys.path starts with its own bin directory, not the directory it was started from).
+    for directory in reversed([*args.path, "."]):
+        if not os.path.isdir(directory):
+            raise ValueError(f"--path {directory}: no such directory")
+        sys.path.insert(0, os.path.abspath(directory))
     # The node refuses a non-loopback address without CURVE itself (NodeServer.serve).
     return run_node(args.pathmap, args.node, args.bind, insecure=args.insecure)
 
