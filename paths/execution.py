@@ -33,8 +33,8 @@ def execute(pathmap: Pathmap | str | os.PathLike, program: str, args: dict | Cal
     module in the pathmap's allow_modules (found on the nodes through `path`, the working directory
     and PYTHONPATH). `args` (or a callable giving them, called once the nodes are up, e.g. for a
     deadline) become `ctx.args`. `on_progress({thread: what it last passed to ctx.report})` is
-    called every `poll` seconds while the program runs, and once when it has ended. Raises paths.ProgramFailed naming the
-    threads that raised, paths.NodeDied naming a node that died.
+    called every `poll` seconds while the program runs, and once when it has ended. Raises
+    paths.ProgramFailed naming the threads that raised, paths.NodeDied naming a node that died.
     """
     pm = pathmap if isinstance(pathmap, Pathmap) else Pathmap.load(pathmap)
     with launch(pm, run_dir=run_dir, env=env, path=path) as run:

@@ -18,9 +18,9 @@ from pathlib import Path as FilePath
 import pastset
 from pastset.security import bind_problem
 
+from . import runfile
 from .node import INFO, JOIN, LINK, START, STOP
 from .pathmap import Pathmap, SecuritySpec
-from . import runfile
 from .runfile import RunFile
 from .wrapper import PathsError
 
@@ -216,7 +216,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
         node, problem = exposed[0]
         raise PathsError(f"node {node}: {problem} (launch(..., insecure=True))")
     if pathmap.security.keys is not None:
-        # The snapshot is read from the run directory: a relative key directory must still name the same one.
+        # The snapshot is read from the run directory: a relative key directory must name the same one.
         pathmap = dataclasses.replace(pathmap, security=SecuritySpec(os.path.abspath(pathmap.security.keys)))
     node_env = node_environment(env, path)
     source = pathmap.source if pathmap.source.startswith("<") else os.path.abspath(pathmap.source)

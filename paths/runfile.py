@@ -138,7 +138,8 @@ class RunFile:
                     self.log(node).unlink()
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "pathmap": self.pathmap_name, "pathmap_file": self.pathmap_file, "source": self.source,
+        return {"name": self.name, "pathmap": self.pathmap_name, "pathmap_file": self.pathmap_file,
+                "source": self.source,
                 "endpoints": dict(self.endpoints), "pids": dict(self.pids), "started": self.started,
                 "owner": self.owner.as_dict() if self.owner else None}
 
