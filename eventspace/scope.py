@@ -109,8 +109,8 @@ class Pull:
 class EventScope:
     """A gather tree over a view of a live run's trace elements, pulled by its monitor.
 
-    `run` is a RunFile, a `paths.Run`, a run-file path or a pathmap name (looked up in
-    `.eventspace/runs`), or a Pathmap whose nodes have fixed ports. `mode`: `latest` (the newest
+    `run` is a RunFile, a `paths.Run`, a run-file path or a run name (looked up in
+    `paths.runfile.run_dir()`), or a Pathmap whose nodes have fixed ports. `mode`: `latest` (the newest
     tuple of every trace element in the view), `stream` (everything since the last pull, and
     how many were discarded before being read), `backlog` (everything still kept).
 

@@ -128,7 +128,7 @@ def _dashboard(args) -> int:
 
     from .dashboard import Dashboard, render
 
-    run_file = live_run(args.run)
+    run_file = live_run(args.run, "dashboard")
     run = attach(run_file)
     board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}")
     nodes = set(run.endpoints)
@@ -156,19 +156,24 @@ def _demo(args) -> int:
 
 
 def _run_options(parser, interval: float) -> None:
-    parser.add_argument("--run", required=True, help="the live run: its run file, or its pathmap's name "
-                                                     "(looked up in .eventspace/runs)")
+    parser.add_argument("--run", required=True, help="the live run: its name (`eventspace runs` lists them) "
+                                                     "or its run file")
     parser.add_argument("--interval", type=float, default=interval, help="seconds between pulls (default %(default)s)")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C "
                                                        "or the run ends)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per interval")
 
 
-def live_run(run: str):
-    """The run file of a live run; RunError (one clear line) if it is missing or stale."""
+def live_run(run: str, monitor: str):
+    """The run file of a live run; RunError (one clear line) if it is missing or stale. This process
+    is listed as a `monitor` of the run (`eventspace runs`) until it exits."""
+    import atexit
+
     from paths import RunFile
 
-    return RunFile.find(run).check_live()
+    run_file = RunFile.find(run).check_live()
+    atexit.register(run_file.attach_monitor(monitor).close)
+    return run_file
 
 
 def _loop(args, step) -> int:
@@ -192,7 +197,7 @@ def _heartbeat(args) -> int:
     from .render import heartbeat_summary, heartbeat_table
 
     console = Console()
-    with Heartbeat(live_run(args.run), args.view, tree=args.tree, placement=args.placement) as hb:
+    with Heartbeat(live_run(args.run, "heartbeat"), args.view, tree=args.tree, placement=args.placement) as hb:
         nodes = {t.node for t in hb.scope.pathmap.threads}
 
         def step():
@@ -215,7 +220,7 @@ def _getevent(args) -> int:
     from .render import events_table
 
     console = Console(stderr=args.json)
-    mon = GetEventMon(live_run(args.run), args.view, args.out, tree=args.tree, placement=args.placement)
+    mon = GetEventMon(live_run(args.run, "getevent"), args.view, args.out, tree=args.tree, placement=args.placement)
     nodes = set(mon.scope.endpoints)
     try:
         def step():
@@ -247,7 +252,7 @@ def _colop(args) -> int:
     from .render import colop_tables
 
     console = Console()
-    with ColOpMon(live_run(args.run), args.tree) as mon:
+    with ColOpMon(live_run(args.run, "colop"), args.tree) as mon:
         nodes = set(mon.scope.endpoints)
 
         def step():

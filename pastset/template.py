@@ -89,6 +89,33 @@ class Template:
         """Bytes per record (binary templates only)."""
         return self._struct.size
 
+    def sizer(self):
+        """A function of one tuple of this template giving its size in bytes as it crosses the wire:
+        `record_size` for a binary template; for a typed one the length of its msgpack encoding
+        (array header, then each field's header and value), computed without encoding it.
+
+        The tuple must be one the template accepts (see `check`). Cheap, as it runs in every
+        collector: fixed sizes are summed once, here; an int's size depends on its magnitude, a
+        str's and a bytes' on their length; only `any` fields are encoded to be measured.
+        """
+        if self.is_binary:
+            size = self.record_size
+            return lambda values: size
+        count = len(self.fields)
+        fixed = 1 if count < 16 else 3 if count < 65536 else 5   # the array header
+        terms = []
+        for i, name in enumerate(self.fields):
+            if name == "bool":
+                fixed += 1
+            else:
+                terms.append(_FIELD_SIZE[name].format(i=i))
+        # One expression per template, as namedtuple and dataclasses build their methods: a call per
+        # field would cost more than the collector's whole write.
+        source = f"def size(v):\n    return {' + '.join([str(fixed), *terms])}\n"
+        scope = {"_text": _text_size, "_any": _any_size}
+        exec(source, scope)
+        return scope["size"]
+
     @property
     def spec(self):
         """Plain-data form for the wire and for display: the struct format, or the field list."""
@@ -167,6 +194,31 @@ class Template:
                     f"field {i} ({code!r} in {self.fmt}): {type(value).__name__} {value!r:.40} does not fit: {exc}"
                 )
         return TemplateMismatch(f"values {values!r:.80} do not fit {self.fmt}")
+
+
+# The msgpack size of one field value of each type, as an expression of the tuple `v` (see sizer),
+# with msgpack's header rules written out (msgpack-python packs an int >= 0 as the smallest uint,
+# one below 0 as the smallest int, a float as a float64): plain comparisons, no calls.
+_INT = ("1 if -32 <= {x} < 128 else 2 if -128 <= x < 256 else 3 if -32768 <= x < 65536 "
+        "else 5 if -2147483648 <= x < 4294967296 else 9")
+_STR_HEAD = "(1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)"
+_FIELD_SIZE = {
+    "int": "(" + _INT.format(x="(x := v[{i}])") + ")",
+    "float": "(9 if (x := v[{i}]).__class__ is float else " + _INT.format(x="x") + ")",  # or an int
+    "str": "((n := len(x)) + " + _STR_HEAD + " if (x := v[{i}]).isascii() else _text(x))",
+    "bytes": "((n := len(v[{i}])) + (2 if n < 256 else 3 if n < 65536 else 5))",
+    "any": "_any(v[{i}])",
+}
+
+
+def _text_size(text: str) -> int:
+    """msgpack bytes of a str that is not ASCII (its UTF-8 length, and the header for that length)."""
+    n = len(text.encode())
+    return n + (1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)
+
+
+def _any_size(value) -> int:
+    return len(msgpack.packb(value, use_bin_type=True))
 
 
 def _struct_fields(fmt: str) -> tuple[str, ...]:

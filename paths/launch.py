@@ -5,22 +5,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import select
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path as FilePath
 
 import pastset
 from pastset.security import bind_problem
 
+from . import runfile
 from .node import INFO, JOIN, LINK, START, STOP
 from .pathmap import Pathmap, SecuritySpec
-from .runfile import DEFAULT_DIR, RunError, RunFile
+from .runfile import RunFile
 from .wrapper import PathsError
+
+# One INFO record per run started, naming its run file (the `eventspace` command prints it).
+log = logging.getLogger(__name__)
 
 
 class NodeDied(PathsError):
@@ -74,6 +79,11 @@ class Run:
         self._clients: dict[str, pastset.Client] = {}
         self._silent: dict[str, float] = {}   # node -> when it stopped answering
         self._thread_node = {t.name: t.node for t in pathmap.threads}
+
+    @property
+    def name(self) -> str:
+        """The run's name: its pathmap's, or `NAME-2`, ... while another run of that name is live."""
+        return self.run_file.name
 
     @property
     def pids(self) -> dict[str, int]:
@@ -198,7 +208,7 @@ class Run:
         self._clients.clear()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop every launched node (asked first, killed if it lingers) and remove the run file."""
+        """Stop every launched node (asked first, killed if it lingers) and remove the run's own files."""
         for node, proc in self._processes.items():
             if proc.poll() is None:
                 with contextlib.suppress(pastset.PastSetError):
@@ -206,22 +216,30 @@ class Run:
         self.close_clients()
         _stop_processes(self._processes, timeout)
         if self._processes:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.run_file.path)
+            self.run_file.unregister()
 
 
 @contextlib.contextmanager
 def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike | None = None,
            start_timeout: float | None = None, env: dict[str, str] | None = None,
-           insecure: bool = False, grace: float | None = None) -> Iterator[Run]:
+           path: Iterable[str | os.PathLike] = (), insecure: bool = False,
+           grace: float | None = None) -> Iterator[Run]:
     """Start one node server process per pathmap node on this machine; stop them all on exit.
 
-    Waits until every node answers (PathsError naming a node that does not within
-    `start_timeout` seconds, by default 60, or 10 per node if more, after stopping the others),
-    tells each where the others listen, and writes a run file (`run_dir`/<pathmap name>.json, default .eventspace/runs) that monitors use to
-    find the run; it is removed on exit. Exiting, also by an exception or Ctrl-C, stops every
-    node; a node also stops by itself if the launcher dies (its stdin closes). `env` adds
-    environment variables for the node processes.
+    Registers the run (`paths.runfile.register`: its name is the pathmap's, or `NAME-2`, ... while
+    another run of that name is live), waits until every node answers (PathsError naming a node
+    that does not within `start_timeout` seconds, by default 60, or 10 per node if more, after
+    stopping the others), tells each where the others listen, and publishes the run file in
+    `run_dir` (default `paths.runfile.run_dir()`: $EVENTSPACE_RUN_DIR, $XDG_RUNTIME_DIR/eventspace/runs
+    or ~/.eventspace/runs) that monitors find the run by. It logs one INFO record on the
+    `paths.launch` logger naming the run and its run file (the `eventspace` command prints it;
+    a library caller sees it with `logging.basicConfig(level=logging.INFO)`, or reads
+    `run.run_file.path`). Exiting, also by an exception or Ctrl-C, stops every node and removes
+    the run's own files; a node also stops by itself if the launcher dies (its stdin closes).
+
+    Node processes import programs (`module:function`) from the launcher's working directory,
+    from each directory in `path` (first), and from $PYTHONPATH. `env` adds environment variables
+    for the node processes (its PYTHONPATH comes after those directories).
 
     Security: the nodes serve CURVE with the keys of the pathmap's `security` section, else
     with those in $EVENTSPACE_KEYS (the node processes inherit the environment); the launcher
@@ -242,50 +260,63 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
         node, problem = exposed[0]
         raise PathsError(f"node {node}: {problem} (launch(..., insecure=True))")
     if pathmap.security.keys is not None:
-        # The snapshot is read from run_dir: a relative key directory must still name the same one.
+        # The snapshot is read from the run directory: a relative key directory must name the same one.
         pathmap = dataclasses.replace(pathmap, security=SecuritySpec(os.path.abspath(pathmap.security.keys)))
-    run_dir = FilePath(run_dir or DEFAULT_DIR)
-    run_path = run_dir / f"{pathmap.name}.json"
-    _refuse_live(run_path, security)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    snapshot = run_dir / f"{pathmap.name}.pathmap.yaml"
-    snapshot.write_text(pathmap.dumps(header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
-                                             "for a live run; written by paths.launch"))
-    logs = {n.name: run_dir / f"{pathmap.name}.{n.name}.log" for n in pathmap.nodes}
+    node_env = node_environment(env, path)
+    source = pathmap.source if pathmap.source.startswith("<") else os.path.abspath(pathmap.source)
+    run_file = runfile.register(pathmap.name, run_dir, source=source)
+    snapshot = FilePath(run_file.pathmap_file)
+    logs = {n.name: run_file.log(n.name) for n in pathmap.nodes}
     processes: dict[str, subprocess.Popen] = {}
     run = None
     try:
+        snapshot.write_text(pathmap.dumps(header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
+                                                 f"for run {run_file.name}; written by paths.launch"))
         for node in pathmap.nodes:
-            with open(logs[node.name], "wb") as log:
+            with open(logs[node.name], "wb") as node_log:
                 processes[node.name] = subprocess.Popen(
                     [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--node", node.name, "--launched",
                      *(["--insecure"] if insecure else [])],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                    env={**os.environ, **(env or {})},
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=node_log, env=node_env,
                 )
         endpoints = _await_endpoints(processes, logs, start_timeout)
-        run_file = RunFile(os.fspath(snapshot.resolve()), endpoints,
-                           {n: p.pid for n, p in processes.items()}, time.time()).write(run_path)
+        run_file = run_file.ready(endpoints, {n: p.pid for n, p in processes.items()})
         run = Run(pathmap, run_file, processes, logs, security)
         for node in endpoints:
             run.client(node).call(LINK, endpoints, timeout=10)
+        renamed = f" (a run named {pathmap.name} is live already)" if run_file.name != pathmap.name else ""
+        log.info("run %s%s: run file %s", run_file.name, renamed, run_file.path)
         yield run
     finally:
         if run is not None:
             run.stop()
         else:
             _stop_processes(processes, 2.0)
-        for done in (run_path, snapshot):
-            with contextlib.suppress(FileNotFoundError):
-                done.unlink()
-        for log in logs.values():  # a log worth keeping tells why a node failed
-            with contextlib.suppress(OSError):
-                if log.stat().st_size == 0:
-                    log.unlink()
+        run_file.unregister()
+        run_file.drop_empty_logs(logs)
+
+
+def node_environment(env: dict[str, str] | None = None, path: Iterable[str | os.PathLike] = ()) -> dict[str, str]:
+    """The environment of a node process: this one's, plus `env`, with PYTHONPATH = the `path`
+    directories, this process's working directory, then the PYTHONPATH already set (`env`'s, else
+    this process's). PathsError for a `path` entry that is not a directory."""
+    merged = {**os.environ, **(env or {})}
+    dirs = []
+    for entry in path:
+        if not os.path.isdir(entry):
+            raise PathsError(f"--path {os.fspath(entry)}: no such directory (it lists where node "
+                             "processes import programs from)")
+        dirs.append(os.path.abspath(entry))
+    dirs.append(os.getcwd())
+    if merged.get("PYTHONPATH"):
+        dirs.append(merged["PYTHONPATH"])
+    merged["PYTHONPATH"] = os.pathsep.join(dirs)
+    return merged
 
 
 def attach(run: str | os.PathLike | RunFile, run_dir: str | os.PathLike | None = None) -> Run:
-    """A Run over nodes that are already live (a run file, or a pathmap name in `run_dir`).
+    """A Run over nodes that are already live (a run file, or a run name in `run_dir`, default
+    `paths.runfile.run_dir()`).
 
     RunError if the run file is missing or stale. Stopping an attached run stops nothing.
     """
@@ -299,17 +330,6 @@ def attach(run: str | os.PathLike | RunFile, run_dir: str | os.PathLike | None =
     for node in run_file.endpoints:
         attached.client(node).call(INFO, timeout=5)
     return attached
-
-
-def _refuse_live(run_path: FilePath, security: pastset.Security) -> None:
-    if not run_path.exists():
-        return
-    try:
-        RunFile.read(run_path).check_live(timeout=1.0, security=security)
-    except RunError:
-        return  # stale or unreadable: the new run replaces it
-    raise RunError(f"a run of this pathmap is already live ({run_path}); stop it first, "
-                   "or launch with another run_dir")
 
 
 def _await_endpoints(processes: dict[str, subprocess.Popen], logs: dict[str, FilePath],

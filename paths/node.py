@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import traceback
@@ -273,8 +274,12 @@ class NodeServer:
             raise PathsError(f"node {self.name} is still running a program; join it first")
         try:
             fn = load_reference(program, self.pathmap.allow_modules, PROGRAMS, "program")
-        except (LookupError, ImportError) as exc:
-            raise PathsError(str(exc)) from None
+        except ImportError as exc:  # the module, or something it imports
+            raise PathsError(f"node {self.name} cannot import program {program!r}: {exc}; sys.path: "
+                             f"{os.pathsep.join(sys.path)} (launch with --path DIR, or set PYTHONPATH, so that "
+                             "every node finds the module)") from None
+        except (LookupError, AttributeError) as exc:
+            raise PathsError(f"node {self.name}: {exc}") from None
         self._threads, self._outcomes = {}, {}
         self.progress.clear()
         for thread in self.pathmap.threads_on(self.name):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import subprocess
@@ -66,6 +67,20 @@ class ServerProcess:
                 pipe.close()
             except OSError:
                 pass
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_run_dir(tmp_path_factory):
+    """Run files of this test session go to a directory of its own ($EVENTSPACE_RUN_DIR, inherited
+    by every process a test starts), never to the user's, and never to another session's."""
+    directory = tmp_path_factory.mktemp("runs")
+    before = os.environ.get("EVENTSPACE_RUN_DIR")
+    os.environ["EVENTSPACE_RUN_DIR"] = str(directory)
+    yield directory
+    if before is None:
+        del os.environ["EVENTSPACE_RUN_DIR"]
+    else:
+        os.environ["EVENTSPACE_RUN_DIR"] = before
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ from paths import AppMap, ClusterMap, Instrument, Pathmap, Placement, Selector, 
 REPO = Path(__file__).resolve().parents[1]
 
 # Node processes import the test programs (tests/programs/programs.py) as `programs`; only that
-# folder goes on their path, so that tests/pastset and the like never shadow the real packages.
+# folder of tests/ goes on their path (with the launcher's working directory, see
+# paths.launch.node_environment), so that tests/pastset and the like never shadow the real packages.
 ENV = {"PYTHONPATH": str(Path(__file__).parent / "programs")}
 
 

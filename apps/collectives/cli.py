@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import json
-import sys
-import time
 from dataclasses import asdict, dataclass
 
 from .program import OPS, TREE, check_ops
 
 
 def register(programs) -> None:
-    from paths.__main__ import add_grace_option
+    from paths.runcommand import add_run_options
 
     run = programs.add_parser("collectives", help="a micro-benchmark of allreduce, barrier and broadcast "
                                                   "over a pathmap's tree")
-    run.add_argument("--pathmap", required=True, help="the pathmap (YAML), e.g. pathmaps/collectives-kary.yaml")
+    add_run_options(run, "pathmaps/collectives-kary.yaml")
     run.add_argument("--rounds", type=int, default=100, help="rounds; each runs every op once (default %(default)s)")
     run.add_argument("--payload", type=int, default=0,
                      help="bytes each allreduce contribution and each broadcast carries (default %(default)s)")
     run.add_argument("--ops", default=",".join(OPS), help="comma-separated, in round order (default %(default)s)")
-    run.add_argument("--run-dir", help="where the run file goes (default .eventspace/runs)")
-    add_grace_option(run)
     run.add_argument("--delay", metavar="THREAD:SECONDS[:EVERY]",
                      help="test hook: THREAD sleeps SECONDS before each op of every EVERY-th round "
                           "(to see a monitor find the late arrival)")
-    run.add_argument("--json", action="store_true", help="print the summary as one JSON object, nothing else")
     run.set_defaults(func=_run)
 
 
@@ -60,7 +54,7 @@ class Summary:
 
 
 def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_dir=None, delay=None,
-                    on_progress=None, grace=None) -> Summary:
+                    on_progress=None, path=(), grace=None) -> Summary:
     """Launch, run `rounds` rounds of `ops` over the pathmap's `ops` tree, stop; the Summary.
 
     `delay` is the test hook {thread, seconds, every} (see program.thread). Raises ValueError for
@@ -69,7 +63,8 @@ def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_d
     paths.ProgramFailed naming a thread that failed (a wrong collective result among them).
     `on_progress(round)` is called with the slowest thread's round while it runs.
     """
-    from paths import Pathmap, launch
+    from paths import Pathmap
+    from paths.execution import execute, slowest
 
     ops = check_args(rounds, payload, ops)
     pm = pathmap if isinstance(pathmap, Pathmap) else Pathmap.load(pathmap)
@@ -85,16 +80,9 @@ def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_d
             raise ValueError(f"delay: {delay.get('thread')!r} is not a member of tree {TREE} "
                              f"({', '.join(tree.members)})")
         args["delay"] = dict(delay)
-    with launch(pm, run_dir=run_dir, grace=grace) as run:
-        started = time.perf_counter()
-        run.start("collectives", args)
-        poll = None
-        if on_progress is not None:
-            def poll(r):
-                progress = r.progress()
-                on_progress(min((p.get("round", 0) for p in progress.values()), default=0))
-        results = run.wait(on_poll=poll, poll=0.2)
-        wall = time.perf_counter() - started
+    follow = None if on_progress is None else (lambda progress: on_progress(slowest(progress, "round")))
+    execution = execute(pm, "collectives", args, run_dir=run_dir, path=path, on_progress=follow, grace=grace)
+    results, wall = execution.results, execution.wall_seconds
     latencies = {t: results[t]["latency"] for t in sorted(results, key=_thread_order(pm))}
     return Summary(
         pathmap=pm.name, tree=TREE, shape=tree.shape, threads=len(results), nodes=len(pm.nodes),
@@ -146,25 +134,16 @@ def _parse_delay(text: str | None) -> dict | None:
 
 
 def _run(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from paths.runcommand import ProgressBar, print_summary
 
     ops = check_args(args.rounds, args.payload, args.ops)
     delay = _parse_delay(args.delay)
-    console = Console(stderr=args.json)
-    progress = Progress(TextColumn("collectives"), BarColumn(), MofNCompleteColumn(), TextColumn("rounds"),
-                        TimeElapsedColumn(), console=console, disable=args.json, transient=True)
-    with progress:
-        task = progress.add_task("rounds", total=args.rounds)
+    with ProgressBar(args, "collectives", "rounds", total=args.rounds) as bar:
         summary = run_collectives(args.pathmap, args.rounds, args.payload, ops, args.run_dir, delay,
-                                  on_progress=lambda r: progress.update(task, completed=r), grace=args.grace)
-    if args.json:
-        data = asdict(summary)
-        del data["latencies"]
-        print(json.dumps(data), file=sys.stdout)
-        return 0
-    console.print(render(summary))
-    return 0
+                                  on_progress=bar.update, path=args.path, grace=args.grace)
+    data = asdict(summary)
+    del data["latencies"]
+    return print_summary(args, bar.console, data, render(summary))
 
 
 def render(summary: Summary):

@@ -5,6 +5,7 @@ import struct
 import threading
 import time
 
+import msgpack
 import pytest
 
 from eventspace import trace
@@ -58,13 +59,45 @@ def test_a_source_collector_records_each_operation_of_its_path():
     moves = records(server, mine[("T0", "rows")])
     assert moves["op"].tolist() == [trace.OP_CODES["move"]] * 2
     assert moves["arg"].tolist() == [0, 1]              # the index each tuple got
-    assert moves["nbytes"].tolist() == [7, 2]           # the bytes field of each tuple
+    wire = [len(msgpack.packb(t)) for t in ((7, b"payload"), (8, b"xy"))]
+    assert moves["nbytes"].tolist() == wire == [11, 6]  # each tuple as it crosses the wire
     assert moves["element"].tolist() == [0, 0]          # rows is the pathmap's element 0
     assert (moves["t_start"] <= moves["t_end"]).all()
     assert before <= moves["t_start"].min() and moves["t_end"].max() <= after
     observes = records(server, mine[("T1", "rows")])
     assert observes["op"].tolist() == [trace.OP_CODES["observe"]]
-    assert observes["arg"].tolist() == [0] and observes["nbytes"].tolist() == [7]
+    assert observes["arg"].tolist() == [0] and observes["nbytes"].tolist() == [11]
+
+
+WIRE_APP = """\
+threads: 1
+elements:
+  - {name: counts, template: [int, int, float, bool], users: [T0]}
+  - {name: names, template: [str, any], users: [T0]}
+  - {name: samples, template: '=IQ', keep: 50, users: [T0]}
+"""
+
+
+@pytest.mark.parametrize("element, values", [
+    ("counts", (1, 2, 0.5, True)),                     # small ints: one byte each
+    ("counts", (200, -40_000, 3, False)),              # a float field may hold an int
+    ("counts", (2 ** 64 - 1, -(2 ** 63), 1e300, True)),
+    ("names", ("", None)),
+    ("names", ("é" * 40, {"nested": [1, b"x" * 300]})),  # non-ASCII text; any field
+    ("samples", (7, 2 ** 40)),                         # binary: the 12-byte record
+])
+def test_nbytes_is_the_size_of_the_tuple_on_the_wire(element, values):
+    """nbytes of a move and of the observe that reads it: the tuple's msgpack encoding (a record's
+    size for a binary template), whatever its fields; a tuple of ints is not 0 bytes."""
+    pm = generate(AppMap.loads(WIRE_APP), ClusterMap.loads(ONE_NODE), Placement(), "flat", name="wire")
+    pm = dataclasses.replace(pm, instrument=Instrument(collectors=(Selector(at=("source",)),))).validate()
+    server, catalogue = NodeServer(pm, "A"), Catalogue(pm)
+    handle = Context(server, "T0", {}).path(element)
+    handle.move(values)
+    assert handle.observe(0) is not None
+    (cid,) = [e.id for e in catalogue if e.element == element]
+    expected = 12 if element == "samples" else len(msgpack.packb(list(values), use_bin_type=True))
+    assert records(server, cid)["nbytes"].tolist() == [expected, expected]
 
 
 def test_an_operation_that_raises_is_recorded_with_the_error_flag():

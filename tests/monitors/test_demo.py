@@ -14,9 +14,10 @@ from runs import gone
 @pytest.mark.slow
 def test_the_demo_runs_end_to_end_and_writes_a_valid_trace(tmp_path):
     trace = tmp_path / "demo-trace.json"
+    runs = tmp_path / "runs"
     proc = subprocess.run([sys.executable, "-m", "eventspace.cli", "demo", "--duration", "5", "--trace", str(trace),
                            "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "COLUMNS": "120"})
+                          env={**os.environ, "COLUMNS": "120", "EVENTSPACE_RUN_DIR": str(runs)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["threads"] == 16 and summary["nodes"] == 4 and summary["steps"] > 0
@@ -25,6 +26,7 @@ def test_the_demo_runs_end_to_end_and_writes_a_valid_trace(tmp_path):
     assert summary["events"] > 0 and summary["stalled"] == []
     assert validate(json.loads(trace.read_text())) == []
     assert "demo summary" in proc.stdout and "ui.perfetto.dev" in proc.stdout
-    # Nothing left running, no run file left behind.
-    assert not list((tmp_path / ".eventspace" / "runs").glob("*.json"))
+    # The run file was announced; nothing left running, no run file left behind.
+    assert f"run windtunnel-4node: run file {runs / 'windtunnel-4node.json'}" in proc.stderr
+    assert not list(runs.glob("*.json")) and not list(runs.glob("*.yaml"))
     assert len(summary["node_pids"]) == 4 and all(gone(pid) for pid in summary["node_pids"].values())
