@@ -99,7 +99,10 @@ def _export(args) -> int:
         if not available():   # before any output is written
             raise Otf2Unavailable(f"--otf2 needs the otf2 package: {INSTALL_HINT}")
     with Archive.open(args.db) as archive:
-        records, catalogue = archive.records(), archive.catalogue
+        records, catalogue, recorded = archive.records(), archive.catalogue, archive.info.clock
+    if recorded is None and args.otf2:
+        print(f"note: {args.db} does not say when its events were recorded (written before archives kept "
+              "it); the trace carries no wall-clock time", file=sys.stderr)
     if args.perfetto:
         from .perfetto import write_perfetto
         doc = write_perfetto(args.perfetto, records, catalogue)
@@ -109,7 +112,7 @@ def _export(args) -> int:
               f"{phases.count('s')} flows")
     if args.otf2:
         from .otf2_export import write_otf2
-        anchor = write_otf2(args.otf2, records, catalogue)
+        anchor = write_otf2(args.otf2, records, catalogue, recorded=recorded)
         print(f"wrote {anchor}: {len(records)} events")
     return 0
 

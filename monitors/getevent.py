@@ -44,7 +44,8 @@ class GetEventMon:
     streamed, and the events discarded before they could be read are counted and recorded.
 
     Perfetto and OTF2 files are written by `close()` (they need every event); an archive grows
-    with every poll, so it is useful while the run goes on.
+    with every poll, so it is useful while the run goes on. Traces are dated by the wall-clock
+    time of the monitor's clock read when monitoring began (`recorded`).
     """
 
     def __init__(self, run, view: str = "all", out: str | os.PathLike | None = None, *, tree: str = "flat",
@@ -63,6 +64,7 @@ class GetEventMon:
             estimates = clock.estimate({n: self.scope.endpoints[n] for n in sorted(nodes)},
                                        samples=self.scope.pathmap.clock.samples)
             self.scope.clock_offsets = {n: e.offset_ns for n, e in estimates.items()}
+        self.recorded = clock.WallClock.now()
         self.stats = GetEventStats()
         self._kept: list[np.ndarray] = []
         self._archive = None
@@ -102,7 +104,7 @@ class GetEventMon:
                 write_perfetto(self.out, self.events(), self.catalogue, title=f"EventSpace: {self.catalogue.pathmap.name}")
             elif self.format == "otf2":
                 from .otf2_export import write_otf2
-                write_otf2(self.out, self.events(), self.catalogue)
+                write_otf2(self.out, self.events(), self.catalogue, recorded=self.recorded)
             elif self._archive is not None:
                 self._archive.close()
         finally:

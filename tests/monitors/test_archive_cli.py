@@ -91,8 +91,15 @@ def test_export_otf2_without_the_package(db, tmp_path, capsys, monkeypatch):
 
 
 def test_export_otf2(db, tmp_path, capsys, records):
-    pytest.importorskip("otf2")
+    otf2 = pytest.importorskip("otf2")
     out = tmp_path / "otf2"
     assert main(["archive", "export", str(db), "--otf2", str(out)]) == 0
     assert f"{len(records)} events" in capsys.readouterr().out
     assert (out / "traces.otf2").exists()
+    # The clock properties say when the archive's events were recorded, not when they were exported.
+    with Archive.open(db) as archive:
+        recorded = archive.info.clock
+    with otf2.reader.open(str(out / "traces.otf2")) as reader:
+        clock = reader.definitions.clock_properties
+    assert clock.global_offset == int(records["t_start"].min())
+    assert clock.realtime_timestamp == recorded.realtime(clock.global_offset)
