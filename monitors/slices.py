@@ -65,40 +65,49 @@ def tuple_flows(records: np.ndarray, catalogue: Catalogue) -> list[tuple[int, in
     come in order of move position, then observe start. A move nobody observed gets no pair.
     """
     entries = catalogue.entries
-    moves: dict[tuple[str, int], list[int]] = {}
-    observes: dict[tuple[str, int], list[int]] = {}
-    ops, flags, cids, args = (records[f].tolist() for f in ("op", "flags", "collector", "arg"))
-    for i, (op, flag, cid, arg) in enumerate(zip(ops, flags, cids, args)):
-        if op not in (_MOVE, _OBSERVE) or flag & _NO_MATCH or not 1 <= cid <= len(entries):
-            continue
-        element = entries[cid - 1].element
-        if element is None:
-            continue
-        (moves if op == _MOVE else observes).setdefault((element, arg), []).append(i)
+    # Per collector id (0 stands for an id the catalogue does not know): its element's number
+    # (-1: none), its rank, its thread's number (-1: none, a sink).
+    element_of = np.full(len(entries) + 1, -1, dtype=np.int64)
+    rank_of = np.ones(len(entries) + 1, dtype=np.int64)
+    thread_of = np.full(len(entries) + 1, -1, dtype=np.int64)
+    elements: dict[str, int] = {}
+    threads: dict[str, int] = {}
+    for cid, entry in enumerate(entries, 1):
+        if entry.element is not None:
+            element_of[cid] = elements.setdefault(entry.element, len(elements))
+        if entry.thread is not None:
+            thread_of[cid] = threads.setdefault(entry.thread, len(threads))
+        rank_of[cid] = ROLE_RANK.get(entry.role, 1)
+    cid = records["collector"].astype(np.int64)
+    cid[(cid < 1) | (cid > len(entries))] = 0
+    element, rank, thread = element_of[cid], rank_of[cid], thread_of[cid]
+    key = element << 32 | records["arg"].astype(np.int64)   # (element, index)
+    t_start, op = records["t_start"], records["op"]
+    matches = (element >= 0) & (records["flags"] & _NO_MATCH == 0)
 
-    t_start = records["t_start"].tolist()
-
-    def rank(i):
-        return ROLE_RANK.get(entries[cids[i] - 1].role, 1)
-
-    pairs = []
-    for key, movers in moves.items():
-        readers = observes.get(key)
-        if not readers:
-            continue
-        move = min(movers, key=lambda i: (rank(i), t_start[i], i))
-        by_thread: dict[str | None, list[int]] = {}
-        for i in readers:
-            by_thread.setdefault(entries[cids[i] - 1].thread, []).append(i)
-        if len(by_thread) > 1:
-            by_thread.pop(None, None)
-        chosen = []
-        for group in by_thread.values():
-            best = min(rank(i) for i in group)
-            chosen.extend(i for i in group if rank(i) == best)
-        pairs.extend((move, i) for i in chosen)
-    pairs.sort(key=lambda p: (p[0], t_start[p[1]], p[1]))
-    return pairs
+    # One move per tuple: the outermost record, then the earliest, then the first; by key.
+    moves = np.flatnonzero(matches & (op == _MOVE))
+    moves = moves[np.lexsort((moves, t_start[moves], rank[moves], key[moves]))]
+    moves = moves[np.r_[True, key[moves][1:] != key[moves][:-1]]] if len(moves) else moves
+    observes = np.flatnonzero(matches & (op == _OBSERVE))
+    if not len(moves) or not len(observes):
+        return []
+    at = np.minimum(np.searchsorted(key[moves], key[observes]), len(moves) - 1)
+    read = key[moves][at] == key[observes]
+    observes, at = observes[read], at[read]
+    # Sinks stand for the readers only of tuples no thread's record saw read.
+    seen_by_thread = np.unique(key[observes][thread[observes] >= 0])
+    kept = (thread[observes] >= 0) | ~np.isin(key[observes], seen_by_thread)
+    observes, at = observes[kept], at[kept]
+    # Each reading thread's outermost records (all of them, if several share the best rank).
+    by_group = np.lexsort((rank[observes], thread[observes], key[observes]))
+    k, th, r = key[observes][by_group], thread[observes][by_group], rank[observes][by_group]
+    first = np.r_[True, (k[1:] != k[:-1]) | (th[1:] != th[:-1])] if len(k) else np.zeros(0, dtype=bool)
+    best = r[first][np.cumsum(first) - 1]
+    chosen = by_group[r == best]
+    observes, movers = observes[chosen], moves[at[chosen]]
+    order = np.lexsort((observes, t_start[observes], movers))
+    return list(zip(movers[order].tolist(), observes[order].tolist()))
 
 
 def flows_by_record(pairs: list[tuple[int, int]]) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
