@@ -12,15 +12,18 @@ import numpy as np
 from eventspace import clock, trace
 from eventspace.scope import EventScope
 
-FORMATS = {".json": "perfetto", ".otf2": "otf2", ".sqlite": "archive", ".db": "archive", ".sqlite3": "archive"}
+FORMATS = {".pftrace": "pftrace", ".json": "perfetto", ".otf2": "otf2", ".sqlite": "archive", ".db": "archive",
+           ".sqlite3": "archive"}
 
 
 def format_of(out: str | os.PathLike) -> str:
-    """perfetto, otf2 or archive, by the file name's suffix; ValueError naming the choices."""
+    """pftrace (Perfetto's protobuf), perfetto (Perfetto / Chrome JSON), otf2 or archive, by the
+    file name's suffix; ValueError naming the choices."""
     suffix = Path(out).suffix.lower()
     if suffix not in FORMATS:
-        raise ValueError(f"{out}: unknown output format {suffix or '(no suffix)'}; write trace.json "
-                         "(Perfetto / Chrome trace), trace.otf2 (an OTF2 directory) or archive.sqlite")
+        raise ValueError(f"{out}: unknown output format {suffix or '(no suffix)'}; write trace.pftrace "
+                         "(Perfetto), trace.json (Perfetto / Chrome JSON), trace.otf2 (an OTF2 directory) "
+                         "or archive.sqlite")
     return FORMATS[suffix]
 
 
@@ -99,7 +102,10 @@ class GetEventMon:
     def close(self) -> Path | None:
         """Write the output (Perfetto, OTF2), close the archive and the scope; the output's path."""
         try:
-            if self.format == "perfetto":
+            if self.format == "pftrace":
+                from .pftrace import write_pftrace
+                write_pftrace(self.out, self.events(), self.catalogue, recorded=self.recorded)
+            elif self.format == "perfetto":
                 from .perfetto import write_perfetto
                 write_perfetto(self.out, self.events(), self.catalogue, title=f"EventSpace: {self.catalogue.pathmap.name}")
             elif self.format == "otf2":
