@@ -94,11 +94,11 @@ def _query(args) -> int:
 
 def _export(args) -> int:
     from .archive import Archive
-    from .getevent import format_of
 
     if not args.perfetto and not args.otf2:
         raise ValueError("say what to write: --perfetto OUT.pftrace (or OUT.json) and/or --otf2 DIR")
-    if args.perfetto and Path(args.perfetto).suffix.lower() not in (".pftrace", ".json"):
+    suffix = Path(args.perfetto).suffix.lower() if args.perfetto else None
+    if args.perfetto and suffix not in (".pftrace", ".json"):
         raise ValueError(f"{args.perfetto}: --perfetto writes OUT.pftrace (Perfetto's own format) or OUT.json "
                          "(Perfetto / Chrome JSON); give one of those suffixes")
     if args.otf2:
@@ -110,7 +110,7 @@ def _export(args) -> int:
     if recorded is None:
         print(f"note: {args.db} does not say when its events were recorded (written before archives kept "
               "it); the trace carries no wall-clock time", file=sys.stderr)
-    if args.perfetto and format_of(args.perfetto) == "pftrace":
+    if suffix == ".pftrace":
         from .pftrace import write_pftrace
         written = write_pftrace(args.perfetto, records, catalogue, recorded=recorded)
         print(f"wrote {args.perfetto}: {written.slices} events on {written.tracks} tracks, {written.flows} flows, "

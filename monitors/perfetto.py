@@ -16,8 +16,6 @@ from eventspace.catalogue import Catalogue
 from .slices import READ, collector_args, flows_by_record, record_args, slice_name, tuple_flows
 from .tracks import Layout, layout
 
-__all__ = ["InvalidTrace", "to_perfetto", "tuple_flows", "validate", "write_perfetto"]
-
 CATEGORY = "eventspace"   # every slice and flow: a flow binds to a slice of its own category
 FLOW_NAME = "tuple"
 

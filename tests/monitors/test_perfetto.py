@@ -10,13 +10,8 @@ import numpy as np
 import pytest
 
 from eventspace import trace
-from monitors.perfetto import (
-    InvalidTrace,
-    to_perfetto,
-    tuple_flows,
-    validate,
-    write_perfetto,
-)
+from monitors.perfetto import InvalidTrace, to_perfetto, validate, write_perfetto
+from monitors.slices import tuple_flows
 
 
 def _index(doc):
