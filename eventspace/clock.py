@@ -67,3 +67,25 @@ def relative_to(estimates: dict[str, ClockEstimate], reference: str) -> dict[str
     """Offsets relative to node `reference`'s clock instead of the monitor's."""
     base = estimates[reference].offset_ns
     return {node: e.offset_ns - base for node, e in estimates.items()}
+
+
+@dataclass(frozen=True)
+class WallClock:
+    """The wall-clock time of one moment on the monitor's clock: `monotonic_ns` (CLOCK_MONOTONIC,
+    the clock merged events are on) and `realtime_ns` (CLOCK_REALTIME, nanoseconds since the Unix
+    epoch), read together. Exporters use it to say when a run was recorded."""
+
+    monotonic_ns: int
+    realtime_ns: int
+
+    @classmethod
+    def now(cls) -> WallClock:
+        """Both clocks now: the wall clock read between two monotonic reads, paired with their middle."""
+        before = time.monotonic_ns()
+        realtime = time.time_ns()
+        after = time.monotonic_ns()
+        return cls((before + after) // 2, realtime)
+
+    def realtime(self, monotonic_ns: int) -> int:
+        """The wall-clock time (ns since the epoch) of `monotonic_ns` on the monitor's clock."""
+        return self.realtime_ns + (int(monotonic_ns) - self.monotonic_ns)

@@ -14,10 +14,12 @@ import numpy as np
 
 from eventspace import trace
 from eventspace.catalogue import Catalogue, Entry
+from eventspace.clock import WallClock
 
 FORMAT = "eventspace-archive"
 VERSION = 1
-RESERVED = ("format", "version", "pathmap", "created", "tuples", "discarded")
+RESERVED = ("format", "version", "pathmap", "created", "tuples", "discarded", "clock_monotonic_ns",
+            "clock_realtime_ns")
 _INT64_MAX = 2**63 - 1
 
 # The record's own fields as stored (SQLite integers are signed 64-bit: times must stay below 2**63).
@@ -45,8 +47,9 @@ class ArchiveError(Exception):
 @dataclass(frozen=True)
 class ArchiveInfo:
     """An archive's meta table: the pathmap its collectors come from, when it was created
-    (ISO 8601, UTC), tuples appended, tuples discarded before they were read, and free-form
-    key/values (`extra`)."""
+    (ISO 8601, UTC), tuples appended, tuples discarded before they were read, free-form
+    key/values (`extra`), and `clock`: the monitor's clock against the wall clock, read when the
+    archive was created, which dates its events (None in archives written before it was kept)."""
 
     path: str
     pathmap: str
@@ -54,6 +57,7 @@ class ArchiveInfo:
     tuples: int
     discarded: int
     extra: dict[str, str]
+    clock: WallClock | None = None
 
 
 @dataclass(frozen=True)
@@ -208,8 +212,11 @@ class Archive:
     def info(self) -> ArchiveInfo:
         with self._lock:
             meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        clock = None
+        if "clock_monotonic_ns" in meta and "clock_realtime_ns" in meta:
+            clock = WallClock(int(meta["clock_monotonic_ns"]), int(meta["clock_realtime_ns"]))
         return ArchiveInfo(str(self.path), meta["pathmap"], meta["created"], int(meta["tuples"]),
-                           int(meta["discarded"]), {k: v for k, v in meta.items() if k not in RESERVED})
+                           int(meta["discarded"]), {k: v for k, v in meta.items() if k not in RESERVED}, clock)
 
     def __len__(self) -> int:
         """Rows in `events`."""
@@ -255,6 +262,8 @@ class Archive:
         fields = dataclasses.fields(Entry)
         columns = ", ".join(_column(f) for f in fields)
         now = datetime.now(UTC).isoformat(timespec="seconds")
+        # Events are appended on the monitor's monotonic clock: this pairing dates them for exports.
+        clock = WallClock.now()
         with self._db:
             for statement in _SCHEMA:
                 self._db.execute(statement)
@@ -264,7 +273,8 @@ class Archive:
                 [dataclasses.astuple(e) for e in catalogue.entries])
             self._db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
                 ("format", FORMAT), ("version", str(VERSION)), ("pathmap", name), ("created", now),
-                ("tuples", "0"), ("discarded", "0")])
+                ("tuples", "0"), ("discarded", "0"), ("clock_monotonic_ns", str(clock.monotonic_ns)),
+                ("clock_realtime_ns", str(clock.realtime_ns))])
 
     def _load_catalogue(self) -> ArchivedCatalogue:
         what = "an SQLite file written by monitors.archive.Archive"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -24,7 +25,8 @@ def register(subparsers) -> None:
     ge = monitors.add_parser("getevent", help="stream raw events to a trace file or archive, or print them live")
     _run_options(ge, interval=0.2)
     ge.add_argument("--view", default="all", help="the collectors to stream (default: all)")
-    ge.add_argument("--out", help="trace.json (Perfetto/Chrome), trace.otf2 (OTF2 dir) or archive.sqlite")
+    ge.add_argument("--out", help="trace.pftrace (Perfetto), trace.json (Perfetto/Chrome JSON), trace.otf2 "
+                                  "(OTF2 dir) or archive.sqlite")
     ge.add_argument("--live", action="store_true", help="print events as they arrive")
     ge.add_argument("--tree", default="flat", help="the scope's tree shape (default %(default)s)")
     ge.add_argument("--placement", default="monitor", help="near or monitor (default %(default)s)")
@@ -41,8 +43,8 @@ def register(subparsers) -> None:
 
     demo = subparsers.add_parser("demo", help="the wind tunnel under three monitors and the live dashboard")
     demo.add_argument("--duration", type=float, default=30.0, help="seconds (default %(default)s)")
-    demo.add_argument("--trace", default="demo-trace.json", help="where getevent writes the Perfetto trace "
-                                                                 "(default %(default)s)")
+    demo.add_argument("--trace", default="demo-trace.pftrace", help="where getevent writes the Perfetto trace "
+                                                                    "(.pftrace, or .json; default %(default)s)")
     demo.add_argument("--pathmap", default=str(_default_demo_pathmap()), help="the pathmap (default: %(default)s)")
     demo.add_argument("--size", default="small", help="the wind tunnel's size (default %(default)s)")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON too")
@@ -57,10 +59,11 @@ def register(subparsers) -> None:
     query.add_argument("--json", action="store_true", help="print the rows as a JSON array of objects")
     query.set_defaults(func=_query)
 
-    export = commands.add_parser("export", help="write an archive's events as Perfetto JSON or OTF2")
+    export = commands.add_parser("export", help="write an archive's events as a Perfetto trace or OTF2")
     export.add_argument("db", help="the archive file")
-    export.add_argument("--perfetto", metavar="OUT.json",
-                        help="Perfetto / Chrome trace JSON (open it in ui.perfetto.dev)")
+    export.add_argument("--perfetto", metavar="OUT.pftrace",
+                        help="a Perfetto trace (open it in ui.perfetto.dev): OUT.pftrace, Perfetto's own "
+                             "format, or OUT.json, Perfetto / Chrome trace JSON")
     export.add_argument("--otf2", metavar="DIR", help="an OTF2 archive in a new directory (needs eventspace[otf2])")
     export.set_defaults(func=_export)
 
@@ -93,14 +96,26 @@ def _export(args) -> int:
     from .archive import Archive
 
     if not args.perfetto and not args.otf2:
-        raise ValueError("say what to write: --perfetto OUT.json and/or --otf2 DIR")
+        raise ValueError("say what to write: --perfetto OUT.pftrace (or OUT.json) and/or --otf2 DIR")
+    suffix = Path(args.perfetto).suffix.lower() if args.perfetto else None
+    if args.perfetto and suffix not in (".pftrace", ".json"):
+        raise ValueError(f"{args.perfetto}: --perfetto writes OUT.pftrace (Perfetto's own format) or OUT.json "
+                         "(Perfetto / Chrome JSON); give one of those suffixes")
     if args.otf2:
         from .otf2_export import INSTALL_HINT, Otf2Unavailable, available
         if not available():   # before any output is written
             raise Otf2Unavailable(f"--otf2 needs the otf2 package: {INSTALL_HINT}")
     with Archive.open(args.db) as archive:
-        records, catalogue = archive.records(), archive.catalogue
-    if args.perfetto:
+        records, catalogue, recorded = archive.records(), archive.catalogue, archive.info.clock
+    if recorded is None:
+        print(f"note: {args.db} does not say when its events were recorded (written before archives kept "
+              "it); the trace carries no wall-clock time", file=sys.stderr)
+    if suffix == ".pftrace":
+        from .pftrace import write_pftrace
+        written = write_pftrace(args.perfetto, records, catalogue, recorded=recorded)
+        print(f"wrote {args.perfetto}: {written.slices} events on {written.tracks} tracks, {written.flows} flows, "
+              f"{written.nbytes:,} bytes")
+    elif args.perfetto:
         from .perfetto import write_perfetto
         doc = write_perfetto(args.perfetto, records, catalogue)
         phases = [e["ph"] for e in doc["traceEvents"]]
@@ -109,7 +124,7 @@ def _export(args) -> int:
               f"{phases.count('s')} flows")
     if args.otf2:
         from .otf2_export import write_otf2
-        anchor = write_otf2(args.otf2, records, catalogue)
+        anchor = write_otf2(args.otf2, records, catalogue, recorded=recorded)
         print(f"wrote {anchor}: {len(records)} events")
     return 0
 
@@ -268,6 +283,4 @@ def _colop(args) -> int:
 
 
 def _default_demo_pathmap():
-    from pathlib import Path
-
     return Path(__file__).resolve().parents[1] / "pathmaps" / "windtunnel-4node.yaml"
