@@ -28,6 +28,7 @@ from .view import View
 
 PLACEMENTS = ("monitor", "near")
 CONCURRENCY = ("concurrent", "sequential")
+PLACE_TIMEOUT = 10.0   # seconds a node may take to place a near join
 
 
 class ScopeError(ValueError):
@@ -231,9 +232,12 @@ class EventScope:
         self._installed = installed
 
     def _call(self, node, name, *args):
-        replies, missing = self._fanout.request([(node, p.CALL, (name, list(args)))], self.timeout)
+        # Placing a join happens once per tree, not per pull: a busy node gets longer than a pull's
+        # timeout, since failing here fails the whole monitor.
+        wait = max(self.timeout, PLACE_TIMEOUT)
+        replies, missing = self._fanout.request([(node, p.CALL, (name, list(args)))], wait)
         if missing:
-            raise PastSetError(f"node {node} did not answer {name} within {self.timeout} s")
+            raise PastSetError(f"node {node} did not answer {name} within {wait} s")
         if isinstance(replies[0], PastSetError):
             raise replies[0]
         return replies[0]

@@ -16,6 +16,8 @@ QUIET = "quiet"        # no event seen yet
 IDLE = "idle"          # no progress, like every other thread, and none is waiting: the application
                        # is not communicating at all (it ended, or is between phases)
 GONE = "gone"          # its node does not answer
+UNSEEN = "unseen"      # none of its events reached this beat, though its node is not known to be gone
+                       # (a join between its node and the monitor did not answer): nothing is known
 
 
 @dataclass(frozen=True)
@@ -33,12 +35,14 @@ class ThreadBeat:
 
 @dataclass
 class HeartbeatReport:
-    """One beat: every thread of the view, the nodes that did not answer, and the pull's figures."""
+    """One beat: every thread of the view, the nodes that did not answer (`gone`), those not
+    asked because a join above them did not answer (`unreached`), and the pull's figures."""
 
     at: float
     threads: list[ThreadBeat]
     gone: set[str] = field(default_factory=set)
     pull_seconds: float = 0.0
+    unreached: set[str] = field(default_factory=set)
 
     def by_status(self, status: str) -> list[str]:
         return [b.thread for b in self.threads if b.status == status]
@@ -49,7 +53,8 @@ class HeartbeatReport:
         return self.by_status(STALLED)
 
     def as_dict(self) -> dict:
-        return {"at": self.at, "gone": sorted(self.gone), "pull_seconds": self.pull_seconds,
+        return {"at": self.at, "gone": sorted(self.gone), "unreached": sorted(self.unreached),
+                "pull_seconds": self.pull_seconds,
                 "threads": [b.__dict__ for b in self.threads]}
 
 
@@ -64,13 +69,14 @@ class Heartbeat:
     communication, in its own code, the thread a user looks for (seen so at two beats running,
     so it is flagged within three intervals of stopping); when every thread has stopped
     and none waits, they are IDLE (the application ended or pauses). Threads of nodes that do
-    not answer are GONE.
+    not answer are GONE. A thread is only ever ALIVE (or any status that says what it does) on
+    the strength of a record that reached this beat: without one it is GONE or UNSEEN.
     """
 
     def __init__(self, run, view: str = "role:source | role:contribute | role:stage", *, tree: str = "per-node",
                  placement: str = "near", timeout: float = 2.0):
         self.scope = EventScope(run, view, mode="latest", tree=tree, placement=placement,
-                                stages=["reduce:max_t_end@thread"], timeout=timeout)
+                                stages=["reduce:max_t_end@thread"], timeout=timeout, name="heartbeat")
         catalogue = self.scope.catalogue
         order = [t.name for t in catalogue.pathmap.threads]
         self.threads = sorted({e.thread for e in self.scope.entries if e.thread}, key=order.index)
@@ -91,10 +97,9 @@ class Heartbeat:
             if thread is not None:
                 newest[thread] = max(newest.get(thread, 0), int(record["t_end"]))
         gone = set(pulled.missing)
+        seen = [t for t in self.threads if t in newest and self.node_of[t] not in gone]
         still = []
-        for thread in self.threads:
-            if self.node_of[thread] in gone or thread not in newest:
-                continue
+        for thread in seen:
             if newest[thread] != self._last.get(thread):
                 self._last[thread] = newest[thread]
                 self._moved_at[thread] = now
@@ -102,7 +107,7 @@ class Heartbeat:
                 still.append(thread)
         blocked: dict[str, str] = {}
         if still:
-            in_flight, missing = self.scope.in_flight()
+            in_flight, missing = self.scope.in_flight(skip=gone)
             gone |= missing
             for cid in sorted(in_flight, key=in_flight.get):
                 entry = catalogue[cid]
@@ -110,16 +115,19 @@ class Heartbeat:
                     blocked[entry.thread] = entry.describe()
         # A thread stopped outside communication is the one others wait on, unless nobody waits or
         # moves at all: then the application as a whole is quiet, and no thread is to blame.
-        everyone_idle = not blocked and len(still) == len([t for t in self.threads if t in self._last
-                                                          and self.node_of[t] not in gone])
+        seen = [t for t in seen if self.node_of[t] not in gone]
+        everyone_idle = not blocked and len(still) == len(seen)
         beats = []
         suspects = set()
         for thread in self.threads:
             node = self.node_of[thread]
             if node in gone:
                 beats.append(ThreadBeat(thread, node, GONE, self._last.get(thread, 0), 0.0))
-            elif thread not in self._last:
-                beats.append(ThreadBeat(thread, node, QUIET, 0, 0.0))
+            elif thread not in newest:
+                # No record reached us: say so, never ALIVE on an old record (nor QUIET when the
+                # join that reads its node did not answer).
+                quiet = thread not in self._last and node not in pulled.unreached
+                beats.append(ThreadBeat(thread, node, QUIET if quiet else UNSEEN, self._last.get(thread, 0), 0.0))
             elif thread in still:
                 status = WAITING if thread in blocked else (IDLE if everyone_idle else STALLED)
                 if status == STALLED and thread not in self._suspects:
@@ -131,7 +139,7 @@ class Heartbeat:
             else:
                 beats.append(ThreadBeat(thread, node, ALIVE, self._last[thread], 0.0))
         self._suspects = suspects
-        return HeartbeatReport(time.time(), beats, gone, pulled.seconds)
+        return HeartbeatReport(time.time(), beats, gone, pulled.seconds, pulled.unreached - gone)
 
     def close(self) -> None:
         self.scope.close()
