@@ -294,8 +294,8 @@ def _colop(args) -> int:
         report = shown["report"]
         summary = f"tree {mon.tree}: {report.rounds if report else 0:,} complete rounds"
         if report is not None and report.open is not None and report.open.open_for_s >= args.interval:
-            summary += (f"; round {report.open.round} never completed, waiting for "
-                        f"{', '.join(report.open.waiting_for)}")
+            summary += (f"; round {report.open.round} was open at the last look, waiting for "
+                        f"{', '.join(report.open.waiting_for) or 'no member'}")
         console.print(ended_line(run_file, why, summary))
     return 0
 

@@ -2,8 +2,11 @@
 exit 0 and say so in one line, whatever their scope's shape or placement; a paused run has not ended."""
 
 import dataclasses
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -92,3 +95,22 @@ def test_a_paused_run_has_not_ended_one_dead_node_neither_every_dead_node_has(tm
             run._processes[node].wait(10)
         assert run_ended(run_file) == "every node is gone"
     assert run_ended(run_file) == "its launcher removed the run file"
+
+
+def test_eventspace_scope_stops_pulling_a_run_that_ended(tmp_path):
+    with launch(ring("pulled"), run_dir=tmp_path, env=ENV) as run:
+        run.start("programs:ring_forever", {"stop_after": 300, "pause": 0.01})
+        proc = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "scope", "--run", run.run_file.path,
+                                 "--pulls", "100000", "--max-rate", "20", "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(3)
+            assert proc.poll() is None
+            end_run(run, "kill")
+            code, lines = finish(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    figures = json.loads(lines[-1])
+    assert code == 0 and figures["ended"] == "every node is gone" and 0 < figures["pulls"] < 100000
