@@ -145,6 +145,8 @@ def _dashboard(args) -> int:
             console.line()  # rich ends a live display with a newline only on a terminal
         console.print(ended_line(run_file, why, board.summary()))
     return 0
+
+
 def _demo(args) -> int:
     from .demo import run_demo
 
