@@ -39,6 +39,8 @@ def register(subparsers) -> None:
 
     board = subparsers.add_parser("dashboard", help="a live view of a run: heartbeat, scopes, collectives, cost")
     _run_options(board, interval=1.0)
+    board.add_argument("--tree", action="append", help="a tree for the collectives panel (repeatable; default: "
+                                                       "every instrumented tree)")
     board.set_defaults(func=_dashboard)
 
     demo = subparsers.add_parser("demo", help="the wind tunnel under three monitors and the live dashboard")
@@ -145,19 +147,18 @@ def _dashboard(args) -> int:
 
     run_file = live_run(args.run, "dashboard")
     run = attach(run_file)
-    board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}")
-    nodes = set(run.endpoints)
+    board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}", trees=args.tree)
+    console = Console()
     try:
-        with Live(render(board.update()), console=Console(), auto_refresh=False) as view:
-            def step():
-                state = board.update()
-                view.update(render(state), refresh=True)
-                return not state.heartbeat or state.heartbeat.gone != nodes
-
-            _loop(args, step)
+        with Live(render(board.update()), console=console, auto_refresh=False) as view:
+            why = _loop(args, run_file, board.update, lambda state: view.update(render(state), refresh=True))
     finally:
         board.close()
         run.close_clients()
+    if why:
+        if not console.is_terminal:
+            console.line()  # rich ends a live display with a newline only on a terminal
+        console.print(ended_line(run_file, why, board.summary()))
     return 0
 
 
@@ -191,41 +192,68 @@ def live_run(run: str, monitor: str):
     return run_file
 
 
-def _loop(args, step) -> int:
-    """Call step() every --interval until --duration, Ctrl-C, or step() returns False."""
+def ended_line(run_file, why: str, summary: str) -> str:
+    """The one line a monitor ends with when its run ends."""
+    return f"run {run_file.name} ended: {why}; {summary}"
+
+
+def _loop(args, run_file, pull, show) -> str | None:
+    """Every --interval, `show(pull())`, until --duration passes, Ctrl-C, or the run ends.
+
+    The run has ended when `paths.runfile.run_ended` says so (its launcher removed the run file,
+    or every node is gone), checked after every pull, before its result is shown (a pull of a
+    run that has just ended shows nothing worth seeing). Returns why it ended, or None.
+    """
+    from pastset import PastSetError
+    from paths.runfile import run_ended
+
     deadline = None if args.duration is None else time.monotonic() + args.duration
     try:
         while deadline is None or time.monotonic() < deadline:
             started = time.monotonic()
-            if step() is False:
-                break
+            try:
+                result = pull()
+            except PastSetError:
+                why = run_ended(run_file)
+                if why:
+                    return why
+                raise
+            why = run_ended(run_file)
+            if why:
+                return why
+            show(result)
             time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
     except KeyboardInterrupt:
         pass
-    return 0
+    return None
 
 
 def _heartbeat(args) -> int:
     from rich.console import Console
 
     from .heartbeat import Heartbeat
-    from .render import heartbeat_summary, heartbeat_table
+    from .render import heartbeat_summary, heartbeat_table, status_counts
 
     console = Console()
-    with Heartbeat(live_run(args.run, "heartbeat"), args.view, tree=args.tree, placement=args.placement) as hb:
-        nodes = {t.node for t in hb.scope.pathmap.threads}
+    run_file = live_run(args.run, "heartbeat")
+    with Heartbeat(run_file, args.view, tree=args.tree, placement=args.placement) as hb:
+        shown = []
 
-        def step():
-            report = hb.beat()
+        def show(report):
+            shown.append(report)
             if args.json:
                 print(json.dumps(report.as_dict()), flush=True)
             elif args.all:
                 console.print(heartbeat_table(report, f"heartbeat {time.strftime('%H:%M:%S')}"))
             else:
                 console.print(heartbeat_summary(report, time.strftime("%H:%M:%S")))
-            return report.gone != nodes  # every node gone: the run has ended
 
-        return _loop(args, step)
+        why = _loop(args, run_file, hb.beat, show)
+    if why:
+        last = (", the last: " + ", ".join(f"{n} {status}" for status, n in status_counts(shown[-1]))
+                if shown else "")
+        console.print(ended_line(run_file, why, f"{len(shown)} beat{'s' if len(shown) != 1 else ''}{last}"))
+    return 0
 
 
 def _getevent(args) -> int:
@@ -235,11 +263,11 @@ def _getevent(args) -> int:
     from .render import events_table
 
     console = Console(stderr=args.json)
-    mon = GetEventMon(live_run(args.run, "getevent"), args.view, args.out, tree=args.tree, placement=args.placement)
-    nodes = set(mon.scope.endpoints)
+    run_file = live_run(args.run, "getevent")
+    mon = GetEventMon(run_file, args.view, args.out, tree=args.tree, placement=args.placement)
+    why = None
     try:
-        def step():
-            records = mon.poll()
+        def show(records):
             if args.json:
                 print(json.dumps({"events": len(records), "total": mon.stats.tuples,
                                   "discarded": mon.stats.discarded, "rate": mon.stats.rate}), flush=True)
@@ -247,16 +275,16 @@ def _getevent(args) -> int:
                 console.print(events_table(records, mon.catalogue))
                 console.print(f"[dim]{mon.stats.tuples:,} events, {mon.stats.rate:,.0f} events/s of pulling, "
                               f"{mon.stats.discarded:,} discarded before read[/dim]")
-            return mon.missing != nodes
 
-        _loop(args, step)
+        why = _loop(args, run_file, mon.poll, show)
     finally:
         out = mon.close()
     lost = [f"node {node} {'gone' if gone else 'not answering'} since {time.strftime('%H:%M:%S', time.localtime(since))}"
             for node, (gone, since) in sorted(mon.lost.items(), key=lambda item: (item[1][1], item[0]))]
-    console.print(f"{mon.stats.tuples:,} events streamed in {mon.stats.pulls} pulls, "
-                  f"{mon.stats.discarded:,} discarded before they were read"
-                  + (f"; wrote {out}" if out else "") + "".join(f"; {line}" for line in lost))
+    summary = (f"{mon.stats.tuples:,} events streamed in {mon.stats.pulls} pulls, "
+               f"{mon.stats.discarded:,} discarded before they were read" + (f"; wrote {out}" if out else "")
+               + "".join(f"; {line}" for line in lost))
+    console.print(ended_line(run_file, why, summary) if why else summary)
     return 0
 
 
@@ -264,22 +292,37 @@ def _colop(args) -> int:
     from rich.console import Console
 
     from .colop import ColOpMon
-    from .render import colop_tables
+    from .render import colop_tables, open_round
 
     console = Console()
-    with ColOpMon(live_run(args.run, "colop"), args.tree) as mon:
-        nodes = set(mon.scope.endpoints)
+    run_file = live_run(args.run, "colop")
+    with ColOpMon(run_file, args.tree) as mon:
+        shown = {"rounds": -1, "report": None}
 
-        def step():
+        def pull():
             mon.poll()
-            report = mon.report()
+            return mon.report()
+
+        def show(report):
+            shown["report"] = report
             if args.json:
                 print(json.dumps(report.as_dict()), flush=True)
-            else:
+                return
+            if report.rounds != shown["rounds"]:  # the tables again only when rounds were added
+                shown["rounds"] = report.rounds
                 console.print(colop_tables(report))
-            return mon.missing != nodes
+            if report.open is not None and report.open.open_for_s >= args.interval:
+                console.print(open_round(report))
 
-        return _loop(args, step)
+        why = _loop(args, run_file, pull, show)
+    if why:
+        report = shown["report"]
+        summary = f"tree {mon.tree}: {report.rounds if report else 0:,} complete rounds"
+        if report is not None and report.open is not None and report.open.open_for_s >= args.interval:
+            summary += (f"; round {report.open.round} was open at the last look, waiting for "
+                        f"{', '.join(report.open.waiting_for) or 'no member'}")
+        console.print(ended_line(run_file, why, summary))
+    return 0
 
 
 def _default_demo_pathmap():

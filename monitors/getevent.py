@@ -64,7 +64,7 @@ class GetEventMon:
             if not available():
                 raise Otf2Unavailable(f"OTF2 output needs the otf2 package: {INSTALL_HINT}")
         self.scope = EventScope(run, view, mode="stream", tree=tree, placement=placement,
-                                concurrency=concurrency, timeout=timeout)
+                                concurrency=concurrency, timeout=timeout, name="getevent")
         if sync_clocks:
             nodes = {e.node for e in self.scope.entries} | {e.trace_node for e in self.scope.entries}
             estimates = clock.estimate({n: self.scope.endpoints[n] for n in sorted(nodes)},

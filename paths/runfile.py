@@ -391,3 +391,64 @@ def _answers(endpoint: str, timeout: float, security: pastset.Security | None) -
         raise
     except pastset.PastSetError:
         return False
+
+
+def run_ended(run: RunFile, timeout: float = 0.5) -> str | None:
+    """Why the run that `run` describes has ended, or None while it has not.
+
+    The one test every monitor uses. A run has ended when its launcher removed its run file
+    (or a new run replaced it), or when every node is gone: its process has exited (for nodes
+    on this host) or nothing listens at its endpoint any more (connection refused). A node that
+    merely does not answer (paused, overloaded, behind a slow network) has not ended the run.
+    Costs a file read and, while the file stays, one TCP connect to each node until one accepts
+    (at most `timeout` seconds each).
+    """
+    if run.path:
+        if not os.path.exists(run.path):
+            return "its launcher removed the run file"
+        try:
+            current = RunFile.read(run.path)
+        except RunError:
+            current = run  # caught while being written: the nodes tell
+        if (current.started, current.pids) != (run.started, run.pids):
+            return "its run file now describes another run"
+    for node, endpoint in run.endpoints.items():
+        if not (_exited(endpoint, run.pids.get(node)) or _refused(endpoint, timeout)):
+            return None
+    return "every node is gone"
+
+
+def _exited(endpoint: str, pid: int | None) -> bool:
+    """Whether a node on this host (a loopback endpoint) has no process any more."""
+    host = endpoint.partition("://")[2].rpartition(":")[0].strip("[]")
+    if pid is None or not (host == "localhost" or host == "::1" or host.startswith("127.")):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # another user's process: the socket tells
+    return False
+
+
+def _refused(endpoint: str, timeout: float) -> bool:
+    """Whether nothing listens at a tcp:// or ipc:// endpoint: a stopped (paused) process still
+    accepts connections (the kernel does), a process that exited refuses them."""
+    scheme, _, address = endpoint.partition("://")
+    try:
+        if scheme == "tcp":
+            host, _, port = address.rpartition(":")
+            probe = socket.create_connection((host.strip("[]"), int(port)), timeout)
+        elif scheme == "ipc":
+            probe = socket.socket(socket.AF_UNIX)
+            probe.settimeout(timeout)
+            probe.connect(address)
+        else:
+            return False
+    except (ConnectionRefusedError, FileNotFoundError):
+        return True
+    except (OSError, ValueError):
+        return False  # unreachable or slow: not known to be gone
+    probe.close()
+    return False

@@ -3,6 +3,9 @@
 import contextlib
 import dataclasses
 import os
+import select
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -74,3 +77,44 @@ def node_children():
         if int(stat[1]) == os.getpid() and stat[0] != "Z" and b"paths" in cmdline:
             found.append(int(entry.name))
     return found
+
+
+# How long a monitor may take to notice that its run ended: a pull of dead nodes, then the check.
+ENDS_WITHIN = 30
+
+
+def start_monitor(command, run, *extra):
+    """`eventspace COMMAND --run RUN_FILE ...` in its own process, its output in one pipe."""
+    env = {**os.environ, "COLUMNS": "400"}  # rich wraps at 80 columns in a pipe otherwise
+    return subprocess.Popen([sys.executable, "-m", "eventspace.cli", *command, "--run", run.run_file.path,
+                             "--interval", "0.3", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def read_until(proc, words, timeout=60.0) -> str:
+    """What the process printed until a line holding `words` (AssertionError if it did not in time)."""
+    out = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            out.append(line)
+            if words in line:
+                return "".join(out)
+    raise AssertionError(f"no line with {words!r} within {timeout} s; printed: {''.join(out)[-2000:]!r}")
+
+
+def finish(proc) -> tuple[int, list[str]]:
+    """Exit status and the lines printed, once the process ended by itself within ENDS_WITHIN s
+    (it is killed and the test fails if not: a monitor that never ends must not hang the suite)."""
+    try:
+        out, _ = proc.communicate(timeout=ENDS_WITHIN)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"the monitor did not end within {ENDS_WITHIN} s after its run did; "
+                             f"it printed: {out[-2000:]!r}") from None
+    return proc.returncode, [line for line in out.splitlines() if line.strip()]
