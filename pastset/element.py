@@ -360,19 +360,21 @@ class Element:
 
     def _init_storage(self):
         self._items = deque()
-        self._sizes = deque()       # the payload bytes of each held tuple (Template.checked)
+        self._sizes = deque()       # the bytes each held tuple costs: its payload and its objects
         self._held_bytes = 0        # their sum
-        # The objects a held tuple costs besides its payload: the tuple, one per field, two slots.
-        self._tuple_bytes = 64 + 32 * len(self.template.fields)
+        # The objects a held tuple costs besides its payload (Template.checked): the tuple, one
+        # object of up to 9 bytes of payload per field, two deque slots.
+        self._tuple_bytes = 64 + 41 * len(self.template.fields)
 
     def _put(self, values, index, nbytes):
         # checked by _try_move; the budget is asked first, so that a refused move changes nothing
-        need = self._held_bytes + nbytes + (index + 1 - self._first) * self._tuple_bytes
-        if need > self._held_charge:
-            self._hold(need, f"a move into element {self.name}")
+        nbytes += self._tuple_bytes
+        held = self._held_bytes + nbytes
+        if held > self._held_charge:
+            self._hold(held, f"a move into element {self.name}")
         self._items.append(values)
         self._sizes.append(nbytes)
-        self._held_bytes += nbytes
+        self._held_bytes = held
 
     def _hold(self, need: int, what: str) -> None:
         """Make the budget cover `need` bytes of held data, with room for more if it has it (or
@@ -407,9 +409,8 @@ class Element:
             new_first += 1
         self._first = new_first
         self._held_bytes = held
-        need = held + (self._last - new_first) * self._tuple_bytes
-        if self._held_charge > 2 * (need + _GRAIN):
-            self._hold(need, "")
+        if self._held_charge > 2 * held + 2 * _GRAIN:
+            self._hold(held, "")
 
     def _read(self, lo, hi):
         base = self._first
@@ -417,8 +418,9 @@ class Element:
                 for item in (self._items[i - base] for i in range(lo, hi))]
 
     def _span_bytes(self, lo, hi):
-        # the payload, and a byte or two of msgpack framing per tuple
-        return sum(islice(self._sizes, lo - self._first, hi - self._first)) + 2 * (hi - lo)
+        # the payload, and for each tuple a few bytes of msgpack framing and 9 for each field
+        held = sum(islice(self._sizes, lo - self._first, hi - self._first))
+        return held - (hi - lo) * (self._tuple_bytes - 2 - 9 * len(self.template.fields))
 
     def _nbytes(self):
         return sum(len(v) for item in self._items if item is not _TAKEN

@@ -28,8 +28,6 @@ FIELD_NAMES = (*_FIELD_TYPES, "any")
 # A record of many bytes is one field ("=65536s"), not many.
 MAX_FIELDS = 1024
 _MAX_FORMAT = 8 * MAX_FIELDS      # characters in a struct format, checked before it is parsed
-# Bytes of payload counted for a field of a fixed-size type (msgpack's largest int or float).
-_SCALAR_BYTES = 9
 # Bytes counted for each object inside an `any` field, besides its encoded size: an empty list is one
 # byte encoded and some 64 in memory, so a value of many small objects costs far more than it encodes.
 _OBJECT_BYTES = 64
@@ -130,8 +128,8 @@ class Template:
 
     def checked(self, values) -> tuple[tuple, int]:
         """(the tuple, validated as by `check`, its payload in bytes): the bytes of its str and bytes
-        fields, 9 for every other field, and for an `any` field its msgpack-encoded size plus 64 for
-        every list, tuple, dict and value inside it (what holding it costs, about)."""
+        fields, and for an `any` field its msgpack-encoded size plus 64 for every list, tuple, dict
+        and value inside it (what holding it costs, about). Fields of fixed size count nothing."""
         if not isinstance(values, (tuple, list)):
             raise TemplateMismatch(
                 f"expected a tuple of {len(self.fields)} fields {self}, got {type(values).__name__}"
@@ -163,16 +161,16 @@ class Template:
             if isinstance(value, int):
                 if value not in _MSGPACK_INTS:
                     raise TemplateMismatch(f"field {i} ({name}): {value} does not fit in 64 bits")
-                nbytes += _SCALAR_BYTES
-            elif name == "str" and not value.isascii():
+            elif name == "bytes":
+                nbytes += len(value)
+            elif name == "str":
+                if value.isascii():
+                    nbytes += len(value)
+                    continue
                 try:
                     nbytes += len(value.encode())
                 except UnicodeEncodeError as exc:
                     raise TemplateMismatch(f"field {i} (str): {value!r:.40} is not valid text ({exc.reason})") from None
-            elif isinstance(value, (bytes, str)):
-                nbytes += len(value)
-            else:
-                nbytes += _SCALAR_BYTES
         return tuple(values), nbytes
 
     def pack(self, values) -> bytes:
