@@ -10,7 +10,7 @@ import threading
 import traceback
 from bisect import bisect_left
 from collections import deque
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from time import monotonic
 from urllib.parse import urlsplit
 
@@ -731,7 +731,7 @@ class _Endpoint:
     def _op_latest_many(self, peer, rid, refs, n):
         elements = self._batch("latest_many", refs)
         self._check_batch(peer, "latest_many", elements, elements, lambda e: e._read_size(newest=n))
-        return _read_once(elements, lambda e: e.latest(n))
+        return _read_once(elements, methodcaller("latest", n))   # no Python frame per element
 
     def _op_move(self, peer, rid, eid, values, timeout):
         return self._attempt_or_park(peer, rid, self._el(eid), p.MOVE, (values,), timeout)
