@@ -28,6 +28,7 @@ FIELD_NAMES = (*_FIELD_TYPES, "any")
 # A record of many bytes is one field ("=65536s"), not many.
 MAX_FIELDS = 1024
 _MAX_FORMAT = 8 * MAX_FIELDS      # characters in a struct format, checked before it is parsed
+_TOKENS = re.compile(r"(\d*)([a-zA-Z?])")   # a struct format's (count, code) pairs
 # Bytes counted for each object inside an `any` field, besides its encoded size: an empty list is one
 # byte encoded and some 64 in memory, so a value of many small objects costs far more than it encodes.
 _OBJECT_BYTES = 64
@@ -73,8 +74,7 @@ class Template:
         if len(fmt) > _MAX_FORMAT:
             raise TemplateMismatch(f"binary template {fmt:.40}...: a struct format has at most {_MAX_FORMAT} "
                                    f"characters, not {len(fmt)}")
-        tokens = re.findall(r"(\d*)([a-zA-Z?])", fmt)
-        count = sum(1 if code in "sp" else int(n or 1) for n, code in tokens if code != "x")
+        count = sum(1 if code in "sp" else int(n or 1) for n, code in _TOKENS.findall(fmt) if code != "x")
         if count > MAX_FIELDS:
             raise TemplateMismatch(f"binary template {fmt!r} has {count} fields; a template has at most "
                                    f"{MAX_FIELDS} (a record of many bytes is one field: '=65536s')")
@@ -84,7 +84,7 @@ class Template:
             raise TemplateMismatch(f"binary template {fmt!r}: {exc}") from None
         if st.size == 0:
             raise TemplateMismatch(f"binary template {fmt!r} has no fields")
-        return cls(fields=_struct_fields(tokens), fmt=fmt, _struct=st)
+        return cls(fields=_struct_fields(fmt), fmt=fmt, _struct=st)
 
     @classmethod
     def of(cls, spec) -> Template:
@@ -206,6 +206,17 @@ class Template:
         return TemplateMismatch(f"values {values!r:.80} do not fit {self.fmt}")
 
 
+def _struct_fields(fmt: str) -> tuple[str, ...]:
+    """One struct code per field: '=2I4sQ' -> ('I', 'I', '4s', 'Q'); pad bytes are no field."""
+    fields: list[str] = []
+    for count, code in re.findall(r"(\d*)([a-zA-Z?])", fmt):
+        if code in "sp":
+            fields.append(count + code)
+        elif code != "x":
+            fields.extend([code] * int(count or 1))
+    return tuple(fields)
+
+
 def _objects(value) -> int:
     """How many objects `value` is made of: itself and, level by level, what its lists, tuples and
     dicts hold (a dict's str keys are not counted). Each level is one call into the interpreter's C
@@ -215,15 +226,3 @@ def _objects(value) -> int:
         count += len(level)
         level = gc.get_referents(*level)
     return count
-
-
-def _struct_fields(tokens) -> tuple[str, ...]:
-    """One struct code per field, from a format's (count, code) tokens: '=2I4sQ' -> ('I', 'I', '4s',
-    'Q'); pad bytes are no field."""
-    fields: list[str] = []
-    for count, code in tokens:
-        if code in "sp":
-            fields.append(count + code)
-        elif code != "x":
-            fields.extend([code] * int(count or 1))
-    return tuple(fields)
