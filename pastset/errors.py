@@ -35,7 +35,8 @@ class ProtocolError(PastSetError):
 
 
 class LimitExceeded(ProtocolError):
-    """A server limit (frame size, element count, name length, parked requests) was reached."""
+    """A server limit (`pastset.Limits`: frame or reply size, element count, memory budget, parked
+    requests, a client's share) was reached; the message names it and says what to do."""
 
 
 class BadArgument(PastSetError, ValueError):

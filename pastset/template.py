@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import struct
 from dataclasses import dataclass, field
@@ -22,6 +23,16 @@ _TYPE_NAMES = {int: "int", float: "float", str: "str", bytes: "bytes", bool: "bo
 _MSGPACK_INTS = range(-(2 ** 63), 2 ** 64)
 FIELD_NAMES = (*_FIELD_TYPES, "any")
 
+# A template's fields are objects of their own (a tuple with one entry per field, kept by every element
+# of the template): a struct format of a few bytes such as "=8388608Q" must not cost 64 MiB of them.
+# A record of many bytes is one field ("=65536s"), not many.
+MAX_FIELDS = 1024
+_MAX_FORMAT = 8 * MAX_FIELDS      # characters in a struct format, checked before it is parsed
+_TOKENS = re.compile(r"(\d*)([a-zA-Z?])")   # a struct format's (count, code) pairs
+# Bytes counted for each object inside an `any` field, besides its encoded size: an empty list is one
+# byte encoded and some 64 in memory, so a value of many small objects costs far more than it encodes.
+_OBJECT_BYTES = 64
+
 
 @dataclass(frozen=True)
 class Template:
@@ -40,6 +51,8 @@ class Template:
 
     @classmethod
     def typed(cls, *fields: str | type) -> Template:
+        if len(fields) > MAX_FIELDS:
+            raise TemplateMismatch(f"a template has at most {MAX_FIELDS} fields, not {len(fields)}")
         names = []
         for i, f in enumerate(fields):
             name = _TYPE_NAMES.get(f, f) if isinstance(f, type) else f
@@ -58,6 +71,13 @@ class Template:
             raise TemplateMismatch(
                 f"binary template {fmt!r}: a struct format in native byte order must start with '='"
             )
+        if len(fmt) > _MAX_FORMAT:
+            raise TemplateMismatch(f"binary template {fmt:.40}...: a struct format has at most {_MAX_FORMAT} "
+                                   f"characters, not {len(fmt)}")
+        count = sum(1 if code in "sp" else int(n or 1) for n, code in _TOKENS.findall(fmt) if code != "x")
+        if count > MAX_FIELDS:
+            raise TemplateMismatch(f"binary template {fmt!r} has {count} fields; a template has at most "
+                                   f"{MAX_FIELDS} (a record of many bytes is one field: '=65536s')")
         try:
             st = struct.Struct(fmt)
         except struct.error as exc:
@@ -124,8 +144,19 @@ class Template:
     def __str__(self) -> str:
         return self.fmt if self.fmt is not None else "[" + ", ".join(self.fields) + "]"
 
+    @property
+    def nbytes(self) -> int:
+        """About the bytes this template occupies in memory (its field names and format)."""
+        return 200 + 8 * len(self.fields) + len(self.fmt or "")
+
     def check(self, values) -> tuple:
         """The tuple, validated against this template; raises TemplateMismatch naming the field."""
+        return self.checked(values)[0]
+
+    def checked(self, values) -> tuple[tuple, int]:
+        """(the tuple, validated as by `check`, its payload in bytes): the bytes of its str and bytes
+        fields, and for an `any` field its msgpack-encoded size plus 64 for every list, tuple, dict
+        and value inside it (what holding it costs, about). Fields of fixed size count nothing."""
         if not isinstance(values, (tuple, list)):
             raise TemplateMismatch(
                 f"expected a tuple of {len(self.fields)} fields {self}, got {type(values).__name__}"
@@ -136,12 +167,13 @@ class Template:
             )
         if self.fmt is not None:
             self.pack(values)
-            return tuple(values)
+            return tuple(values), self._struct.size
+        nbytes = 0
         for i, (name, value) in enumerate(zip(self.fields, values)):
             if name == "any":
                 try:
                     # As deep as the deepest reply carries it (latest_many), so that it can be read back.
-                    msgpack.packb([[[[[value]]]]], use_bin_type=True)
+                    nbytes += len(msgpack.packb([[[[[value]]]]], use_bin_type=True)) + _OBJECT_BYTES * _objects(value)
                 except (TypeError, ValueError, OverflowError) as exc:
                     raise TemplateMismatch(
                         f"field {i} (any): {type(value).__name__} is not msgpack-encodable ({exc})"
@@ -156,12 +188,17 @@ class Template:
             if isinstance(value, int):
                 if value not in _MSGPACK_INTS:
                     raise TemplateMismatch(f"field {i} ({name}): {value} does not fit in 64 bits")
-            elif name == "str" and not value.isascii():
+            elif name == "bytes":
+                nbytes += len(value)
+            elif name == "str":
+                if value.isascii():
+                    nbytes += len(value)
+                    continue
                 try:
-                    value.encode()
+                    nbytes += len(value.encode())
                 except UnicodeEncodeError as exc:
                     raise TemplateMismatch(f"field {i} (str): {value!r:.40} is not valid text ({exc.reason})") from None
-        return tuple(values)
+        return tuple(values), nbytes
 
     def pack(self, values) -> bytes:
         """One binary record; raises TemplateMismatch naming the first field that does not fit."""
@@ -230,3 +267,14 @@ def _struct_fields(fmt: str) -> tuple[str, ...]:
         elif code != "x":
             fields.extend([code] * int(count or 1))
     return tuple(fields)
+
+
+def _objects(value) -> int:
+    """How many objects `value` is made of: itself and, level by level, what its lists, tuples and
+    dicts hold (a dict's str keys are not counted). Each level is one call into the interpreter's C
+    code, however many objects it has."""
+    count, level = 0, [value]
+    while level:
+        count += len(level)
+        level = gc.get_referents(*level)
+    return count
