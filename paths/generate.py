@@ -6,8 +6,9 @@ import networkx as nx
 
 from .document import PathmapError, Problem
 from .inputs import AppMap, AppTree, ClusterMap, Placement
-from .pathmap import ElementSpec, Path, Pathmap, Stage, Thread, Tree
+from .pathmap import Pathmap
 from .registry import JOIN_TYPE_OF_KIND
+from .sections import ElementSpec, Path, Stage, Thread, Tree
 from .shapes import LayoutJoin, Member, Shape, lay_out
 
 
