@@ -10,11 +10,11 @@ from pastset.fanout import Fanout
 
 from . import trace
 from .catalogue import Catalogue
+from .clock import CLOCK, monotonic_clock
 from .gather import INSTALL, LIST, PULL, REMOVE, RENEW, Join, JoinSpec
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]
-CLOCK = "eventspace.clock"              # hosted: () -> this node's clock, ns
 CURSORS = "eventspace.scope.cursors"    # hosted: (key) -> a near join's stream cursors
 INFLIGHT = "eventspace.inflight"        # hosted: () -> [[collector id, start ns], ...] of operations under way
 MAX_JOINS = 10_000                      # scope joins one node server holds at once
@@ -41,8 +41,6 @@ class NodeSpace:
         return space
 
     def __init__(self, node):
-        from .collector import monotonic_clock
-
         self.node = node
         self.catalogue = Catalogue(node.pathmap)
         self.clock = monotonic_clock(node.clock_offset_ns)
