@@ -9,7 +9,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# Rebuilt when the compiled collector's source changes (the editable install builds it in place).
+$(VENV)/.installed: pyproject.toml eventspace/_collector.c | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $@
 

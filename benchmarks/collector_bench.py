@@ -22,8 +22,10 @@ own cost shows.
     same move, with a TracerProvider that has no span processor and with a SimpleSpanProcessor
     into an InMemorySpanExporter; the span's cost is the difference to the plain move.
 
-Targets: a collector costs <= 0.5 µs on a local trace element; it is >= 100x cheaper than an
-OpenTelemetry span. `--profile` samples the collecting loop with py-spy (when installed) and
+Targets (issue 17): a collector costs <= 0.25 µs on a local trace element (<= 1.0 µs over 2000
+paths in turn; <= 0.4 µs in front of a shared stage, whose appends take the trace element's lock);
+an OpenTelemetry span (no processor) costs >= 80x a collector. The collectors run compiled unless
+EVENTSPACE_PURE=1 (the pure-Python reference); the table's title says which. `--profile` samples the collecting loop with py-spy (when installed) and
 prints where the time goes, by line.
 """
 
@@ -91,8 +93,8 @@ def mover(server: NodeServer):
 
 
 def ab_cases(calls: int) -> tuple[dict, list[str]]:
-    plain, collected = node(), node(SOURCE)
-    assert not plain.collectors and len(collected.collectors) == 1
+    plain, collected, shared = node(), node(SOURCE), node(STAGE)
+    assert not plain.collectors and len(collected.collectors) == 1 and len(shared.collectors) == 1
     st = struct.Struct(trace.FORMAT)
     ring = bytearray(200 * st.size)
     lock = threading.Lock()
@@ -110,6 +112,8 @@ def ab_cases(calls: int) -> tuple[dict, list[str]]:
         "two clock reads": (lambda: (clock(), clock()), calls, "bare lock + pack_into"),
         "move, no collector": (mover(plain), calls, None),
         "move, one collector": (mover(collected), calls, "move, no collector"),
+        # In front of the element stage, which every thread of the element shares: a locked append.
+        "move, one collector in front of a shared stage": (mover(shared), calls, "move, no collector"),
     }
     skipped = []
     try:
@@ -297,27 +301,36 @@ def main() -> None:
         paper.round()
     ab = difference("A/B: one collector's cost", measured["move, one collector"], measured["move, no collector"],
                     peer="bare lock + pack_into")
+    shared = difference("A/B: one collector's cost, in front of a shared stage (locked)",
+                        measured["move, one collector in front of a shared stage"],
+                        measured["move, no collector"], peer=ab.name)
     cold_cost = difference(f"A/B over {paths} paths in turn: one collector's cost",
                            measured[f"move, one collector, {paths} paths in turn"],
                            measured[f"move, no collector, {paths} paths in turn"], peer=ab.name)
-    figures = [*measured.values(), ab, cold_cost, *paper.figures(peer=ab.name)]
+    figures = [*measured.values(), ab, shared, cold_cost, *paper.figures(peer=ab.name)]
     otel = [f for f in measured if "OTel" in f]
     for name in otel:
         figures.append(difference(f"{name.removeprefix('move in an ')}: its cost", measured[name],
                                   measured["move, no collector"], peer="A/B: one collector's cost"))
 
-    def cost_ok(f, ratio):
-        return f.median <= 0.5e-6
+    def at_most(seconds):
+        return (f"≤ {seconds * 1e6:g} µs", lambda f, ratio: f.median <= seconds)
 
     targets = {
-        "A/B: one collector's cost": ("≤ 0.5 µs", cost_ok),
-        "paper: full cost of the measured collector": ("≤ 0.5 µs", cost_ok),
-        f"A/B over {paths} paths in turn: one collector's cost": ("≤ 0.5 µs", cost_ok),
+        "A/B: one collector's cost": at_most(0.25e-6),
+        "paper: full cost of the measured collector": at_most(0.25e-6),
+        shared.name: at_most(0.4e-6),
+        f"A/B over {paths} paths in turn: one collector's cost": at_most(1.0e-6),
     }
     for name in otel:
-        targets[f"{name.removeprefix('move in an ')}: its cost"] = ("≥ 100× the collector", lambda f, r: r >= 100)
-    report("Event collector overhead", figures, targets, "collector_bench.json",
-           extra={"settings": {"rounds": rounds, "calls": calls, "batch": batch, "paths": paths},
+        if "no processor" in name:
+            targets[f"{name.removeprefix('move in an ')}: its cost"] = ("≥ 80× the collector", lambda f, r: r >= 80)
+    from eventspace import compiled
+
+    implementation = "pure" if compiled.collector_module() is None else "compiled"
+    report(f"Event collector overhead ({implementation} collector)", figures, targets, "collector_bench.json",
+           extra={"settings": {"rounds": rounds, "calls": calls, "batch": batch, "paths": paths,
+                               "implementation": implementation},
                   "skipped": skipped})
     for line in skipped:
         print(f"skipped: {line}")

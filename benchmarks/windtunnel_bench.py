@@ -12,7 +12,8 @@ the slowdown is the median of the pairs' ratios. Time per step is the slowest th
 timing of its step loop (launch, set-up and the launcher's polling are not in it). Both runs
 must end with the same grid (the instrumentation changes nothing but time).
 
-Targets: slowdown <= 1.03 for small, <= 1.02 for medium and large.
+Targets (issue 17): slowdown <= 1.04 for small (median of >= 6 pairs: `--repeat 6`), <= 1.02 for
+medium and large. Node processes run the compiled collector unless EVENTSPACE_PURE=1 is set.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from paths import Instrument, Pathmap, launch
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = ROOT / "pathmaps" / "windtunnel-paper.yaml"
 DEFAULT_STEPS = {"small": 30, "medium": 10, "large": 4}
-TARGET = {"small": 1.03, "medium": 1.02, "large": 1.02}
+TARGET = {"small": 1.04, "medium": 1.02, "large": 1.02}
 
 
 def per_step(run, size: str, steps: int) -> tuple[float, bytes]:
@@ -113,7 +114,7 @@ def main() -> None:
                 if grids[0] != grids[1]:
                     raise SystemExit(f"{size}: the instrumented and uninstrumented runs ended with different grids")
             figures += [b, a]
-            limit = TARGET.get(size, 1.03)
+            limit = TARGET.get(size, 1.02)
             targets[a.name] = (f"slowdown ≤ {limit}", lambda f, ratio, limit=limit: ratio <= limit)
             ratios[size] = a.ratio_rounds(b)
             print(f"{size} ({count} steps): pair ratios " + ", ".join(f"{r:.3f}" for r in ratios[size]), flush=True)
@@ -128,9 +129,13 @@ def main() -> None:
     for size in sizes:
         print(f"{size}: {records[size]:,.0f} trace records per step × {cost * 1e6:.2f} µs per collector "
               f"(measured now) → expected slowdown ≤ {expected[size]:.3f}")
-    report(f"Wind tunnel slowdown from collectors, {instrumented.name}", figures, targets, "windtunnel_bench.json",
+    from eventspace import compiled
+
+    implementation = "pure" if compiled.collector_module() is None else "compiled"
+    report(f"Wind tunnel slowdown from collectors, {instrumented.name}, {implementation} collector", figures, targets, "windtunnel_bench.json",
            unit="ms", extra={"settings": {"sizes": sizes, "steps": steps, "repeat": repeat,
-                                          "pathmap": instrumented.name, "collectors": collectors},
+                                          "pathmap": instrumented.name, "collectors": collectors,
+                                          "implementation": implementation},
                              "pair_ratios": ratios, "records_per_step": records, "collector_cost_s": cost,
                              "expected_slowdown_bound": expected, "seconds": time.monotonic() - started})
 

@@ -30,6 +30,11 @@ class Collector(Wrapper):
     long before its record is written. Switched off, the collector only forwards.
     A collector that only its own thread calls (source, contribute) appends to a local trace
     element without taking its lock (NodeSpace.appender).
+
+    Two implementations with these same semantics: the compiled one (eventspace/_collector.c, a
+    vectorcall object that writes the ring from C) and the pure-Python closure below, which is the
+    reference and the fallback (EVENTSPACE_PURE=1, or no compiler at install; NodeSpace chooses).
+    Both write the same records, byte for byte but for the times, on the same clock.
     """
 
     type_name = "collector"
@@ -38,10 +43,9 @@ class Collector(Wrapper):
         super().__init__(stage_id, params, node)
         space = NodeSpace.of(node)
         self.entry_info = space.catalogue[params["id"]]
+        self._space = space
         self._append = space.appender(self.entry_info)
-        self._on = space.switch(self.entry_info.id)
-        self._clock = space.clock
-        self._inflight = space.inflight
+        space.enrol(self.entry_info.id)
         self._size_of = _payload_size(node.pathmap, self.entry_info.element)
 
     def __call__(self, code, args):
@@ -49,18 +53,24 @@ class Collector(Wrapper):
         return self.entry()(code, args)
 
     def entry(self):
-        """The collecting function, with everything it needs in closure cells (the hot path)."""
-        nxt, append, on, clock, size_of = self.next, self._append, self._on, self._clock, self._size_of
-        inflight = self._inflight
+        """The collecting callable (the hot path): compiled, or a closure with everything it needs in cells."""
+        space, size_of = self._space, self._size_of
         cid, eid, flags = self.entry_info.id, self.entry_info.element_id, self.entry_info.flags
         failed = flags | trace.ERROR
+        if space.compiled is not None:
+            return space.compiled.Collect(
+                self.next, space.switches, space.inflight, cid, eid, flags, failed, size_of, self._append,
+                space.clock_offset_ns, op.MOVE, op.OBSERVE, _COLLECTIVES_MASK)
+        nxt, append, clock, switches, inflight = self.next, self._append, space.clock, space.switches, space.inflight
+        if not callable(size_of):
+            size_of = _fixed(size_of)
         MOVE, OBSERVE, COLLECTIVES = op.MOVE, op.OBSERVE, op.COLLECTIVES
         # itertools.count's next() is atomic: a round's callers all take their number before any
         # caller of the next round can (the next round needs every one of them to have returned).
         rounds = itertools.count()
 
         def collect(code, args):
-            if not on[0]:
+            if not switches[cid]:
                 return nxt(code, args)
             t0 = clock()
             inflight[cid] = t0
@@ -85,14 +95,21 @@ class Collector(Wrapper):
         return collect
 
 
+# Bit c set: operation code c is a collective (what the compiled collector tests `code` against).
+_COLLECTIVES_MASK = sum(1 << code for code in op.COLLECTIVES)
+assert max(op.COLLECTIVES) < 64
+
+
 def _payload_size(pathmap, element: str | None):
-    """A function giving the bytes one tuple of `element` takes on the wire (pastset.Template.sizer):
-    its record size for a binary template, its msgpack encoding's length for a typed one."""
+    """The bytes one tuple of `element` takes on the wire (pastset.Template.sizer): a number when all
+    take the same (a binary template's record size; 0 without an element), else a function of the
+    tuple (a typed template's msgpack encoding's length)."""
     if element is None:
-        return _zero
+        return 0
     spec = pathmap.element(element).template
-    return Template.of(spec if isinstance(spec, str) else list(spec)).sizer()
+    template = Template.of(spec if isinstance(spec, str) else list(spec))
+    return template.record_size if template.is_binary else template.sizer()
 
 
-def _zero(values) -> int:
-    return 0
+def _fixed(size: int):
+    return lambda values: size

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 
 from pastset import Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
 from pastset.fanout import Fanout
 
-from . import trace
+from . import compiled, trace
 from .catalogue import Catalogue
 from .clock import CLOCK, monotonic_clock
 from .gather import INSTALL, LIST, PULL, REMOVE, RENEW, Join, JoinSpec
@@ -29,6 +30,9 @@ class NodeSpace:
     collector whose traces live on this node, keeps an on/off switch per collector, and runs a
     thread that applies what is moved into the node's control element, so that collectors are
     switched while the application runs (within a few milliseconds).
+
+    Its collectors run compiled (eventspace/_collector.c) unless EVENTSPACE_PURE=1 or the extension
+    was not built (`implementation` says which; see eventspace.compiled).
     """
 
     KEY = "eventspace"
@@ -44,16 +48,22 @@ class NodeSpace:
         self.node = node
         self.catalogue = Catalogue(node.pathmap)
         self.clock = monotonic_clock(node.clock_offset_ns)
+        self.clock_offset_ns = node.clock_offset_ns
+        self.compiled = compiled.collector_module()
+        self.implementation = "pure" if self.compiled is None else "compiled"
         keep = node.pathmap.instrument.keep
         # One slab for all of this node's trace elements: a scope's latest pull reads them all
         # in one vectorised step.
         mine = [entry.trace for entry in self.catalogue.on_node(node.name)]
         if mine:
             node.server.enter_rings(mine, trace.FORMAT, keep)
-        self._switches: dict[int, list[bool]] = {}
-        # Collector id -> start (ns) of the operation it is timing now, 0 when none: written by
-        # collectors (a list store, atomic under the GIL), read by heartbeat monitors.
-        self.inflight: list[int] = [0] * (len(self.catalogue) + 1)
+        # Two tables by collector id, shared by all of this node's collectors (so that a collector
+        # called after many others finds them in the caches): its switch (1 collects, 0 forwards),
+        # and the start (ns) of the operation it is timing now, 0 when none. Collectors write their
+        # slot (one store, atomic under the GIL); heartbeat monitors read the in-flight table.
+        self.switches = bytearray(b"\x01") * (len(self.catalogue) + 1)
+        self.inflight = array("q", bytes(8 * (len(self.catalogue) + 1)))
+        self._enrolled: set[int] = set()   # ids of the collectors built on this node
         self.control = node.server.enter(CONTROL, CONTROL_TEMPLATE)
         self._closing = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name=f"eventspace-control-{node.name}", daemon=True)
@@ -78,7 +88,12 @@ class NodeSpace:
         """
         if entry.trace_node == self.node.name:
             single_writer = entry.role in SINGLE_THREAD_ROLES
-            return self.node.server.element(entry.trace).appender(single_writer)
+            element = self.node.server.element(entry.trace)
+            # The compiled appender writes a bounded ring in place, as BinaryElement.appender does.
+            if (self.compiled is not None and element.template.fmt == trace.FORMAT and element.keep is not None
+                    and element._delta is None):
+                return self.compiled.RingAppender(element, single_writer)
+            return element.appender(single_writer)
         handle = self.node.client(entry.trace_node).element(entry.trace)
         return lambda *record: handle.move(record)
 
@@ -86,15 +101,19 @@ class NodeSpace:
         """[collector id, start ns] of every collected operation under way on this node now."""
         return [[cid, t0] for cid, t0 in enumerate(self.inflight) if t0]
 
-    def switch(self, cid: int) -> list[bool]:
-        """The one-item list a collector reads on every operation: [True] collects, [False] forwards."""
-        return self._switches.setdefault(cid, [True])
+    def enrol(self, cid: int) -> None:
+        """Collector `cid` runs on this node: `set` switches it (its switch is `switches[cid]`)."""
+        self._enrolled.add(cid)
+
+    def switch(self, cid: int) -> bool:
+        """Whether collector `cid` collects (True) or only forwards (False)."""
+        return bool(self.switches[cid])
 
     def set(self, on: bool, cids=None) -> int:
         """Switch the given collectors of this node (all of them for None); how many were switched."""
-        chosen = self._switches if cids is None else [c for c in cids if c in self._switches]
+        chosen = self._enrolled if cids is None else [c for c in cids if c in self._enrolled]
         for cid in chosen:
-            self._switches[cid][0] = on
+            self.switches[cid] = on
         return len(chosen)
 
     # -- scope joins placed on this node -------------------------------------------------------

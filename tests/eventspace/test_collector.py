@@ -1,4 +1,6 @@
-"""Event collectors in one node server (in this process): what they record, discarding, switching, trees."""
+"""Event collectors in one node server (in this process): what they record, discarding, switching, trees.
+
+Every test runs over both implementations (the `implementation` fixture: compiled and pure)."""
 
 import dataclasses
 import struct
@@ -26,14 +28,17 @@ ONE_NODE = "clusters: {c1: {nodes: {A: {host: 127.0.0.1}}}}"
 
 
 @pytest.fixture
-def node(closing):
-    """`node(*selectors, keep=, shape=)` -> (NodeServer, Catalogue) of APP on one node, instrumented by
-    `selectors`; every server is closed at teardown (its event space's threads end with it)."""
+def node(closing, implementation):
+    """`node(*selectors, keep=, shape=, app=)` -> (NodeServer, Catalogue) of APP on one node, instrumented
+    by `selectors`, running the collector `implementation`; every server is closed at teardown (its
+    event space's threads end with it)."""
 
-    def make(*selectors, keep=DEFAULT_KEEP, shape="kary:2"):
-        pm = generate(AppMap.loads(APP), ClusterMap.loads(ONE_NODE), Placement(), shape, name="col")
+    def make(*selectors, keep=DEFAULT_KEEP, shape="kary:2", app=APP):
+        pm = generate(AppMap.loads(app), ClusterMap.loads(ONE_NODE), Placement(), shape, name="col")
         pm = dataclasses.replace(pm, instrument=Instrument(keep=keep, collectors=selectors)).validate()
-        return closing(NodeServer(pm, "A")), Catalogue(pm)
+        server = closing(NodeServer(pm, "A"))
+        assert server.services["eventspace"].implementation == implementation
+        return server, Catalogue(pm)
 
     return make
 
@@ -93,12 +98,10 @@ elements:
     ("names", ("é" * 40, {"nested": [1, b"x" * 300]})),  # non-ASCII text; any field
     ("samples", (7, 2 ** 40)),                         # binary: the 12-byte record
 ])
-def test_nbytes_is_the_size_of_the_tuple_on_the_wire(closing, element, values):
+def test_nbytes_is_the_size_of_the_tuple_on_the_wire(node, element, values):
     """nbytes of a move and of the observe that reads it: the tuple's msgpack encoding (a record's
     size for a binary template), whatever its fields; a tuple of ints is not 0 bytes."""
-    pm = generate(AppMap.loads(WIRE_APP), ClusterMap.loads(ONE_NODE), Placement(), "flat", name="wire")
-    pm = dataclasses.replace(pm, instrument=Instrument(collectors=(Selector(at=("source",)),))).validate()
-    server, catalogue = closing(NodeServer(pm, "A")), Catalogue(pm)
+    server, catalogue = node(Selector(at=("source",)), shape="flat", app=WIRE_APP)
     handle = Context(server, "T0", {}).path(element)
     handle.move(values)
     assert handle.observe(0) is not None
@@ -170,11 +173,11 @@ def test_collectors_switch_off_and_on_through_the_control_element_within_100_ms(
     handle = Context(server, "T0", {}).path("samples")
     handle.move((0, 0))
     switch_collectors(server.server, False, [cid])
-    assert _eventually(lambda: not server.services["eventspace"].switch(cid)[0], 0.1)
+    assert _eventually(lambda: not server.services["eventspace"].switch(cid), 0.1)
     handle.move((1, 1))
     assert len(records(server, entry)) == 1        # switched off: forwarded, not recorded
     switch_collectors(server.server, True)       # None: every collector of the node
-    assert _eventually(lambda: server.services["eventspace"].switch(cid)[0], 0.1)
+    assert _eventually(lambda: server.services["eventspace"].switch(cid), 0.1)
     handle.move((2, 2))
     assert records(server, entry)["arg"].tolist() == [0, 2]
     assert server.server.element(CONTROL).last() == 2
@@ -203,3 +206,116 @@ def _eventually(check, within):
             return True
         time.sleep(0.002)
     return check()
+
+
+def test_an_operation_under_way_shows_in_the_in_flight_table_until_it_returns(node):
+    server, catalogue = node(Selector(at=("source",), threads=("T1",), elements=("rows",)))
+    (entry,) = catalogue
+    space = server.services["eventspace"]
+    got = []
+    reader = threading.Thread(target=lambda: got.append(Context(server, "T1", {}).path("rows").observe(timeout=10)))
+    before = time.monotonic_ns()
+    reader.start()
+    assert _eventually(lambda: space.in_flight(), 5)
+    ((cid, t0),) = space.in_flight()
+    assert cid == entry.id and before <= t0 <= time.monotonic_ns()
+    Context(server, "T0", {}).path("rows").move((1, b"x"))
+    reader.join(10)
+    assert got == [(1, b"x")] and space.in_flight() == []
+    (record,) = records(server, entry)
+    assert record["t_start"] == t0 and record["op"] == trace.OP_CODES["observe"]
+
+
+@pytest.mark.parametrize("role", ["source", "sink"])   # a lock-free appender, and a locked one
+def test_a_reader_waiting_on_a_trace_element_wakes_when_the_collector_writes(node, role):
+    import pastset
+
+    server, catalogue = node(Selector(at=(role,), threads=("T0",) if role == "source" else (),
+                                      elements=("samples",)))
+    (entry,) = catalogue
+    element = server.server.element(entry.trace)
+    remote = pastset.connect(server.serve("tcp://127.0.0.1:0"))
+    got = {}
+    local = threading.Thread(target=lambda: got.setdefault("local", element.observe(0, timeout=10)))
+    parked = threading.Thread(target=lambda: got.setdefault("remote", remote.element(entry.trace).observe(0, timeout=10)))
+    try:
+        local.start()
+        parked.start()
+        assert _eventually(lambda: element._sleepers == 1 and element.parked == 1, 5)
+        Context(server, "T0", {}).path("samples").move((5, 6))
+        local.join(10)
+        parked.join(10)
+    finally:
+        remote.close()
+    assert got["local"][:5] == got["remote"][:5] == (trace.OP_CODES["move"], 0, entry.id, entry.element_id, 0)
+
+
+def test_the_compiled_and_the_pure_collector_write_the_same_records_but_for_the_times(closing, monkeypatch):
+    """The same operations through a compiled node and a pure one leave byte-identical trace elements
+    once t_start and t_end are zeroed: every op, flag, id, index, size, error and round."""
+    from eventspace import compiled
+
+    if compiled._built is None:
+        pytest.fail("the compiled collector is not built: `make .venv/.installed` builds it")
+    selectors = (Selector(at=("source", "sink")), Selector(trees=("total",)))
+    written = {}
+    for implementation in ("compiled", "pure"):
+        if implementation == "pure":
+            monkeypatch.setenv(compiled.PURE, "1")
+        else:
+            monkeypatch.delenv(compiled.PURE, raising=False)
+        pm = generate(AppMap.loads(APP), ClusterMap.loads(ONE_NODE), Placement(), "kary:2", name="same")
+        pm = dataclasses.replace(pm, instrument=Instrument(keep=8, collectors=selectors)).validate()
+        server = closing(NodeServer(pm, "A"))
+        assert server.services["eventspace"].implementation == implementation
+        t0, t1, t2 = (Context(server, f"T{i}", {}) for i in range(3))
+        t0.path("rows").move((7, b"payload"))
+        t0.path("rows").move((-(2 ** 40), b"xy" * 100))
+        t1.path("rows").observe()
+        t1.path("rows").observe(1)
+        t1.path("rows").observe()
+        with pytest.raises(Timeout):
+            t1.path("rows").observe(timeout=0)
+        for i in range(12):                       # past keep=8: the rings wrap and discard
+            t0.path("samples").move((i, 2 ** 63 + i))
+        t2.path("samples").observe(11)
+        t2.path("samples").first(), t2.path("samples").last()
+        server.services["eventspace"].set(False, [e.id for e in Catalogue(pm) if e.thread == "T2"])
+        t2.path("samples").observe(11)            # switched off: forwarded, not recorded
+        sums = []
+        for _ in range(2):
+            members = [threading.Thread(target=lambda i=i: sums.append(
+                Context(server, f"T{i}", {}).allreduce(i, "sum", timeout=10))) for i in range(3)]
+            for m in members:
+                m.start()
+            for m in members:
+                m.join(10)
+        assert sums == [3] * 6
+        written[implementation] = {}
+        for entry in Catalogue(pm):
+            element = server.server.element(entry.trace)
+            recs = trace.decode(element.read_range(0, 1 << 40)[1]).copy()
+            assert (recs["t_start"] <= recs["t_end"]).all()
+            recs["t_start"], recs["t_end"] = 0, 0
+            written[implementation][entry.id] = (element.first(), element.last(), trace.encode(recs))
+    assert written["compiled"] == written["pure"]
+    assert sum(last for _, last, _ in written["pure"].values()) > 40
+
+
+def test_the_compiled_appender_refuses_what_the_pure_one_refuses(node, implementation):
+    from pastset import TemplateMismatch
+
+    server, catalogue = node(Selector(at=("source",), threads=("T0",), elements=("samples",)))
+    (entry,) = catalogue
+    element = server.server.element(entry.trace)
+    append = server.services["eventspace"].appender(entry)
+    assert type(append).__name__ == ("RingAppender" if implementation == "compiled" else "function")
+    assert append(1, 0, 2, 3, 4, 5, 6, 7) == 0 and append(1, 0, 2, 3, 4, 5, 6, 2 ** 64 - 1) == 1
+    for bad in ((2 ** 16, 0, 0, 0, 0, 0, 0, 0), (1, 0, -1, 0, 0, 0, 0, 0), (1, 0, 0, 0, 0, 0, 0, 2 ** 64),
+                (1.0, 0, 0, 0, 0, 0, 0, 0), ("1", 0, 0, 0, 0, 0, 0, 0)):
+        with pytest.raises(TemplateMismatch) as refused:
+            append(*bad)
+        assert str(refused.value) == str(element.template._mismatch(bad))
+    with pytest.raises(TypeError):
+        append(1, 2, 3)
+    assert element.last() == 2 and trace.decode(element.read_range(0, 2)[1])["t_end"].tolist() == [7, 2 ** 64 - 1]

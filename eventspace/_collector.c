@@ -1,0 +1,716 @@
+/* The compiled event collector: the hot path of eventspace.collector.Collector, in C.
+ *
+ * Two types:
+ *   RingAppender(element, single_writer)  appends one trace tuple (=HHIIIIQQ, 36 bytes) to a
+ *       pastset BinaryElement's ring: the C form of BinaryElement.appender for the trace format,
+ *       with exactly its semantics (see pastset/element.py, _APPEND, _LOCKED, _SINGLE_WRITER):
+ *       the record, then `_last` past it, then `_first` up to `keep` behind; waiters woken
+ *       under the element's mutex. Locked unless single_writer. Callable from Python as
+ *       append(op, flags, collector, element, arg, nbytes, t_start, t_end) -> index.
+ *   Collect(next, switches, inflight, cid, eid, flags, failed, size_of, append, offset_ns,
+ *           move, observe, collectives)
+ *       the collecting callable a linked path calls as stage(code, args) (vectorcall): the
+ *       semantics of the pure closure in eventspace/collector.py, which stays the reference.
+ *
+ * Self-contained on purpose: the ring's layout is pastset's (a row of a RingSlab or a bytearray
+ * of `_cap` records); nothing here depends on where that Python code lives.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define RECORD 36
+#define U32 0xFFFFFFFFull
+
+static PyObject *s_last, *s_first, *s_sleepers, *s_parked, *s_signal_change, *s_template, *s_mismatch,
+    *s_ring, *s_cap, *s_size, *s_keep, *s_mutex, *s_acquire, *s_release;
+
+/* Field limits of =HHIIIIQQ, in order. */
+static const uint64_t LIMIT[8] = {0xFFFF, 0xFFFF, U32, U32, U32, U32, UINT64_MAX, UINT64_MAX};
+
+static inline void
+pack(char *slot, const uint64_t v[8])
+{
+    uint16_t h[2] = {(uint16_t)v[0], (uint16_t)v[1]};
+    uint32_t i[4] = {(uint32_t)v[2], (uint32_t)v[3], (uint32_t)v[4], (uint32_t)v[5]};
+    memcpy(slot, h, 4);
+    memcpy(slot + 4, i, 16);
+    memcpy(slot + 20, &v[6], 8);
+    memcpy(slot + 28, &v[7], 8);
+}
+
+/* One field as struct.pack_into takes it (an int, or an object with __index__, within range);
+ * 0 on success, -1 with no exception set when it does not fit. */
+static int
+field_value(PyObject *obj, uint64_t limit, uint64_t *out)
+{
+    if (PyLong_CheckExact(obj)) {
+        /* the common case: a small non-negative int */
+        unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        if (v > limit)
+            return -1;
+        *out = v;
+        return 0;
+    }
+    if (PyFloat_Check(obj))
+        return -1;  /* struct refuses floats, which __index__ would refuse too */
+    PyObject *index = PyNumber_Index(obj);
+    if (index == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    int rc = field_value(index, limit, out);
+    Py_DECREF(index);
+    return rc;
+}
+
+static int
+get_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The element's plain attributes (_last, _first, _sleepers, parked) are read and written in its
+ * instance dict: the same values `element._last` reads, without the type lookup each attribute
+ * access makes (a third of an append). They are plain instance attributes, no descriptors. */
+static PyObject *
+attr(PyObject *attrs, PyObject *name)
+{
+    PyObject *v = PyDict_GetItemWithError(attrs, name);  /* borrowed */
+    if (v == NULL && !PyErr_Occurred())
+        PyErr_Format(PyExc_AttributeError, "the trace element has no attribute %U", name);
+    return v;
+}
+
+static int
+attr_ssize(PyObject *attrs, PyObject *name, Py_ssize_t *out)
+{
+    PyObject *v = attr(attrs, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsSsize_t(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+set_attr_ssize(PyObject *attrs, PyObject *name, Py_ssize_t value)
+{
+    PyObject *v = PyLong_FromSsize_t(value);
+    if (v == NULL)
+        return -1;
+    int rc = PyDict_SetItem(attrs, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* 1 when the element has waiters (threads sleeping on it, or parked remote requests), 0 if not. */
+static int
+has_waiters(PyObject *attrs)
+{
+    PyObject *v = attr(attrs, s_sleepers);
+    if (v == NULL)
+        return -1;
+    int truth = PyObject_IsTrue(v);
+    if (truth)
+        return truth;
+    v = attr(attrs, s_parked);
+    return v == NULL ? -1 : PyObject_IsTrue(v);
+}
+
+/* -- RingAppender --------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *element;
+    PyObject *attrs;              /* the element's instance dict */
+    PyObject *ring_owner;
+    Py_buffer ring;
+    Py_ssize_t cap, keep;
+    PyObject *acquire, *release;  /* the element's mutex, bound */
+    int single_writer;
+} RingAppender;
+
+static PyTypeObject RingAppenderType;
+
+static int
+call_void(PyObject *fn)
+{
+    PyObject *r = PyObject_CallNoArgs(fn);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int
+signal_change(RingAppender *self)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(self->element, s_signal_change);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* What an append does (pastset's _APPEND), with the mutex held or by the single writer. */
+static Py_ssize_t
+append_body(RingAppender *self, const uint64_t v[8])
+{
+    Py_ssize_t last, first;
+    if (attr_ssize(self->attrs, s_last, &last) < 0)
+        return -1;
+    pack((char *)self->ring.buf + (last % self->cap) * RECORD, v);
+    if (set_attr_ssize(self->attrs, s_last, last + 1) < 0)
+        return -1;
+    if (attr_ssize(self->attrs, s_first, &first) < 0)
+        return -1;
+    if (last + 1 - first > self->keep && set_attr_ssize(self->attrs, s_first, last + 1 - self->keep) < 0)
+        return -1;
+    return last;
+}
+
+/* Append one record; its index, or -1 with an exception set. */
+static Py_ssize_t
+ring_append(RingAppender *self, const uint64_t v[8])
+{
+    Py_ssize_t last;
+    int waiters;
+    if (self->single_writer) {
+        /* Lock-free: waiters count themselves before they check `last` (Element._block), so one
+         * that this writer does not see has seen the record. */
+        last = append_body(self, v);
+        if (last < 0)
+            return -1;
+        waiters = has_waiters(self->attrs);
+        if (waiters < 0)
+            return -1;
+        if (waiters) {
+            if (call_void(self->acquire) < 0)
+                return -1;
+            int rc = signal_change(self);
+            if (call_void(self->release) < 0 || rc < 0)
+                return -1;
+        }
+        return last;
+    }
+    if (call_void(self->acquire) < 0)
+        return -1;
+    last = append_body(self, v);
+    if (last >= 0) {
+        waiters = has_waiters(self->attrs);
+        if (waiters < 0 || (waiters && signal_change(self) < 0))
+            last = -1;
+    }
+    if (last < 0) {
+        /* release, keeping the exception that made us stop */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (call_void(self->release) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    if (call_void(self->release) < 0)
+        return -1;
+    return last;
+}
+
+/* Raise the element's TemplateMismatch for `values` (as pastset's append does). */
+static void
+raise_mismatch(PyObject *element, PyObject *const *values, Py_ssize_t n)
+{
+    PyObject *tuple = PyTuple_New(n);
+    if (tuple == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(values[i]);
+        PyTuple_SET_ITEM(tuple, i, values[i]);
+    }
+    PyObject *template = PyObject_GetAttr(element, s_template);
+    if (template != NULL) {
+        PyObject *exc = PyObject_CallMethodOneArg(template, s_mismatch, tuple);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        Py_DECREF(template);
+    }
+    Py_DECREF(tuple);
+}
+
+static PyObject *
+appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    RingAppender *self = (RingAppender *)callable;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 8 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_Format(PyExc_TypeError, "append() takes 8 positional arguments (op, flags, collector, "
+                     "element, arg, nbytes, t_start, t_end) but %zd were given", n);
+        return NULL;
+    }
+    uint64_t v[8];
+    for (int i = 0; i < 8; i++) {
+        if (field_value(args[i], LIMIT[i], &v[i]) < 0) {
+            raise_mismatch(self->element, args, 8);
+            return NULL;
+        }
+    }
+    Py_ssize_t last = ring_append(self, v);
+    return last < 0 ? NULL : PyLong_FromSsize_t(last);
+}
+
+static PyObject *
+appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"element", "single_writer", NULL};
+    PyObject *element;
+    int single_writer = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:RingAppender", names, &element, &single_writer))
+        return NULL;
+    RingAppender *self = (RingAppender *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = appender_vectorcall;
+    self->single_writer = single_writer;
+    Py_INCREF(element);
+    self->element = element;
+    Py_ssize_t size;
+    PyObject *delta = NULL;
+    PyObject *mutex = NULL;
+    if (get_ssize(element, s_cap, &self->cap) < 0 || get_ssize(element, s_keep, &self->keep) < 0
+        || get_ssize(element, s_size, &size) < 0)
+        goto fail;
+    self->attrs = PyObject_GenericGetDict(element, NULL);
+    if (self->attrs == NULL || (delta = PyObject_GetAttrString(element, "_delta")) == NULL)
+        goto fail;
+    Py_DECREF(delta);
+    if (size != RECORD || self->cap <= self->keep || self->keep <= 0 || delta != Py_None) {
+        PyErr_Format(PyExc_ValueError, "RingAppender needs a bounded ring of %d-byte records with a spare "
+                     "slot and no delta (record %zd bytes, %zd slots, keep %zd)", RECORD, size, self->cap, self->keep);
+        goto fail;
+    }
+    self->ring_owner = PyObject_GetAttr(element, s_ring);
+    if (self->ring_owner == NULL
+        || PyObject_GetBuffer(self->ring_owner, &self->ring, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        Py_CLEAR(self->ring_owner);
+        goto fail;
+    }
+    if (self->ring.len < self->cap * RECORD) {
+        PyErr_Format(PyExc_ValueError, "the ring holds %zd bytes, not %zd slots of %d", self->ring.len,
+                     self->cap, RECORD);
+        goto fail;
+    }
+    mutex = PyObject_GetAttr(element, s_mutex);
+    if (mutex == NULL)
+        goto fail;
+    self->acquire = PyObject_GetAttr(mutex, s_acquire);
+    self->release = PyObject_GetAttr(mutex, s_release);
+    Py_DECREF(mutex);
+    if (self->acquire == NULL || self->release == NULL)
+        goto fail;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static void
+appender_dealloc(RingAppender *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->ring_owner != NULL) {
+        PyBuffer_Release(&self->ring);
+        Py_CLEAR(self->ring_owner);
+    }
+    Py_CLEAR(self->element);
+    Py_CLEAR(self->attrs);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+appender_traverse(RingAppender *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->element);
+    Py_VISIT(self->attrs);
+    Py_VISIT(self->ring_owner);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    return 0;
+}
+
+static PyTypeObject RingAppenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.RingAppender",
+    .tp_doc = PyDoc_STR("RingAppender(element, single_writer=False): append(op, flags, collector, element, "
+                        "arg, nbytes, t_start, t_end) -> index, into a trace element's ring (see "
+                        "pastset BinaryElement.appender)."),
+    .tp_basicsize = sizeof(RingAppender),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(RingAppender, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = appender_new,
+    .tp_dealloc = (destructor)appender_dealloc,
+    .tp_traverse = (traverseproc)appender_traverse,
+};
+
+/* -- Collect ------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *next;             /* the next stage: next(code, args) */
+    PyObject *append;           /* append(op, flags, collector, element, arg, nbytes, t0, t1) */
+    RingAppender *ring;         /* `append` when it is a RingAppender (called without Python) */
+    PyObject *size_of;          /* size_of(tuple) -> bytes on the wire; NULL: always `fixed_size` */
+    uint64_t fixed_size;
+    const volatile char *on;    /* this collector's byte of the node's switches */
+    volatile int64_t *inflight; /* this collector's slot of the node's in-flight table */
+    PyObject *switches_owner, *inflight_owner;
+    Py_buffer switches, inflight_table;
+    uint64_t cid, eid, flags, failed;
+    int64_t offset_ns;
+    long move, observe;
+    uint64_t collectives;       /* bit c set: code c is a collective operation */
+    uint64_t rounds;            /* collectives seen (read and bumped with the GIL held) */
+} Collect;
+
+static PyObject *u32_mask;
+
+static inline int64_t
+now(int64_t offset_ns)
+{
+    /* CLOCK_MONOTONIC, as time.monotonic_ns (eventspace.clock.monotonic_clock): the pure and the
+     * compiled collectors' records are on one clock. */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + offset_ns;
+}
+
+/* x & 0xFFFFFFFF, as Python computes it (an error for what has no `&` with an int). */
+static int
+masked(PyObject *x, uint64_t *out)
+{
+    if (PyLong_Check(x)) {
+        *out = PyLong_AsUnsignedLongLongMask(x) & U32;
+        return 0;
+    }
+    PyObject *r = PyNumber_And(x, u32_mask);
+    if (r == NULL)
+        return -1;
+    int rc = masked(r, out);
+    Py_DECREF(r);
+    return rc;
+}
+
+static PyObject *
+item(PyObject *seq, Py_ssize_t i)
+{
+    if (PyTuple_CheckExact(seq) && i < PyTuple_GET_SIZE(seq)) {
+        PyObject *v = PyTuple_GET_ITEM(seq, i);
+        Py_INCREF(v);
+        return v;
+    }
+    return PySequence_GetItem(seq, i);
+}
+
+/* The bytes `value` takes on the wire: `fixed_size`, or size_of(value) (a new reference in *obj). */
+static int
+size_of(Collect *self, PyObject *value, uint64_t *fixed, PyObject **obj)
+{
+    if (self->size_of == NULL) {
+        *fixed = self->fixed_size;
+        *obj = NULL;
+        return 0;
+    }
+    *obj = PyObject_CallOneArg(self->size_of, value);
+    return *obj == NULL ? -1 : 0;
+}
+
+/* Write one record. `nbytes_obj` (when not NULL) is size_of's result, packed as it is. The
+ * common case goes straight into the ring; anything a ring could not take as it is (an op code
+ * or size out of range, a clock before 0, an append that is not a RingAppender) is handed to
+ * `append` as Python values, which packs it, or raises what pastset raises for it. */
+static int
+emit(Collect *self, PyObject *code, uint64_t flags, uint64_t arg, uint64_t nbytes, PyObject *nbytes_obj,
+     int64_t t0, int64_t t1)
+{
+    if (self->ring != NULL && t0 >= 0 && t1 >= 0) {
+        uint64_t v[8] = {0, flags, self->cid, self->eid, arg, nbytes, (uint64_t)t0, (uint64_t)t1};
+        if (field_value(code, 0xFFFF, &v[0]) == 0
+            && (nbytes_obj == NULL || field_value(nbytes_obj, U32, &v[5]) == 0))
+            return ring_append(self->ring, v) < 0 ? -1 : 0;
+    }
+    PyObject *values[8] = {code, NULL, NULL, NULL, NULL, nbytes_obj, NULL, NULL};
+    PyObject *made[7] = {NULL};
+    int m = 0, rc = -1;
+    if ((values[1] = made[m++] = PyLong_FromUnsignedLongLong(flags)) == NULL
+        || (values[2] = made[m++] = PyLong_FromUnsignedLongLong(self->cid)) == NULL
+        || (values[3] = made[m++] = PyLong_FromUnsignedLongLong(self->eid)) == NULL
+        || (values[4] = made[m++] = PyLong_FromUnsignedLongLong(arg)) == NULL
+        || (nbytes_obj == NULL && (values[5] = made[m++] = PyLong_FromUnsignedLongLong(nbytes)) == NULL)
+        || (values[6] = made[m++] = PyLong_FromLongLong(t0)) == NULL
+        || (values[7] = made[m++] = PyLong_FromLongLong(t1)) == NULL)
+        goto done;
+    PyObject *r = PyObject_Vectorcall(self->append, values, 8, NULL);
+    if (r != NULL) {
+        Py_DECREF(r);
+        rc = 0;
+    }
+done:
+    for (int i = 0; i < m; i++)
+        Py_XDECREF(made[i]);
+    return rc;
+}
+
+/* The record of a finished operation: arg and nbytes by operation, as the pure collector. */
+static int
+emit_done(Collect *self, PyObject *code, PyObject *const *args, PyObject *result, int64_t t0, int64_t t1)
+{
+    long c = PyLong_Check(code) ? PyLong_AsLong(code) : -1;
+    if (c == -1 && PyErr_Occurred())
+        PyErr_Clear();  /* too big to be an operation: an "other" one, refused when packed */
+    uint64_t arg = 0, nbytes = 0;
+    PyObject *value = NULL, *sized = NULL;
+    int rc = -1;
+    if (c == self->move) {
+        int truth = PyObject_IsTrue(result);  /* (result or 0) & 0xFFFFFFFF */
+        if (truth < 0 || (truth && masked(result, &arg) < 0))
+            return -1;
+        if ((value = item(args[1], 0)) == NULL || size_of(self, value, &nbytes, &sized) < 0)
+            goto done;
+    }
+    else if (c == self->observe) {
+        PyObject *index = item(result, 0);
+        if (index == NULL)
+            return -1;
+        rc = masked(index, &arg);
+        Py_DECREF(index);
+        if (rc < 0)
+            return -1;
+        rc = -1;
+        if ((value = item(result, 1)) == NULL || size_of(self, value, &nbytes, &sized) < 0)
+            goto done;
+    }
+    else if (c >= 0 && c < 64 && (self->collectives >> c) & 1) {
+        arg = (self->rounds++) & U32;
+    }
+    rc = emit(self, code, self->flags, arg, nbytes, sized, t0, t1);
+done:
+    Py_XDECREF(value);
+    Py_XDECREF(sized);
+    return rc;
+}
+
+static PyObject *
+collect_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Collect *self = (Collect *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "a collector takes two positional arguments: (code, args)");
+        return NULL;
+    }
+    if (!*self->on)
+        return PyObject_Vectorcall(self->next, args, nargsf, NULL);
+    int64_t t0 = now(self->offset_ns);
+    *self->inflight = t0;
+    PyObject *result = PyObject_Vectorcall(self->next, args, nargsf, NULL);
+    if (result == NULL) {
+        /* recorded with the error flag, then re-raised (an error of the append chained to it) */
+        *self->inflight = 0;
+        int64_t t1 = now(self->offset_ns);
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (emit(self, args[0], self->failed, 0, 0, NULL, t0, t1) < 0) {
+            _PyErr_ChainExceptions(type, value, tb);
+            return NULL;
+        }
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    int64_t t1 = now(self->offset_ns);
+    *self->inflight = 0;
+    if (emit_done(self, args[0], args, result, t0, t1) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+static int
+one_slot(PyObject *owner, Py_buffer *view, Py_ssize_t itemsize, uint64_t index, const char *what)
+{
+    if (PyObject_GetBuffer(owner, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if ((uint64_t)(view->len / itemsize) <= index) {
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        PyErr_Format(PyExc_ValueError, "collector %llu has no slot in the %s (%zd bytes)",
+                     (unsigned long long)index, what, view->len);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+collect_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"next", "switches", "inflight", "cid", "eid", "flags", "failed", "size_of",
+                            "append", "offset_ns", "move", "observe", "collectives", NULL};
+    PyObject *next, *switches, *inflight, *size, *append;
+    unsigned long long cid, eid, flags, failed, collectives;
+    long long offset_ns;
+    long move, observe;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOKKKKOOLllK:Collect", names, &next, &switches, &inflight,
+                                     &cid, &eid, &flags, &failed, &size, &append, &offset_ns, &move, &observe,
+                                     &collectives))
+        return NULL;
+    if (cid > U32 || eid > U32 || flags > 0xFFFF || failed > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError, "collector and element ids are u32, flags u16");
+        return NULL;
+    }
+    Collect *self = (Collect *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = collect_vectorcall;
+    Py_INCREF(next);
+    self->next = next;
+    Py_INCREF(append);
+    self->append = append;
+    if (Py_IS_TYPE(append, &RingAppenderType))
+        self->ring = (RingAppender *)append;
+    if (PyLong_Check(size)) {
+        self->fixed_size = PyLong_AsUnsignedLongLong(size);
+        if (PyErr_Occurred() || self->fixed_size > U32) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "a fixed size_of is a u32");
+            goto fail;
+        }
+    }
+    else {
+        Py_INCREF(size);
+        self->size_of = size;
+    }
+    self->cid = cid;
+    self->eid = eid;
+    self->flags = flags;
+    self->failed = failed;
+    self->offset_ns = offset_ns;
+    self->move = move;
+    self->observe = observe;
+    self->collectives = collectives;
+    if (one_slot(switches, &self->switches, 1, cid, "switches") < 0)
+        goto fail;
+    Py_INCREF(switches);
+    self->switches_owner = switches;
+    self->on = (const char *)self->switches.buf + cid;
+    if (one_slot(inflight, &self->inflight_table, sizeof(int64_t), cid, "in-flight table") < 0)
+        goto fail;
+    if (self->inflight_table.itemsize != sizeof(int64_t)) {
+        PyBuffer_Release(&self->inflight_table);
+        PyErr_SetString(PyExc_ValueError, "the in-flight table holds int64 (array('q'))");
+        goto fail;
+    }
+    Py_INCREF(inflight);
+    self->inflight_owner = inflight;
+    self->inflight = (int64_t *)self->inflight_table.buf + cid;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static void
+collect_dealloc(Collect *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->switches_owner != NULL) {
+        PyBuffer_Release(&self->switches);
+        Py_CLEAR(self->switches_owner);
+    }
+    if (self->inflight_owner != NULL) {
+        PyBuffer_Release(&self->inflight_table);
+        Py_CLEAR(self->inflight_owner);
+    }
+    Py_CLEAR(self->next);
+    Py_CLEAR(self->append);
+    Py_CLEAR(self->size_of);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+collect_traverse(Collect *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->next);
+    Py_VISIT(self->append);
+    Py_VISIT(self->size_of);
+    Py_VISIT(self->switches_owner);
+    Py_VISIT(self->inflight_owner);
+    return 0;
+}
+
+static PyTypeObject CollectType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.Collect",
+    .tp_doc = PyDoc_STR("The compiled collecting callable of eventspace.collector.Collector: "
+                        "collect(code, args) -> what the next stage returns."),
+    .tp_basicsize = sizeof(Collect),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Collect, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = collect_new,
+    .tp_dealloc = (destructor)collect_dealloc,
+    .tp_traverse = (traverseproc)collect_traverse,
+};
+
+/* -- the module ----------------------------------------------------------------------------- */
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "eventspace._collector",
+    .m_doc = "The compiled event collector (see eventspace/collector.py, which holds the pure reference).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__collector(void)
+{
+    struct { PyObject **slot; const char *text; } strings[] = {
+        {&s_last, "_last"}, {&s_first, "_first"}, {&s_sleepers, "_sleepers"}, {&s_parked, "parked"},
+        {&s_signal_change, "_signal_change"}, {&s_template, "template"}, {&s_mismatch, "_mismatch"},
+        {&s_ring, "_ring"}, {&s_cap, "_cap"}, {&s_size, "_size"}, {&s_keep, "keep"}, {&s_mutex, "mutex"},
+        {&s_acquire, "acquire"}, {&s_release, "release"},
+    };
+    for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
+        if (*strings[i].slot == NULL && (*strings[i].slot = PyUnicode_InternFromString(strings[i].text)) == NULL)
+            return NULL;
+    }
+    if (u32_mask == NULL && (u32_mask = PyLong_FromUnsignedLongLong(U32)) == NULL)
+        return NULL;
+    if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&CollectType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "RECORD_SIZE", RECORD) < 0
+        || PyModule_AddObjectRef(m, "RingAppender", (PyObject *)&RingAppenderType) < 0
+        || PyModule_AddObjectRef(m, "Collect", (PyObject *)&CollectType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
