@@ -1,8 +1,10 @@
 """Shared by the tests that launch runs: small pathmaps, the test programs' environment, process checks."""
 
+import codecs
 import contextlib
 import dataclasses
 import os
+import re
 import select
 import subprocess
 import sys
@@ -92,18 +94,31 @@ def start_monitor(command, run, *extra):
 
 
 def read_until(proc, words, timeout=60.0) -> str:
-    """What the process printed until a line holding `words` (AssertionError if it did not in time)."""
+    """What the process printed until a line holding `words`, or matching it if it is a compiled
+    pattern (AssertionError if it did not in time).
+
+    It reads the pipe's descriptor itself: a buffered `readline` after `select` would leave the rest
+    of a burst (a whole rich table) in Python's buffer, where `select` cannot see it. What it read past
+    that line is kept on `proc` for the next call and for `finish`."""
+    decoder = proc.__dict__.setdefault("decoder", codecs.getincrementaldecoder("utf-8")("replace"))
     out = []
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            out.append(line)
-            if words in line:
+    while True:
+        line, newline, rest = proc.__dict__.get("unread", "").partition("\n")
+        if newline:
+            proc.unread = rest
+            out.append(line + newline)
+            if (words.search(line) if isinstance(words, re.Pattern) else words in line):
                 return "".join(out)
+            continue
+        left = deadline - time.monotonic()
+        ready = left > 0 and select.select([proc.stdout], [], [], min(left, 0.5))[0]
+        chunk = os.read(proc.stdout.fileno(), 65536) if ready else b""
+        if ready and chunk:
+            proc.unread = proc.__dict__.get("unread", "") + decoder.decode(chunk)
+        elif ready or left <= 0:
+            break
+    out.append(proc.__dict__.get("unread", ""))
     raise AssertionError(f"no line with {words!r} within {timeout} s; printed: {''.join(out)[-2000:]!r}")
 
 
@@ -115,6 +130,8 @@ def finish(proc) -> tuple[int, list[str]]:
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
+        out = proc.__dict__.get("unread", "") + out
         raise AssertionError(f"the monitor did not end within {ENDS_WITHIN} s after its run did; "
                              f"it printed: {out[-2000:]!r}") from None
+    out = proc.__dict__.get("unread", "") + out  # what read_until read past its line
     return proc.returncode, [line for line in out.splitlines() if line.strip()]
