@@ -1,4 +1,4 @@
-"""Clock synchronisation: each node's clock offset from the monitor's, estimated NTP-style."""
+"""Node clocks: what collectors time with, and each node's offset from the monitor's, estimated NTP-style."""
 
 from __future__ import annotations
 
@@ -8,6 +8,14 @@ from dataclasses import dataclass
 from pastset import Fanout, PastSetError
 
 from .hosted import CLOCK
+
+
+def monotonic_clock(offset_ns: int):
+    """The node's clock: CLOCK_MONOTONIC in nanoseconds, shifted by `offset_ns` (for testing clock sync)."""
+    if not offset_ns:
+        return time.monotonic_ns
+    base = time.monotonic_ns
+    return lambda: base() + offset_ns
 
 
 @dataclass(frozen=True)

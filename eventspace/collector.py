@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 from paths import Wrapper
 from paths import operation as op
@@ -97,11 +96,3 @@ def _payload_size(pathmap, element: str | None):
 
 def _zero(values) -> int:
     return 0
-
-
-def monotonic_clock(offset_ns: int):
-    """The node's clock: CLOCK_MONOTONIC in nanoseconds, shifted by `offset_ns` (for testing clock sync)."""
-    if not offset_ns:
-        return time.monotonic_ns
-    base = time.monotonic_ns
-    return lambda: base() + offset_ns

@@ -12,7 +12,7 @@ import networkx as nx
 import numpy as np
 
 from paths import Pathmap, RunFile, Shape
-from paths.shapes import Join as TreeJoin
+from paths.shapes import LayoutJoin as TreeJoin
 from paths.shapes import Member, lay_out
 import pastset
 from pastset import Fanout, PastSetError

@@ -6,10 +6,11 @@ import threading
 import time
 
 from pastset import Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
-from pastset.fanout import Fanout
+from pastset import Fanout
 
 from . import trace
 from .catalogue import Catalogue
+from .clock import monotonic_clock
 from .gather import GatherJoin, JoinSpec
 from .hosted import CLOCK, CURSORS, INFLIGHT, INSTALL, LIST, PULL, REMOVE, RENEW
 
@@ -39,8 +40,6 @@ class NodeSpace:
         return space
 
     def __init__(self, node):
-        from .collector import monotonic_clock
-
         self.node = node
         self.catalogue = Catalogue(node.pathmap)
         self.clock = monotonic_clock(node.clock_offset_ns)

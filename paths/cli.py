@@ -21,10 +21,10 @@ from .__main__ import add_grace_option
 from .document import PathmapError, listing
 from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
-from .instrument import preset
-from .node import collector_points
+from .instrument import PRESETS, preset
 from .pathmap import Pathmap
 from .registry import is_module_name
+from .sections import DEFAULT_KEEP
 
 # Applications offer their application map for any thread count through this group.
 APPMAPS = "eventspace.appmaps"
@@ -53,7 +53,7 @@ def register(subparsers) -> None:
                           "or give --app")
     gen.add_argument("--app", help="application map (YAML)")
     gen.add_argument("--threads", type=int, help="thread count, with APP")
-    gen.add_argument("--instrument", default="none", choices=INSTRUMENT_CHOICES,
+    gen.add_argument("--instrument", default="none", choices=PRESETS,
                      help="collectors to add (default %(default)s): all = every path and tree point")
     gen.add_argument("--cluster", required=True, help="cluster map (YAML)")
     gen.add_argument("--mapping", required=True,
@@ -70,11 +70,11 @@ def register(subparsers) -> None:
     ins = commands.add_parser("instrument", help="add event collectors to a pathmap (writes its instrument section)")
     ins.add_argument("file", help="a pathmap (YAML)")
     which = ins.add_mutually_exclusive_group(required=True)
-    for choice in INSTRUMENT_CHOICES:
+    for choice in PRESETS:
         which.add_argument(f"--{choice}", dest="what", action="store_const", const=choice,
                            help=_INSTRUMENT_HELP[choice])
     ins.add_argument("--threads", help="only these threads (comma-separated), e.g. T0,T3")
-    ins.add_argument("--keep", type=int, default=200, help="trace element discard threshold (default %(default)s)")
+    ins.add_argument("--keep", type=int, default=DEFAULT_KEEP, help="trace element discard threshold (default %(default)s)")
     ins.add_argument("--location", default="local", help="where trace elements live: local or a node name")
     ins.add_argument("-o", "--output", help="write here (default: rewrite FILE)")
     ins.set_defaults(func=_instrument)
@@ -161,9 +161,9 @@ def _stage_label(pathmap: Pathmap, stage_id: str, marks: tuple[str, ...] = ()) -
 def _collector_marks(pathmap: Pathmap) -> dict[tuple, list[str]]:
     """Where collectors sit, for drawing: (stage, path or member or None) -> ["collector 3 (source)", ...]."""
     marks: dict[tuple, list[str]] = {}
-    for cid, point in enumerate(collector_points(pathmap), 1):
+    for point in pathmap.collector_points():
         owner = point.path if point.role == "source" else (point.thread if point.role == "contribute" else None)
-        marks.setdefault((point.stage, owner), []).append(f"collector {cid} ({point.role})")
+        marks.setdefault((point.stage, owner), []).append(f"collector {point.id} ({point.role})")
     return marks
 
 
@@ -209,7 +209,6 @@ def _known(lookup, name: str, what: str, names: list[str]):
         raise ValueError(f"no {what} {name!r}; the pathmap has: {listing(names)}") from None
 
 
-INSTRUMENT_CHOICES = ("all", "paths", "trees", "sinks", "none")
 _INSTRUMENT_HELP = {
     "all": "a collector on every path and at every tree point", "paths": "a collector on every path",
     "trees": "collectors at every tree point (contribute, arrival, departure)",

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from yaml.nodes import ScalarNode, SequenceNode
 
 from .document import Document, Origin, PathmapError, read_text, suggest
-from .pathmap import Node
 from .registry import TREE_KINDS
-from .rules import count_problem, port_problem, template_problem
+from .rules.values import count_problem, port_problem, template_problem
+from .sections import Node
 
 # The formats are fixed (users and tests write their own): docs/pathmaps.md describes each, with an
 # example (examples/ownprogram/app.yaml, cluster.yaml and mapping.yaml).

@@ -15,6 +15,7 @@ from pastset import AuthError, PastSetError, TupleServer
 from pastset.security import check_bind
 
 from . import operation as op
+from .context import Context
 from .instrument import CollectorPoint
 from .pathmap import Pathmap
 from .registry import NODE_SERVICES, PROGRAMS, load_reference, wrapper_class
@@ -29,13 +30,6 @@ INFO = "paths.info"        # ()                              -> {node, pid, thre
 STOP = "paths.stop"        # ()                              -> None; the node's process ends
 
 CLOCK_OFFSET_ENV = "EVENTSPACE_CLOCK_OFFSET_NS"
-
-
-def collector_points(pathmap: Pathmap) -> tuple[CollectorPoint, ...]:
-    """The collector points of a run in catalogue order: the instrument section's points, then the
-    collector stages written into paths. Collector id = position + 1 (0 means none)."""
-    explicit = tuple(CollectorPoint("stage", s.id, s.node) for s in pathmap.collectors)
-    return pathmap.collector_points() + explicit
 
 
 class NodeServer:
@@ -81,10 +75,9 @@ class NodeServer:
             template = spec.template if isinstance(spec.template, str) else list(spec.template)
             self.server.enter(spec.name, template, keep=spec.keep, delta=spec.delta)
         self._index = {s.id: i for i, s in enumerate(pathmap.stages)}
-        points = collector_points(pathmap)
-        # A collector stage written into a path learns its catalogue id from its position.
-        ids = {p.stage: cid for cid, p in enumerate(points, 1) if p.role == "stage"
-               and pathmap.stage(p.stage).type == "collector"}
+        points = pathmap.collector_points()
+        # A collector stage written into a path is built with the others; its id is its point's.
+        ids = {p.stage: p.id for p in points if p.role == "stage" and pathmap.stage(p.stage).type == "collector"}
         self.stages: dict[str, Wrapper] = {}
         for stage in pathmap.stages_on(name):
             cls = _wrapper_class(stage.type, pathmap)
@@ -104,10 +97,10 @@ class NodeServer:
 
     # -- building ----------------------------------------------------------------------------
 
-    def _collector(self, cid: int, point: CollectorPoint) -> Wrapper:
+    def _collector(self, point: CollectorPoint) -> Wrapper:
         cls = _wrapper_class("collector", self.pathmap)
-        collector = cls(f"collector/{cid}", {"id": cid, "role": point.role}, self)
-        self.collectors[cid] = collector
+        collector = cls(f"collector/{point.id}", {"id": point.id, "role": point.role}, self)
+        self.collectors[point.id] = collector
         return collector
 
     def _build_collectors(self, points) -> None:
@@ -116,13 +109,13 @@ class NodeServer:
         self._departures: dict[str, Wrapper] = {}
         per_path: dict[str, list] = {}
         per_member: dict[tuple[str, str], list] = {}
-        for cid, point in enumerate(points, 1):
+        for point in points:
             if point.node != self.name:
                 continue
             if point.role == "stage" and self.pathmap.stage(point.stage).type == "collector":
-                self.collectors[cid] = self.stages[point.stage]  # a stage of its own, already built
+                self.collectors[point.id] = self.stages[point.stage]  # a stage of its own, already built
                 continue
-            collector = self._collector(cid, point)
+            collector = self._collector(point)
             if point.role == "source":
                 per_path.setdefault(point.path, []).append(collector)
             elif point.role == "contribute":
@@ -187,7 +180,7 @@ class NodeServer:
                             spec.params.get("element") if spec.type == "element"
                             and stage_id not in self._fronted else None)
 
-    # -- the Node protocol of wrappers -----------------------------------------------------------
+    # -- what a stage may ask of its node (paths.wrapper.StageHost) ------------------------------
 
     def element(self, name: str):
         return self.server.element(name)
@@ -268,8 +261,6 @@ class NodeServer:
         `program` is a name registered in the `eventspace.programs` entry-point group, or
         `module:function` from a module in the pathmap's allow_modules.
         """
-        from .context import Context
-
         if any(t.is_alive() for t in self._threads.values()):
             raise PathsError(f"node {self.name} is still running a program; join it first")
         try:
@@ -394,8 +385,7 @@ def _timeout_of(code, args):
 
 def _fronted_stages(pathmap: Pathmap) -> frozenset[str]:
     """Stages with a collector in front of them (so a remote hop must enter through the stage call)."""
-    return frozenset(p.stage for p in collector_points(pathmap)
-                     if p.role in ("sink", "arrival", "stage"))
+    return frozenset(p.stage for p in pathmap.collector_points() if p.role in ("sink", "arrival", "stage"))
 
 
 def _wrapper_class(type_name: str, pathmap: Pathmap):

@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -17,6 +16,7 @@ from pathlib import Path as FilePath
 import pastset
 
 from .pathmap import Pathmap
+from .process import Owner, exited, refused
 
 # Where run files live, in order: this variable, $XDG_RUNTIME_DIR/eventspace/runs, ~/.eventspace/runs.
 RUN_DIR_ENV = "EVENTSPACE_RUN_DIR"
@@ -37,56 +37,6 @@ def run_dir(directory: str | os.PathLike | None = None) -> FilePath:
 
 class RunError(pastset.PastSetError):
     """A run file is missing, unreadable, or describes a run that is no longer live."""
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The process that wrote a run file (the launcher) or a monitor entry: pid, host, and the
-    process's start time (clock ticks since boot, from /proc; None elsewhere), which tells a
-    reused pid apart."""
-
-    pid: int
-    host: str
-    since: int | None = None
-
-    @classmethod
-    def here(cls) -> Owner:
-        return cls(os.getpid(), socket.gethostname(), _process_start(os.getpid()))
-
-    def alive(self) -> bool | None:
-        """True if the process still runs, False if it is gone, None if it runs on another host."""
-        if self.host != socket.gethostname():
-            return None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return False  # another user's process holds the pid now: run files are per user
-        if not os.path.isdir("/proc"):
-            return True
-        since = _process_start(self.pid)  # None: a zombie, gone but not yet reaped
-        return since is not None and (self.since is None or since == self.since)
-
-    def as_dict(self) -> dict:
-        return {"pid": self.pid, "host": self.host, "since": self.since}
-
-    @classmethod
-    def from_dict(cls, data) -> Owner | None:
-        if not isinstance(data, dict):
-            return None
-        since = data.get("since")
-        return cls(int(data["pid"]), str(data["host"]), None if since is None else int(since))
-
-
-def _process_start(pid: int) -> int | None:
-    """A live process's start time in clock ticks since boot; None for a zombie or without /proc."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == b"Z" else int(fields[19])
 
 
 @dataclass(frozen=True)
@@ -413,42 +363,6 @@ def run_ended(run: RunFile, timeout: float = 0.5) -> str | None:
         if (current.started, current.pids) != (run.started, run.pids):
             return "its run file now describes another run"
     for node, endpoint in run.endpoints.items():
-        if not (_exited(endpoint, run.pids.get(node)) or _refused(endpoint, timeout)):
+        if not (exited(endpoint, run.pids.get(node)) or refused(endpoint, timeout)):
             return None
     return "every node is gone"
-
-
-def _exited(endpoint: str, pid: int | None) -> bool:
-    """Whether a node on this host (a loopback endpoint) has no process any more."""
-    host = endpoint.partition("://")[2].rpartition(":")[0].strip("[]")
-    if pid is None or not (host == "localhost" or host == "::1" or host.startswith("127.")):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # another user's process: the socket tells
-    return False
-
-
-def _refused(endpoint: str, timeout: float) -> bool:
-    """Whether nothing listens at a tcp:// or ipc:// endpoint: a stopped (paused) process still
-    accepts connections (the kernel does), a process that exited refuses them."""
-    scheme, _, address = endpoint.partition("://")
-    try:
-        if scheme == "tcp":
-            host, _, port = address.rpartition(":")
-            probe = socket.create_connection((host.strip("[]"), int(port)), timeout)
-        elif scheme == "ipc":
-            probe = socket.socket(socket.AF_UNIX)
-            probe.settimeout(timeout)
-            probe.connect(address)
-        else:
-            return False
-    except (ConnectionRefusedError, FileNotFoundError):
-        return True
-    except (OSError, ValueError):
-        return False  # unreachable or slow: not known to be gone
-    probe.close()
-    return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -110,6 +111,13 @@ def spawn_server():
     yield spawn
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def closing():
+    """`closing(thing)` -> thing, whose close() is called at teardown (the last made first)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda thing: stack.enter_context(contextlib.closing(thing))
 
 
 @pytest.fixture

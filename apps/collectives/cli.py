@@ -24,7 +24,7 @@ def register(programs) -> None:
 
 
 @dataclass
-class OpStats:
+class OpLatency:
     """One op's latency over every thread and round, in microseconds."""
 
     op: str
@@ -47,7 +47,7 @@ class Summary:
     nodes: int
     rounds: int
     payload: int
-    ops: list[OpStats]
+    ops: list[OpLatency]
     wall_seconds: float
     delayed: dict[str, float]
     latencies: dict[str, dict[str, list[float]]]
@@ -86,7 +86,7 @@ def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_d
     latencies = {t: results[t]["latency"] for t in sorted(results, key=_thread_order(pm))}
     return Summary(
         pathmap=pm.name, tree=TREE, shape=tree.shape, threads=len(results), nodes=len(pm.nodes),
-        rounds=rounds, payload=payload, ops=[op_stats(o, [s for t in latencies.values() for s in t[o]]) for o in ops],
+        rounds=rounds, payload=payload, ops=[op_latency(o, [s for t in latencies.values() for s in t[o]]) for o in ops],
         wall_seconds=wall, delayed={t: r["delayed"] for t, r in results.items() if r["delayed"]},
         latencies=latencies,
     )
@@ -104,12 +104,12 @@ def check_args(rounds: int, payload: int, ops) -> tuple[str, ...]:
         raise ValueError(f"--ops: {exc}") from None
 
 
-def op_stats(op: str, seconds: list[float]) -> OpStats:
+def op_latency(op: str, seconds: list[float]) -> OpLatency:
     """Median, 95th percentile (linear interpolation), min and max of `seconds`, in microseconds."""
     import numpy as np
 
     us = np.asarray(seconds, dtype=float) * 1e6
-    return OpStats(op, len(us), float(np.median(us)), float(np.percentile(us, 95)), float(us.min()),
+    return OpLatency(op, len(us), float(np.median(us)), float(np.percentile(us, 95)), float(us.min()),
                    float(us.max()))
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-from .lattice import SIZES, digests_sha256, picture_from_blocks
+from .lattice import SIZES, digests_sha256
+from .picture import picture_from_blocks
 from .program import size_n
 
 

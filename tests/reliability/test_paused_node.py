@@ -32,8 +32,7 @@ from eventspace.scope import EventScope
 from monitors.heartbeat import GONE, NOT_ANSWERING, Heartbeat
 from monitors.render import heartbeat_summary
 from pastset.fanout import Fanout
-from paths import NodeDied, NodeNotAnswering, Pathmap, PathmapError, launch
-from paths.pathmap import Liveness
+from paths import Liveness, NodeDied, NodeNotAnswering, Pathmap, PathmapError, launch
 
 TWO_NODES = REPO / "pathmaps" / "windtunnel-2node.yaml"
 N, SEED = 48, 3
