@@ -1,6 +1,6 @@
 """PastSet: a Linda-style tuple space of named, ordered elements, in-process or over ZeroMQ."""
 
-from .client import Client, RemoteElement
+from .client import Client, RemoteElement, as_batch
 from .element import Element, ElementInfo
 from .errors import (AuthError, BadArgument, Expired, LimitExceeded, NotAnswering, PastSetError, ProtocolError,
                      Refused, ServerGone, TemplateMismatch, Timeout, UnknownElement, register_error)
@@ -15,7 +15,7 @@ from .transport import Transport, connect
 
 __all__ = [
     "TupleServer", "connect", "Transport", "Client", "LocalClient", "Element", "RemoteElement", "ElementInfo",
-    "Template", "Fanout", "Limits", "Linda", "ANY", "Security", "encodable", "register_error",
+    "Template", "Fanout", "Limits", "Linda", "ANY", "Security", "encodable", "register_error", "as_batch",
     "PastSetError", "UnknownElement", "TemplateMismatch", "Expired", "Timeout", "ServerGone",
     "NotAnswering", "ProtocolError", "LimitExceeded", "BadArgument", "AuthError", "Refused",
 ]

@@ -91,7 +91,7 @@ class Client(transport.Transport):
 
     def latest_many(self, elements, n: int = 1) -> list[tuple[int, list | bytes]]:
         """`latest(n)` of many elements (handles or names) in one round trip."""
-        return [batch(reply) for reply in self._call(p.LATEST_MANY, (refs(elements), n))]
+        return [as_batch(reply) for reply in self._call(p.LATEST_MANY, (refs(elements), n))]
 
     def latest_records(self, elements, n: int = 1) -> bytes:
         """The newest `n` records of many binary elements (handles or names) as one bytes, one round trip."""
@@ -99,7 +99,7 @@ class Client(transport.Transport):
 
     def range_many(self, elements, los, hi: int) -> list[tuple[int, list | bytes]]:
         """`read_range(lo, hi)` of many elements (handles or names), each from its own lo, in one round trip."""
-        return [batch(reply) for reply in self._call(p.RANGE_MANY, (refs(elements), list(los), hi))]
+        return [as_batch(reply) for reply in self._call(p.RANGE_MANY, (refs(elements), list(los), hi))]
 
     def call(self, name: str, *args, timeout: float | None = None, grace: float | None = None):
         """Run the callable the server hosts as `name` (see `TupleServer.host`); returns its result.
@@ -283,10 +283,10 @@ class RemoteElement:
         return self._call(p.AXE, (self.id, index))
 
     def read_range(self, lo: int, hi: int) -> tuple[int, list | bytes]:
-        return batch(self._call(p.READ_RANGE, (self.id, lo, hi)))
+        return as_batch(self._call(p.READ_RANGE, (self.id, lo, hi)))
 
     def latest(self, n: int = 1) -> tuple[int, list | bytes]:
-        return batch(self._call(p.LATEST, (self.id, n)))
+        return as_batch(self._call(p.LATEST, (self.id, n)))
 
     def info(self) -> ElementInfo:
         for info in self._client.elements():
@@ -307,8 +307,9 @@ def refs(elements) -> list:
     return [e if isinstance(e, str) else e.id for e in elements]
 
 
-def batch(reply) -> tuple[int, list | bytes]:
-    """(start, items) from a batch reply: typed items become tuples, binary ones stay one bytes."""
+def as_batch(reply) -> tuple[int, list | bytes]:
+    """(start, items) of a batch read (read_range, latest) as it came over the wire, as the
+    element itself gives it: typed items become tuples, binary ones stay one bytes."""
     start, items = reply
     if isinstance(items, list):
         items = [None if item is None else tuple(item) for item in items]

@@ -9,7 +9,7 @@ from time import monotonic
 import zmq
 
 from . import protocol as p
-from .client import batch
+from .client import as_batch
 from .errors import BadArgument, PastSetError, ProtocolError, ServerGone
 from .local import SCHEME as LOCAL, LocalClient
 from .requests import Channel, Matcher
@@ -367,7 +367,7 @@ def _cut_records(group):
 
 def _batches(result) -> list:
     """[(start, items), ...] as the Transport API gives them, from a batch reply's lists."""
-    return [(start, items) if items.__class__ is bytes else batch((start, items)) for start, items in result]
+    return [(start, items) if items.__class__ is bytes else as_batch((start, items)) for start, items in result]
 
 
 def _call_local(fanout: Fanout, request, missing: set[str]) -> None:
