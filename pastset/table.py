@@ -10,6 +10,7 @@ from bisect import bisect_left
 from .budget import MemoryBudget
 from .checks import check_bound
 from .element import Element
+from .typed import TypedElement
 from .errors import BadArgument, LimitExceeded, TemplateMismatch, UnknownElement
 from .protocol import Limits
 from .ring import BinaryElement, RingSlab, ring_slots
@@ -239,7 +240,7 @@ def make_element(name: str, template: Template, keep=None, delta=None, eid=0, sl
         check_bound("delta", delta)
     if template.is_binary:
         return BinaryElement(name, template, keep, delta, eid, slab, row, budget)
-    return Element(name, template, keep, delta, eid, budget)
+    return TypedElement(name, template, keep, delta, eid, budget)
 
 
 def read_once(keys: list, read) -> list:
