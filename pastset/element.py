@@ -269,6 +269,15 @@ class Element:
         """How many requests a node server has parked on this element."""
         return self._parked
 
+    def mark_deleted(self) -> None:
+        """What the server's table calls once it removed this element: every waiter wakes with
+        UnknownElement, later calls raise it, and its memory goes back to the budget."""
+        with self.mutex:
+            self._deleted = True
+            self._signal_change()
+            self._free_storage()
+            self._give(self._charged)
+
     # -- one try of each blocking operation (mutex held), shared by `_block` and `attempt` ------
 
     def _try_move(self, values):
@@ -353,13 +362,6 @@ class Element:
             self._changed.notify_all()
         if self._parked:
             self._on_change(self)
-
-    def _delete(self):
-        with self.mutex:
-            self._deleted = True
-            self._signal_change()
-            self._free_storage()
-            self._give(self._charged)
 
     # -- the memory budget (mutex held, or the element not yet shared) -----------------------------
 

@@ -131,9 +131,10 @@ class Fanout:
         self._names[key] = ([list(names) for names in lists], packed)
         return packed
 
-    def _exchange(self, sends: list, missing: set[str], deadline: float) -> None:
-        """Send each remote request of `sends` ([(node, op, args, on_reply)]) and collect the
-        replies until `deadline`: `on_reply(ok, result)` for each; unanswered nodes go to `missing`."""
+    def _exchange(self, sends: list, missing: set[str], deadline: float, meanwhile=None) -> None:
+        """Send each remote request of `sends` ([(node, op, args, on_reply)]), call `meanwhile()`
+        (if given) while they travel, and collect the replies until `deadline`:
+        `on_reply(ok, result)` for each; unanswered nodes go to `missing`."""
         matcher = self._matcher
         matcher.clear()   # replies to earlier rounds are late: dropped
         # Replies still owed per socket: a socket is read until it has paid them, not until a
@@ -157,6 +158,8 @@ class Fanout:
             self.bytes_sent += len(frame)
             waiting[on_reply] = node
             owed[channel.sock] = owed.get(channel.sock, 0) + 1
+        if meanwhile is not None:
+            meanwhile()
         while waiting:
             remaining = deadline - monotonic()
             if remaining <= 0:
@@ -282,15 +285,18 @@ class Round:
         sends, calls = [], []
         for group in groups:
             (calls if fanout._endpoint(group[0][0]).startswith(LOCAL) else sends).append(group)
+        def call_locals():
+            for group in calls:
+                for request in group:
+                    if request[0] not in missing:
+                        _call_local(fanout, request, missing)
+
         if self.sequential:
             for group in sends:
                 fanout._exchange([self._send(group)], missing, deadline)
+            call_locals()
         else:
-            fanout._exchange([self._send(group) for group in sends], missing, deadline)
-        for group in calls:
-            for request in group:
-                if request[0] not in missing:
-                    _call_local(fanout, request, missing)
+            fanout._exchange([self._send(group) for group in sends], missing, deadline, call_locals)
         return missing
 
     def _send(self, group) -> tuple:

@@ -63,7 +63,7 @@ class TupleServer:
     def delete(self, name: str) -> None:
         """Remove the element; callers blocked on it get UnknownElement, and its memory goes back
         to the budget."""
-        self.table.delete(name)._delete()
+        self.table.delete(name).mark_deleted()
 
     def elements(self) -> list[ElementInfo]:
         """A snapshot of every element, sorted by name."""

@@ -134,7 +134,7 @@ class ElementTable:
                     made.append(make_element(name, template, keep, None, next(self._ids), slab, row, self.budget))
             except BaseException:
                 for element in made:
-                    element._delete()
+                    element.mark_deleted()
                 self.budget.give(ring * (len(names) - len(made)))
                 raise
             for element in made:
