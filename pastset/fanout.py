@@ -123,7 +123,7 @@ class Fanout:
         of trace elements would otherwise spend most of its time encoding their names again."""
         key = tuple(map(id, lists))
         kept = self._names.get(key)
-        if kept is not None and all(a == b for a, b in zip(kept[0], lists)):
+        if kept is not None and kept[0] == lists:
             return kept[1]
         if len(self._names) >= _NAMES_KEPT:
             del self._names[next(iter(self._names))]
