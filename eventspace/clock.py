@@ -5,11 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from pastset import PastSetError
-from pastset import protocol as p
-from pastset.fanout import Fanout
+from pastset import Fanout, PastSetError
 
-CLOCK = "eventspace.clock"              # hosted: () -> this node's clock, ns
+from .hosted import CLOCK
 
 
 def monotonic_clock(offset_ns: int):
@@ -59,13 +57,15 @@ def _best(fanout: Fanout, node: str, samples: int, timeout: float) -> tuple[int,
     best = None
     for _ in range(max(1, samples)):
         t0 = time.monotonic_ns()
-        replies, missing = fanout.request([(node, p.CALL, (CLOCK, []))], timeout)
+        query = fanout.round(timeout)
+        reply = query.call(node, CLOCK)
+        query.wait()
         t3 = time.monotonic_ns()
-        if missing or isinstance(replies[0], PastSetError):
+        if not reply.ok:
             raise PastSetError(f"node {node} does not answer clock queries: "
-                               f"{replies[0] if replies[0] is not None else 'no reply'}")
+                               f"{reply.error if reply.error is not None else 'no reply'}")
         delay = t3 - t0
-        offset = replies[0] - (t0 + t3) // 2
+        offset = reply.value - (t0 + t3) // 2
         if best is None or delay < best[1]:
             best = (offset, delay, (t0 + t3) // 2)
     return best

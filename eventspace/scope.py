@@ -15,14 +15,12 @@ from paths import Pathmap, RunFile, Shape
 from paths.shapes import LayoutJoin as TreeJoin
 from paths.shapes import Member, lay_out
 import pastset
-from pastset import PastSetError
-from pastset import protocol as p
-from pastset.fanout import Fanout
+from pastset import Fanout, PastSetError
 
 from .catalogue import Catalogue
-from .gather import INSTALL, MODES, PULL, REMOVE, RENEW, Join, JoinSpec, Pulled
+from .gather import MODES, GatherJoin, JoinSpec, Pulled
+from .hosted import CURSORS, INFLIGHT, INSTALL, PULL, REMOVE, RENEW
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
-from .space import INFLIGHT
 from .stages import ScopeStage
 from .view import View
 
@@ -224,12 +222,12 @@ class EventScope:
         specs = self.plan()
         self._root = specs[-1]
         self._bypass = None
-        self._joins: dict[str, Join] = {}
+        self._joins: dict[str, GatherJoin] = {}
         installed = []
         try:
             for spec in specs:
                 if spec.node is None:
-                    self._joins[spec.key] = Join(spec, self.catalogue, joins=self._joins)
+                    self._joins[spec.key] = GatherJoin(spec, self.catalogue, joins=self._joins)
                 else:
                     self._call(spec.node, INSTALL, spec.wire(), self.lease)
                     installed.append((spec.node, spec.key))
@@ -242,24 +240,29 @@ class EventScope:
         # Placing a join happens once per tree, not per pull: a busy node gets longer than a pull's
         # timeout, since failing here fails the whole monitor.
         wait = max(self.timeout, PLACE_TIMEOUT)
-        replies, missing = self._fanout.request([(node, p.CALL, (name, list(args)))], wait)
-        if missing:
+        placing = self._fanout.round(wait)
+        reply = placing.call(node, name, *args)
+        if placing.wait():
             raise PastSetError(f"node {node} did not answer {name} within {wait} s")
-        if isinstance(replies[0], PastSetError):
-            raise replies[0]
-        return replies[0]
+        return reply.result()
 
     def _remove(self, installed) -> dict[str, int]:
         """Remove near joins (best effort: a node that is gone drops them when their lease ends)."""
-        cursors = {}
         if not installed:
-            return cursors
-        replies, _ = self._fanout.request([(node, p.CALL, (REMOVE, [key])) for node, key in installed],
-                                          self.timeout)
+            return {}
+        return self._ask_each(self._fanout, [(node, REMOVE, key) for node, key in installed])
+
+    def _ask_each(self, fanout, calls) -> dict[str, int]:
+        """Make the hosted calls [(node, name, *args)] in one round; the dicts they answered with,
+        merged (best effort: a node that does not answer adds nothing)."""
+        asking = fanout.round(self.timeout)
+        replies = [asking.call(*call) for call in calls]
+        asking.wait()
+        merged: dict = {}
         for reply in replies:
-            if isinstance(reply, dict):
-                cursors.update(reply)
-        return cursors
+            if reply.ok and isinstance(reply.value, dict):
+                merged.update(reply.value)
+        return merged
 
     # -- pulling -------------------------------------------------------------------------------
 
@@ -303,16 +306,17 @@ class EventScope:
                         pulled.unreached - pulled.missing)
 
     def _pull_remote_root(self, root: JoinSpec) -> Pulled:
-        replies, missing = self._fanout.request([(root.node, p.CALL, (PULL, [root.key]))], self.timeout)
-        reply = replies[0]
-        if reply is not None and not isinstance(reply, PastSetError):
-            return Pulled.from_wire(reply)
+        pulling = self._fanout.round(self.timeout)
+        reply = pulling.call(root.node, PULL, root.key)
+        pulling.wait()
+        if reply.ok:
+            return Pulled.from_wire(reply.value)
         # The root's node did not answer: ask the joins below it from here, so that a dead root
         # node neither blinds the scope nor hides which other nodes answer. The root's own leaf
         # reads are skipped (in stream mode their cursors live in the root): their nodes are
         # unreached.
         if self._bypass is None:
-            self._bypass = Join(replace(root, node=None, leaves={}), self.catalogue)
+            self._bypass = GatherJoin(replace(root, node=None, leaves={}), self.catalogue)
         pulled = self._bypass.pull(self._fanout)
         pulled.missing.add(root.node)
         pulled.gone |= self._fanout.gone({root.node})
@@ -344,14 +348,16 @@ class EventScope:
         (say, those the last pull found missing) are not asked."""
         nodes = sorted({e.node for e in self.entries} - set(skip))
         with self._mutex:
-            replies, missing = self._fanout.request([(n, p.CALL, (INFLIGHT, [])) for n in nodes], self.timeout)
+            asking = self._fanout.round(self.timeout)
+            replies = [asking.call(node, INFLIGHT) for node in nodes]
+            missing = asking.wait()
         mine = {e.id for e in self.entries}
         found = {}
-        for node, reply in zip(nodes, replies):
-            if isinstance(reply, list):
-                found.update((cid, t0) for cid, t0 in reply if cid in mine)
-            elif reply is not None:
-                missing.add(node)
+        for reply in replies:
+            if reply.ok and isinstance(reply.value, list):
+                found.update((cid, t0) for cid, t0 in reply.value if cid in mine)
+            elif reply.answered:
+                missing.add(reply.node)
         return found, missing
 
     # -- reshaping -------------------------------------------------------------------------------
@@ -383,12 +389,7 @@ class EventScope:
         for join in self._joins.values():
             cursors.update(join.cursors)
         if self._installed and self.mode == "stream":
-            replies, missing = self._fanout.request(
-                [(node, p.CALL, ("eventspace.scope.cursors", [key])) for node, key in self._installed],
-                self.timeout)
-            for reply in replies:
-                if isinstance(reply, dict):
-                    cursors.update(reply)
+            cursors.update(self._ask_each(self._fanout, [(node, CURSORS, key) for node, key in self._installed]))
         return cursors
 
     # -- figures, leases, closing ------------------------------------------------------------------
@@ -427,8 +428,7 @@ class EventScope:
             by_node: dict[str, list[str]] = {}
             for node, key in installed:
                 by_node.setdefault(node, []).append(key)
-            fanout.request([(node, p.CALL, (RENEW, [keys, self.lease])) for node, keys in by_node.items()],
-                           self.timeout)
+            self._ask_each(fanout, [(node, RENEW, keys, self.lease) for node, keys in by_node.items()])
         if fanout is not None:
             fanout.close()
         if roster.wrote:  # gone from dashboards at once, not after STALE_AFTER

@@ -7,17 +7,16 @@ import time
 from array import array
 
 from pastset import Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
-from pastset.fanout import Fanout
+from pastset import Fanout
 
 from . import compiled, trace
 from .catalogue import Catalogue
-from .clock import CLOCK, monotonic_clock
-from .gather import INSTALL, LIST, PULL, REMOVE, RENEW, Join, JoinSpec
+from .clock import monotonic_clock
+from .gather import GatherJoin, JoinSpec
+from .hosted import CLOCK, CURSORS, INFLIGHT, INSTALL, LIST, PULL, REMOVE, RENEW
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]
-CURSORS = "eventspace.scope.cursors"    # hosted: (key) -> a near join's stream cursors
-INFLIGHT = "eventspace.inflight"        # hosted: () -> [[collector id, start ns], ...] of operations under way
 MAX_JOINS = 10_000                      # scope joins one node server holds at once
 _SWEEP_EVERY = 0.25                     # seconds between looks for scope joins whose lease ended
 SINGLE_THREAD_ROLES = frozenset({"source", "contribute"})  # collectors only their thread calls
@@ -70,8 +69,10 @@ class NodeSpace:
         self._watcher.start()
         node.server.host(CLOCK, self.clock, inline=True)
         node.server.host(INFLIGHT, self.in_flight, inline=True)
-        # Scope joins placed here by monitors: key -> Join; each holds a lease.
-        self._joins: dict[str, Join] = {}
+        # Scope joins placed here by monitors: key -> GatherJoin; each holds a lease. They read this
+        # node's trace elements through its in-process name, as they read other nodes' remotely.
+        self.local_endpoint = node.server.serve("local://")
+        self._joins: dict[str, GatherJoin] = {}
         self._joins_mutex = threading.Lock()  # held while _joins changes
         self._fanouts = threading.local()      # each worker thread asks other nodes with its own sockets
         for name, fn in ((INSTALL, self.install), (PULL, self.pull), (REMOVE, self.remove),
@@ -120,7 +121,8 @@ class NodeSpace:
 
     def install(self, spec: dict, lease: float) -> None:
         """Place a scope join here, leased for `lease` seconds (renewed by pulls and `renew`)."""
-        join = Join(JoinSpec(**spec), self.catalogue, local=self.node.server, joins=self._joins)
+        join = GatherJoin(JoinSpec(**spec), self.catalogue, joins=self._joins)
+        join.endpoints = {**join.spec.endpoints, self.node.name: self.local_endpoint}
         join.lease_until = time.monotonic() + lease
         join.lease = lease
         with self._joins_mutex:
@@ -135,7 +137,7 @@ class NodeSpace:
         fanout = getattr(self._fanouts, "fanout", None)
         if fanout is None:
             fanout = self._fanouts.fanout = Fanout({})
-        for node, endpoint in join.spec.endpoints.items():
+        for node, endpoint in join.endpoints.items():
             fanout.add(node, endpoint)
         return join.pull(fanout).wire()
 
@@ -161,7 +163,7 @@ class NodeSpace:
     def joins(self) -> list[str]:
         return sorted(self._joins)
 
-    def _join(self, key) -> Join:
+    def _join(self, key) -> GatherJoin:
         join = self._joins.get(key)
         if join is None:
             raise UnknownElement(f"no scope join {key!r} on node {self.node.name} (its lease ended, "

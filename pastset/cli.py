@@ -8,7 +8,7 @@ import stat
 import threading
 from pathlib import Path as FilePath
 
-from .client import connect
+from .transport import connect
 from .security import AUTHORIZED, KEYS_ENV, Security, check_bind, default, generate
 from .server import TupleServer
 

@@ -7,6 +7,10 @@ from zmq.utils.monitor import recv_monitor_message
 
 from .security import Security
 
+# Seconds a server whose connection is open may stay silent before a waiting caller gives up on
+# it (NotAnswering): long enough for a GC pause, swapping or a busy host.
+GRACE = 30.0
+
 
 class Connection:
     """Watches one socket's connection through a ZeroMQ socket monitor: what tells a server that

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from .client import connect
+from .transport import connect
 
 STREAM = "demo/stream"
 DELTA = 1_000  # producers block when the consumer falls this far behind (flow control)

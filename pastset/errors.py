@@ -53,6 +53,12 @@ class Refused(ServerGone, AuthError):
     Never on the wire: the client learns it from its connection, not from a reply."""
 
 
+def hosted_failure(name: str, exc: Exception) -> ProtocolError:
+    """What the caller of hosted callable `name` gets when it failed with an error that is not a
+    PastSetError (a bug in it), in-process and remote alike."""
+    return ProtocolError(f"hosted call {name} failed: {type(exc).__name__}: {exc}")
+
+
 # The wire carries errors by name; only these names are ever turned back into exceptions.
 ERRORS_BY_NAME = {
     cls.__name__: cls
@@ -61,3 +67,9 @@ ERRORS_BY_NAME = {
         ServerGone, NotAnswering, ProtocolError, LimitExceeded, BadArgument, AuthError,
     )
 }
+
+
+def register_error(cls: type[PastSetError]) -> type[PastSetError]:
+    """Let an error class defined above PastSet (e.g. by PATHS) travel the wire by name."""
+    ERRORS_BY_NAME.setdefault(cls.__name__, cls)
+    return cls

@@ -2,31 +2,40 @@
 
 from __future__ import annotations
 
-import itertools
+import sys
+from array import array
 from time import monotonic
 
-import msgpack
 import zmq
 
 from . import protocol as p
-from .connection import Connection
-from .errors import ERRORS_BY_NAME, ProtocolError, ServerGone
+from .client import as_batch
+from .errors import BadArgument, PastSetError, ProtocolError, ServerGone
+from .local import SCHEME as LOCAL, LocalClient
+from .requests import Channel, Matcher
 from .security import Security, resolve
 
-_unpackb = msgpack.unpackb
+# Batch reads: per-element lists, then one value; such reads to one node in one round merge into one request.
+_BATCH_READS = (p.LATEST_MANY, p.RANGE_MANY, p.LATEST_RECORDS)
+# Encoded name lists kept for rounds to come (see Round): a monitor's few joins, several times over.
+_NAMES_KEPT = 256
 
 
 class Fanout:
-    """Pipelined requests to several node servers: send them all, then collect every reply.
+    """Requests to several node servers, each by name (`node`), sent in rounds: all of a round's
+    requests are in flight at once (or one after another), and its replies are collected within
+    a deadline. See `Round`.
 
-    One DEALER socket per endpoint, all owned by the thread that uses the Fanout (it is not
-    thread-safe: give each thread its own). `request` never blocks past its deadline: a server
-    that does not answer in time is reported missing, and its late replies are recognised by
-    request id and dropped. `gone(missing)` tells which of the missing nodes are gone (their
-    connection is closed) rather than not answering (connected, but paused, swapping or busy).
-    Counts the bytes it sends and receives. `security` holds the CURVE keys its sockets speak
-    with (None: the process's, see `pastset.security.default`); a server that refuses them
-    never answers, so its node is reported missing (and gone).
+    Nodes are reached by their endpoints' schemes, as `pastset.connect` reaches them: a ZeroMQ
+    node (`tcp://`, `ipc://`) through a DEALER socket of this fan-out's own, a `local://` node by
+    direct calls in `wait`. Not thread-safe: give each thread its own. A node that does not answer
+    in time is reported missing, and its late replies are recognised by request id and dropped.
+    `gone(missing)` tells which of the missing nodes are gone (their connection is closed, or a
+    local one is no longer served) rather than not answering (connected, but paused, swapping or
+    busy). Counts the bytes it sends and receives (`bytes_sent`, `bytes_received`). `security`
+    holds the CURVE keys its sockets speak with (None: the process's, see
+    `pastset.security.default`); a server that refuses them never answers, so its node is
+    reported missing (and gone).
     """
 
     def __init__(self, endpoints: dict[str, str], context: zmq.Context | None = None,
@@ -34,11 +43,12 @@ class Fanout:
         self._ctx = context or zmq.Context.instance()
         self._security = resolve(security)
         self._endpoints = dict(endpoints)
-        self._sockets: dict[str, zmq.Socket] = {}
-        self._connections: dict[str, Connection] = {}
+        self._channels: dict[str, Channel] = {}
+        self._locals: dict[str, LocalClient] = {}
         self._node_of: dict[zmq.Socket, str] = {}
         self._poller = zmq.Poller()
-        self._rids = itertools.count(1)
+        self._matcher = Matcher()
+        self._names: dict[tuple, tuple] = {}   # ids of name lists -> (copies of them, their names encoded)
         self.bytes_sent = 0
         self.bytes_received = 0
 
@@ -48,57 +58,108 @@ class Fanout:
             self._drop(node)
             self._endpoints[node] = endpoint
 
-    def request(self, requests: list[tuple[str, int, tuple]], timeout: float,
-                sequential: bool = False) -> tuple[list, set[str]]:
-        """Send each (node, op, args) request; return (results, missing nodes).
-
-        `results[i]` is request i's result, or the PastSetError its server answered with, or
-        None for a node in `missing` (no answer within `timeout` seconds, or unreachable).
-        `sequential` waits for each reply before sending the next request.
-        """
-        results: list = [None] * len(requests)
-        missing: set[str] = set()
-        deadline = monotonic() + timeout
-        if sequential:
-            for i, request in enumerate(requests):
-                if request[0] in missing:
-                    continue
-                self._round([request], [i], results, missing, deadline)
-        else:
-            self._round(requests, range(len(requests)), results, missing, deadline)
-        return results, missing
+    def round(self, timeout: float, sequential: bool = False) -> Round:
+        """A new round of requests, answered within `timeout` seconds of its `wait`."""
+        return Round(self, timeout, sequential)
 
     def gone(self, nodes) -> set[str]:
-        """Of `nodes` (a request's missing ones), those that are gone: their connection is closed,
-        refused or was never made (the process ended, or its host cannot be reached). The others
-        are connected but did not answer in time: paused, swapping or overloaded."""
+        """Of `nodes` (a round's missing ones), those that are gone: their connection is closed,
+        refused or was never made (the process ended, or its host cannot be reached), or a local
+        node is no longer served. The others are connected but did not answer in time: paused,
+        swapping or overloaded."""
         return {node for node in nodes if not self._reachable(node)}
 
-    def _reachable(self, node: str) -> bool:
-        connection = self._connections.get(node)
-        return connection is not None and connection.update() and not connection.refused
+    def close(self) -> None:
+        for node in list(self._channels):
+            self._drop(node)
+        self._locals.clear()
 
-    def _round(self, requests, positions, results, missing, deadline) -> None:
-        waiting: dict[int, tuple[int, str]] = {}  # request id -> (position, node)
+    # -- the legs of a round ---------------------------------------------------------------------
+
+    def _reachable(self, node: str) -> bool:
+        local = self._locals.get(node)
+        if local is not None:
+            try:
+                local.ping()
+            except PastSetError:
+                return False
+            return True
+        channel = self._channels.get(node)
+        return channel is not None and channel.reachable()
+
+    def _local(self, node: str) -> LocalClient:
+        """The in-process client of local node `node` (ServerGone if it is not served)."""
+        client = self._locals.get(node)
+        if client is None:
+            client = self._locals[node] = LocalClient(self._endpoint(node))
+        return client
+
+    def _channel(self, node: str) -> Channel:
+        channel = self._channels.get(node)
+        if channel is None:
+            channel = Channel(self._ctx, self._endpoint(node), self._security, sndhwm=1000)
+            self._channels[node] = channel
+            self._node_of[channel.sock] = node
+            self._poller.register(channel.sock, zmq.POLLIN)
+        return channel
+
+    def _endpoint(self, node: str) -> str:
+        endpoint = self._endpoints.get(node)
+        if endpoint is None:
+            raise ServerGone(f"no endpoint known for node {node}")
+        return endpoint
+
+    def _drop(self, node: str) -> None:
+        self._locals.pop(node, None)
+        channel = self._channels.pop(node, None)
+        if channel is not None:
+            self._poller.unregister(channel.sock)
+            del self._node_of[channel.sock]
+            channel.close()
+
+    def _names_of(self, lists: list) -> p.Packed:
+        """The names of `lists` run together and encoded, once for as long as the same lists (the
+        same objects, with the same names) come back round after round: a monitor pulling hundreds
+        of trace elements would otherwise spend most of its time encoding their names again."""
+        key = tuple(map(id, lists))
+        kept = self._names.get(key)
+        if kept is not None and kept[0] == lists:
+            return kept[1]
+        if len(self._names) >= _NAMES_KEPT:
+            del self._names[next(iter(self._names))]
+        packed = p.Packed([name for names in lists for name in names])
+        self._names[key] = ([list(names) for names in lists], packed)
+        return packed
+
+    def _exchange(self, sends: list, missing: set[str], deadline: float, meanwhile=None) -> None:
+        """Send each remote request of `sends` ([(node, op, args, on_reply)]), call `meanwhile()`
+        (if given) while they travel, and collect the replies until `deadline`:
+        `on_reply(ok, result)` for each; unanswered nodes go to `missing`."""
+        matcher = self._matcher
+        matcher.clear()   # replies to earlier rounds are late: dropped
         # Replies still owed per socket: a socket is read until it has paid them, not until a
         # non-blocking read fails (pyzmq raises for that, which costs more than the read).
         owed: dict[zmq.Socket, int] = {}
-        for position, (node, op, args) in zip(positions, requests):
+        waiting: dict[object, str] = {}   # on_reply -> its node
+        for node, op, args, on_reply in sends:
             if node in missing:
                 continue
-            sock = self._socket(node)
-            rid = next(self._rids)
-            frame = p.pack_request(rid, op, args)
+            channel = self._channel(node)
             try:
-                sock.send(frame, zmq.NOBLOCK)
-            except zmq.Again:  # nothing connected (a dead peer), or a queue full behind a paused one
+                frame = matcher.request(op, args, on_reply)
+            except (TypeError, ValueError, OverflowError) as exc:
+                on_reply(False, BadArgument(f"{p.OP_NAMES[op]}: an argument cannot be sent as msgpack ({exc})"))
+                continue
+            if not channel.send(frame):   # nothing connected (a dead peer), or a queue full behind a paused one
                 missing.add(node)
-                if not self._reachable(node):
+                if not channel.reachable():
                     self._drop(node)
                 continue
             self.bytes_sent += len(frame)
-            waiting[rid] = (position, node)
-            owed[sock] = owed.get(sock, 0) + 1
+            waiting[on_reply] = node
+            owed[channel.sock] = owed.get(channel.sock, 0) + 1
+        if meanwhile is not None:
+            meanwhile()
         while waiting:
             remaining = deadline - monotonic()
             if remaining <= 0:
@@ -112,21 +173,16 @@ class Fanout:
                         raw = sock.recv(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    if not raw:
-                        continue  # the server's liveness probe
                     self.bytes_received += len(raw)
-                    reply = _unpackb(raw, raw=False)
-                    found = waiting.pop(reply[0], None)
-                    if found is None:
-                        continue  # a late reply to a request given up on
+                    matched = matcher.match(raw)
+                    if matched is None:
+                        continue  # the server's liveness probe, or a late reply to a request given up on
+                    on_reply, ok, result = matched
+                    del waiting[on_reply]
                     owed[sock] -= 1
-                    position = found[0]
-                    if reply[1] == p.OK:
-                        results[position] = reply[2]
-                    else:
-                        results[position] = ERRORS_BY_NAME.get(reply[2], ProtocolError)(reply[3])
+                    on_reply(ok, result)
         if waiting:
-            late = {node for _, node in waiting.values()}
+            late = set(waiting.values())
             missing.update(late)
             for node in late:
                 if not self._reachable(node):
@@ -134,34 +190,217 @@ class Fanout:
                 # A connected node keeps its socket: a new connection to a paused server would only
                 # wait in its kernel's accept queue; its late replies are dropped by request id.
 
-    def _socket(self, node: str) -> zmq.Socket:
-        sock = self._sockets.get(node)
-        if sock is None:
-            endpoint = self._endpoints.get(node)
-            if endpoint is None:
-                raise ServerGone(f"no endpoint known for node {node}")
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, 1000)
-            self._security.configure_client(sock)
-            self._connections[node] = Connection(sock, self._security)
-            sock.connect(endpoint)
-            self._sockets[node] = sock
-            self._node_of[sock] = node
-            self._poller.register(sock, zmq.POLLIN)
-        return sock
 
-    def _drop(self, node: str) -> None:
-        sock = self._sockets.pop(node, None)
-        if sock is not None:
-            self._poller.unregister(sock)
-            del self._node_of[sock]
-            self._connections.pop(node).close()
-            sock.close(linger=0)
+class Reply:
+    """The reply to one request of a round, once the round's `wait` returned: `value` if it was
+    answered with one, `error` (a PastSetError) if it was answered with that, neither if its node
+    did not answer (`answered` False: the node is in the round's `missing`)."""
 
-    def close(self) -> None:
-        for node in list(self._sockets):
-            self._drop(node)
+    __slots__ = ("node", "value", "error", "answered")
+
+    def __init__(self, node: str):
+        self.node = node
+        self.value = None
+        self.error: PastSetError | None = None
+        self.answered = False
+
+    @property
+    def ok(self) -> bool:
+        """Answered, with a value."""
+        return self.answered and self.error is None
+
+    def result(self):
+        """The value; raises the error, or ServerGone if the node did not answer."""
+        if self.error is not None:
+            raise self.error
+        if not self.answered:
+            raise ServerGone(f"node {self.node} did not answer")
+        return self.value
+
+    def _set(self, ok: bool, result) -> None:
+        self.answered = True
+        if ok:
+            self.value = result
+        else:
+            self.error = result
+
+    def __repr__(self):
+        state = "value" if self.ok else "error" if self.error is not None else "no answer"
+        return f"<Reply from {self.node}: {state}>"
+
+
+class Round:
+    """One round of requests of a `Fanout`: add requests in `Transport` terms, each naming its
+    node (each returns its `Reply`), then `wait()` once.
+
+    `wait` sends every request, then collects every reply within the round's timeout; with
+    `sequential`, it sends each request only once the one before it was answered, and skips
+    further requests to a node that did not answer. Batch reads of the same kind to the same node
+    (and the same `n` or `hi`) travel as one request, each getting its own part of the reply;
+    names are encoded once for as long as the same lists come back (lists given to a round are
+    read, never kept or changed: pass the same list objects round after round, and do not change
+    one while a round holds it). Requests to a `local://` node are direct calls, made in `wait`
+    while the remote replies are on their way.
+    """
+
+    def __init__(self, fanout: Fanout, timeout: float, sequential: bool = False):
+        self._fanout = fanout
+        self.timeout = timeout
+        self.sequential = sequential
+        self._requests: list[tuple] = []   # (node, op, names, lists, last, reply)
+        self.missing: set[str] = set()
+
+    def latest_records(self, node: str, names: list, n: int = 1) -> Reply:
+        """`latest_records(names, n)` on `node`: bytes."""
+        return self._add(node, p.LATEST_RECORDS, names, (), n)
+
+    def latest_many(self, node: str, names: list, n: int = 1) -> Reply:
+        """`latest_many(names, n)` on `node`: [(start, items), ...]."""
+        return self._add(node, p.LATEST_MANY, names, (), n)
+
+    def range_many(self, node: str, names: list, los: list, hi: int) -> Reply:
+        """`range_many(names, los, hi)` on `node`: [(start, items), ...]."""
+        return self._add(node, p.RANGE_MANY, names, (los,), hi)
+
+    def call(self, node: str, name: str, *args) -> Reply:
+        """`call(name, *args)` on `node`: what the hosted callable returns."""
+        return self._add(node, p.CALL, name, (), list(args))
+
+    def ping(self, node: str) -> Reply:
+        """`ping()` of `node`: its server's name."""
+        return self._add(node, p.PING, None, (), None)
+
+    def _add(self, node, op, names, lists, last) -> Reply:
+        reply = Reply(node)
+        self._requests.append((node, op, names, lists, last, reply))
+        return reply
+
+    def wait(self) -> set[str]:
+        """Send the round's requests and collect their replies: returns (and keeps in `missing`) the
+        nodes that did not answer within the timeout (or could not be reached). ServerGone for a
+        node the fan-out knows no endpoint of."""
+        fanout, missing = self._fanout, self.missing
+        deadline = monotonic() + self.timeout
+        groups = [[r] for r in self._requests] if self.sequential else _merged(self._requests)
+        sends, calls = [], []
+        for group in groups:
+            (calls if fanout._endpoint(group[0][0]).startswith(LOCAL) else sends).append(group)
+        def call_locals():
+            for group in calls:
+                for request in group:
+                    if request[0] not in missing:
+                        _call_local(fanout, request, missing)
+
+        if self.sequential:
+            for group in sends:
+                fanout._exchange([self._send(group)], missing, deadline)
+            call_locals()
+        else:
+            fanout._exchange([self._send(group) for group in sends], missing, deadline, call_locals)
+        return missing
+
+    def _send(self, group) -> tuple:
+        """(node, op, args, on_reply) of the one request that carries `group`, its requests merged."""
+        node, op, names, lists, last, reply = group[0]
+        if op not in _BATCH_READS:
+            args = () if op == p.PING else (names, last) if op == p.CALL else None
+            return node, op, args, _whole(op, reply)
+        encoded = self._fanout._names_of([request[2] for request in group])
+        merged = [[x for request in group for x in request[3][i]] for i in range(len(lists))]
+        if len(group) == 1:
+            return node, op, (encoded, *merged, last), _whole(op, reply)
+        if op == p.LATEST_RECORDS:
+            return node, p.LATEST_RECORDS_COUNTED, (encoded, *merged, last), _cut_records(group)
+        return node, op, (encoded, *merged, last), _cut_lists(group)
+
+
+def _merged(requests: list) -> list[list]:
+    """The requests in groups that travel as one: batch reads of one kind to one node with the same
+    last argument together (where the first of them was), every other request alone."""
+    groups: dict = {}
+    out = []
+    for request in requests:
+        node, op, _, _, last, _ = request
+        key = (node, op, last) if op in _BATCH_READS else id(request)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = []
+            out.append(group)
+        group.append(request)
+    return out
+
+
+def _whole(op, reply: Reply):
+    if op == p.PING:
+        return lambda ok, result: reply._set(ok, result[0] if ok else result)
+    if op in (p.LATEST_MANY, p.RANGE_MANY):
+        return lambda ok, result: reply._set(ok, _batches(result) if ok else result)
+    return reply._set
+
+
+def _cut_lists(group):
+    """How a merged LATEST_MANY or RANGE_MANY reply is shared out: each request its slice."""
+    def on_reply(ok, result):
+        start = 0
+        for request in group:
+            end = start + len(request[2])
+            request[5]._set(ok, _batches(result[start:end]) if ok else result)
+            start = end
+    return on_reply
+
+
+def _cut_records(group):
+    """How a merged LATEST_RECORDS_COUNTED reply is shared out: each request the bytes its elements gave."""
+    def on_reply(ok, result):
+        if not ok:
+            for request in group:
+                request[5]._set(False, result)
+            return
+        lengths, records = result
+        lengths = array("I", lengths)
+        if sys.byteorder == "big":
+            lengths.byteswap()
+        total = sum(lengths)
+        record_size = len(records) // total if total else 0
+        first = offset = 0
+        for request in group:
+            last = first + len(request[2])
+            size = sum(lengths[first:last]) * record_size
+            request[5]._set(True, records[offset:offset + size])
+            first, offset = last, offset + size
+    return on_reply
+
+
+def _batches(result) -> list:
+    """[(start, items), ...] as the Transport API gives them, from a batch reply's lists."""
+    return [(start, items) if items.__class__ is bytes else as_batch((start, items)) for start, items in result]
+
+
+def _call_local(fanout: Fanout, request, missing: set[str]) -> None:
+    """Make one request of a round by a direct call; its reply as a remote one would be."""
+    node, op, names, lists, last, reply = request
+    try:
+        local = fanout._local(node)
+        if op == p.LATEST_RECORDS:
+            result = local.latest_records(names, last)
+        elif op == p.RANGE_MANY:
+            result = local.range_many(names, lists[0], last)
+        elif op == p.LATEST_MANY:
+            result = local.latest_many(names, last)
+        elif op == p.CALL:
+            result = local.call(names, *last)
+        else:
+            result = local.ping()
+    except ServerGone:
+        missing.add(node)   # not served (any more): gone, as a node whose process ended
+        return
+    except PastSetError as exc:
+        reply._set(False, exc)
+        return
+    except Exception as exc:  # bad arguments, as a server would answer them
+        reply._set(False, ProtocolError(f"bad arguments for {p.OP_NAMES[op]}: {type(exc).__name__}: {exc}"))
+        return
+    reply._set(True, result)
 
 
 def _drain(sock: zmq.Socket) -> None:

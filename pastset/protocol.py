@@ -37,13 +37,14 @@ CALL = 15        # name, [args...]                            -> what the hosted
 RANGE_MANY = 16  # [eid or name, ...], [lo, ...], hi          -> [[start, items], ...]
 OBSERVE_INDEXED = 17  # eid, index|None, timeout              -> [index, values]
 LATEST_RECORDS = 18   # [eid or name, ...], n (binary elements) -> bytes: each one's newest n records, in order
+LATEST_RECORDS_COUNTED = 19  # as LATEST_RECORDS                -> [counts (a u32 LE per element), bytes]
 
 OP_NAMES = {
     PING: "ping", ENTER: "enter", LOOKUP: "lookup", MOVE: "move", OBSERVE: "observe",
     FIRST: "first", LAST: "last", DELTA: "delta", AXE: "axe", READ_RANGE: "read_range",
     LATEST: "latest", LATEST_MANY: "latest_many", DELETE: "delete", ELEMENTS: "elements",
     FIND: "find", CALL: "call", RANGE_MANY: "range_many", OBSERVE_INDEXED: "observe_indexed",
-    LATEST_RECORDS: "latest_records",
+    LATEST_RECORDS: "latest_records", LATEST_RECORDS_COUNTED: "latest_records_counted",
 }
 
 
@@ -92,6 +93,15 @@ def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+def encodable(value) -> bool:
+    """Whether `value` can travel the wire (as an argument or result of a hosted call)."""
+    try:
+        pack(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
 class Packed:
     """An argument encoded once, for a request sent again and again (a monitor's list of trace
     element names): `pack_request` splices its bytes instead of encoding it on every send."""
@@ -105,12 +115,14 @@ class Packed:
 _array_header = msgpack.Packer().pack_array_header
 
 
-def pack_request(rid: int, op: int, args) -> bytes:
-    """The frame of request [rid, op, *args]; arguments given as `Packed` are not encoded again."""
-    if not any(isinstance(a, Packed) for a in args):
-        return pack([rid, op, *args])
-    return b"".join([_array_header(2 + len(args)), pack(rid), pack(op),
-                     *(a.data if isinstance(a, Packed) else pack(a) for a in args)])
+def pack_request(rid: int, op: int, args, pack=pack) -> bytes:
+    """The frame of request [rid, op, *args], encoded by `pack`; arguments given as `Packed` are
+    not encoded again."""
+    for a in args:
+        if a.__class__ is Packed:
+            return b"".join([_array_header(2 + len(args)), pack(rid), pack(op),
+                             *(a.data if a.__class__ is Packed else pack(a) for a in args)])
+    return pack([rid, op, *args])
 
 
 def unpack_request(frame: bytes, limits: Limits):
@@ -140,12 +152,7 @@ def error_reply(rid, exc: BaseException) -> bytes:
     return pack([rid, ERROR, name, str(exc)])
 
 
-def register_error(cls: type[PastSetError]) -> type[PastSetError]:
-    """Let an error class defined above PastSet (e.g. by PATHS) travel the wire by name."""
-    ERRORS_BY_NAME.setdefault(cls.__name__, cls)
-    return cls
-
-
-def raise_error(name: str, message: str):
-    """Raise the error a reply names; unknown names become ProtocolError, never anything else."""
-    raise ERRORS_BY_NAME.get(name, ProtocolError)(message)
+def error_of(name, message) -> PastSetError:
+    """The error a reply names, by name: unknown names become ProtocolError, never anything else."""
+    cls = ERRORS_BY_NAME.get(name, ProtocolError) if name.__class__ is str else ProtocolError
+    return cls(message)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pastset import as_batch
+
 from . import operation as op
 from .wrapper import PathsError
 
@@ -57,20 +59,13 @@ class PathHandle:
         return self._enter(op.AXE, (index,))
 
     def read_range(self, lo: int, hi: int):
-        return _batch(self._enter(op.READ_RANGE, (lo, hi)))
+        return as_batch(self._enter(op.READ_RANGE, (lo, hi)))
 
     def latest(self, n: int = 1):
-        return _batch(self._enter(op.LATEST, (n,)))
+        return as_batch(self._enter(op.LATEST, (n,)))
 
     def __repr__(self):
         return f"<PathHandle {self.path}>"
-
-
-def _batch(reply):
-    start, items = reply
-    if isinstance(items, list):
-        items = [None if item is None else tuple(item) for item in items]
-    return start, items
 
 
 class Context:

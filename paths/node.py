@@ -285,7 +285,8 @@ class NodeServer:
     def _run_thread(self, fn, ctx) -> None:
         try:
             result = fn(ctx)
-            pastset.protocol.pack(result)  # a result must travel back to the launcher
+            if not pastset.encodable(result):  # a result must travel back to the launcher
+                raise TypeError(f"its result, a {type(result).__name__}, cannot travel the wire (msgpack)")
             self._outcomes[ctx.thread] = ["ok", result]
         except BaseException as exc:  # the launcher must hear of every failure, by thread
             if not isinstance(exc, PastSetError):

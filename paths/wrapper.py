@@ -6,7 +6,7 @@ import threading
 from typing import Any, Protocol
 
 from pastset import PastSetError
-from pastset.protocol import register_error
+from pastset import register_error
 
 from . import operation as op
 

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 # Node processes import the test programs (tests/programs/programs.py) as `programs`; only that
 # folder of tests/ goes on their path (with the launcher's working directory, see
 # paths.launch.node_environment), so that tests/pastset and the like never shadow the real packages.
-ENV = {"PYTHONPATH": str(Path(__file__).parent / "programs")}
+PROGRAMS = Path(__file__).parent / "programs"
+ENV = {"PYTHONPATH": str(PROGRAMS)}
 
 
 TWO_NODES = "clusters: {c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.1}}}}"
@@ -135,3 +136,56 @@ def finish(proc) -> tuple[int, list[str]]:
                              f"it printed: {out[-2000:]!r}") from None
     out = proc.__dict__.get("unread", "") + out  # what read_until read past its line
     return proc.returncode, [line for line in out.splitlines() if line.strip()]
+
+
+class InProcessRun:
+    """A pathmap's node servers all in this process, each served under a `local://` name: the
+    in-process backend of pastset, where every request between nodes (and from a scope) is a
+    direct call. Quacks as a `paths.Run` does for what event scopes and tests ask of one
+    (`pathmap`, `endpoints`, `client`, `run`); `close()` closes every node."""
+
+    run_file = None
+
+    def __init__(self, pathmap: Pathmap):
+        import pastset
+        from paths import NodeServer
+
+        if str(PROGRAMS) not in sys.path:   # what ENV gives node processes
+            sys.path.insert(0, str(PROGRAMS))
+        self._connect = pastset.connect
+        self.pathmap = pathmap
+        self.nodes = {}
+        try:
+            for node in pathmap.nodes:
+                self.nodes[node.name] = NodeServer(pathmap, node.name)
+            self.endpoints = {name: node.serve(f"local://{pathmap.name}-{name}") for name, node in self.nodes.items()}
+            for node in self.nodes.values():
+                node.link(self.endpoints)
+        except BaseException:
+            self.close()
+            raise
+        self._clients = {}
+
+    def client(self, node: str):
+        if node not in self._clients:
+            self._clients[node] = self._connect(self.endpoints[node])
+        return self._clients[node]
+
+    def run(self, program: str, args: dict | None = None, timeout: float = 60) -> dict:
+        """Run `program` on every node's threads; their results by thread (AssertionError on a failure)."""
+        for node in self.nodes.values():
+            node.start(program, args)
+        outcomes = {}
+        for node in self.nodes.values():
+            joined = node.join(timeout)
+            assert not joined["running"], f"threads {joined['running']} still run after {timeout} s"
+            outcomes.update(joined["outcomes"])
+        failed = {t: o for t, o in outcomes.items() if o[0] != "ok"}
+        assert not failed, failed
+        return {t: o[1] for t, o in outcomes.items()}
+
+    def close(self) -> None:
+        for client in getattr(self, "_clients", {}).values():
+            client.close()
+        for node in self.nodes.values():
+            node.close()

@@ -1,4 +1,7 @@
-"""Event scopes over live runs: modes, tree shapes and placements, reconfiguring, leases, faults, clocks."""
+"""Event scopes over live runs: modes, tree shapes and placements, reconfiguring, leases, faults, clocks.
+
+The tests of a finished run's events run over both of pastset's backends: node processes reached
+over ZeroMQ (`launch`), and node servers in this process reached by direct calls (`local://`)."""
 
 import dataclasses
 import os
@@ -18,7 +21,7 @@ from eventspace.scope import EventScope, ScopeError
 from eventspace.stages import StageError
 from eventspace.view import ViewError
 from paths import Instrument, Selector, launch
-from runs import ENV, THREE_NODES, TWO_NODES, pathmap_for, ring_app
+from runs import ENV, THREE_NODES, TWO_NODES, InProcessRun, pathmap_for, ring_app
 
 KEEP = 50
 
@@ -33,12 +36,30 @@ def instrumented(n=6, cluster=THREE_NODES, keep=KEEP, nodes=None, name="sc"):
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A run whose program has ended: its trace elements hold still while the scopes read them."""
+def launched(tmp_path_factory):
+    """A run of node processes whose program has ended: its trace elements hold still while the
+    scopes read them."""
     pm = instrumented()
     with launch(pm, run_dir=tmp_path_factory.mktemp("runs"), env=ENV) as run:
         run.run("programs:ring", {"steps": 40}, timeout=120)
         yield run
+
+
+@pytest.fixture(scope="module")
+def in_process():
+    """The same run with its node servers in this process, reached through `local://` names."""
+    run = InProcessRun(instrumented(name="sc-local"))
+    try:
+        run.run("programs:ring", {"steps": 40}, timeout=120)
+        yield run
+    finally:
+        run.close()
+
+
+@pytest.fixture(scope="module", params=["zeromq", "local"])
+def finished(request):
+    """A finished run over each backend: the same test bodies read it over ZeroMQ and in-process."""
+    return request.getfixturevalue("launched" if request.param == "zeromq" else "in_process")
 
 
 def direct(run, mode="latest"):
@@ -99,10 +120,10 @@ def test_a_view_and_stages_narrow_what_is_pulled(finished):
     assert events and {e["thread"] for e in events} == {"T1"} and {e["op"] for e in events} == {"move"}
 
 
-def test_near_reductions_cut_the_bytes_that_travel(finished):
-    figures = {}
+def test_near_reductions_cut_the_bytes_that_travel(launched):
+    figures = {}   # over ZeroMQ: in-process, no byte travels
     for stages in (["gather"], ["reduce:max_t_end@thread"]):
-        with EventScope(finished, "role:source", mode="backlog", tree="per-node", placement="near",
+        with EventScope(launched, "role:source", mode="backlog", tree="per-node", placement="near",
                         stages=stages) as scope:
             pulled = scope.pull()
             figures[stages[0]] = (len(pulled.records), scope.stats().bytes_in)
@@ -216,7 +237,8 @@ MONITOR = textwrap.dedent("""\
 """)
 
 
-def test_joins_of_a_monitor_that_died_go_when_their_lease_ends(finished):
+def test_joins_of_a_monitor_that_died_go_when_their_lease_ends(launched):
+    finished = launched   # a monitor in another process reaches the nodes over ZeroMQ
     proc = subprocess.Popen([sys.executable, "-c", MONITOR, finished.run_file.path], stdout=subprocess.PIPE,
                             text=True, env={**os.environ, **ENV})
     try:

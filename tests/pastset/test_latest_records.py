@@ -33,7 +33,7 @@ def test_typed_and_unknown_elements_are_refused(space, names):
 def test_rings_entered_together_share_a_slab_and_read_the_same():
     server = pastset.TupleServer("slab")
     rings = server.enter_rings([f"r{i}" for i in range(6)], FMT, keep=4)
-    assert len({id(r._slab) for r in rings}) == 1
+    assert len({id(r.slab) for r in rings}) == 1
     for i, ring in enumerate(rings[:5]):
         for j in range(i * 3):
             ring.move((i, j))

@@ -83,14 +83,17 @@ def test_fanout_speaks_curve_with_the_keys_it_is_given(curve, keys, stranger):
     _, endpoint = curve
     fanout = Fanout({"n": endpoint}, security=Security.load(keys))
     try:
-        results, missing = fanout.request([("n", p.PING, ())], timeout=5)
-        assert missing == set() and results[0][0] == "curve"
+        pull = fanout.round(timeout=5)
+        name = pull.ping("n")
+        assert pull.wait() == set() and name.result() == "curve"
     finally:
         fanout.close()
     for refused in (Security(), stranger):
         fanout = Fanout({"n": endpoint}, security=refused)
         try:
-            assert fanout.request([("n", p.PING, ())], timeout=0.3) == ([None], {"n"})
+            pull = fanout.round(timeout=0.3)
+            name = pull.ping("n")
+            assert pull.wait() == {"n"} and not name.answered
         finally:
             fanout.close()
 

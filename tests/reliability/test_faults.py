@@ -16,7 +16,7 @@ import time
 import pytest
 from runs import REPO, gone, node_children, pathmap_for, ring_app
 
-from eventspace.gather import LIST
+from eventspace.hosted import LIST
 from eventspace.scope import EventScope
 from monitors.heartbeat import GONE, Heartbeat
 from paths import Instrument, NodeDied, Pathmap, Selector, launch

@@ -146,16 +146,20 @@ def test_a_pull_tells_a_paused_node_from_a_dead_one(spawn_server):
     paused, killed, healthy = spawn_server(), spawn_server(), spawn_server()
     fanout = Fanout({"P": paused.endpoint, "K": killed.endpoint, "H": healthy.endpoint})
     try:
-        requests = [(node, pastset.protocol.PING, ()) for node in "PKH"]
-        _, missing = fanout.request(requests, 5.0)
-        assert not missing
+        def ping_all(timeout):
+            pings = fanout.round(timeout)
+            for node in "PKH":
+                pings.ping(node)
+            return pings.wait()
+
+        assert not ping_all(5.0)
         killed.kill()
         with Paused(paused.proc.pid):
             for _ in range(2):   # and again, over the fresh socket a dead node gets
-                _, missing = fanout.request(requests, 3.0)   # time enough for H on a busy machine
+                missing = ping_all(3.0)   # time enough for H on a busy machine
                 assert missing == {"P", "K"}
                 assert fanout.gone(missing) == {"K"}
-        _, missing = fanout.request(requests, 5.0)
+        missing = ping_all(5.0)
         assert missing == {"K"} and fanout.gone(missing) == {"K"}
     finally:
         fanout.close()

@@ -1,0 +1,10 @@
+"""The names of the calls every node's event space hosts (see `pastset.TupleServer.host`), in one place."""
+
+CLOCK = "eventspace.clock"              # () -> this node's clock, ns
+INFLIGHT = "eventspace.inflight"        # () -> [[collector id, start ns], ...] of operations under way
+INSTALL = "eventspace.scope.install"    # (join spec, lease s) -> None: place a scope join here
+PULL = "eventspace.scope.pull"          # (key) -> a placed join's Pulled, as wire data
+REMOVE = "eventspace.scope.remove"      # (key) -> its stream cursors: the join is gone
+RENEW = "eventspace.scope.renew"        # ([keys], lease s) -> how many were renewed
+LIST = "eventspace.scope.list"          # () -> the keys of the joins placed here
+CURSORS = "eventspace.scope.cursors"    # (key) -> a placed join's stream cursors

@@ -1,0 +1,520 @@
+"""A node server's ZeroMQ endpoint: one ROUTER socket and the loop thread that answers its requests."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import traceback
+from collections import deque
+from operator import attrgetter, methodcaller
+from time import monotonic
+from urllib.parse import urlsplit
+
+import msgpack
+import zmq
+
+from . import protocol as p
+from .checks import check_index, check_timeout
+from .element import FIND, MOVE, OBSERVE, WOULD_BLOCK, Element
+from .errors import AuthError, BadArgument, LimitExceeded, PastSetError, ProtocolError, Timeout, hosted_failure
+from .parking import Parked, Parking
+from .security import Security
+from .table import read_once
+from .template import Template
+
+
+class Endpoint:
+    """One ROUTER socket of a `TupleServer` and the loop thread that answers it.
+
+    The loop never blocks on an element: a request that must wait is parked with its element
+    (`pastset.parking`), retried whenever the element changes, and answered with Timeout when its
+    deadline passes. In-process threads that change an element with parked requests wake the loop
+    through a private inproc socket (the only socket touched outside the loop thread, always under
+    `_waker_mutex`). Hosted calls run on worker threads, which hand their replies to the loop.
+
+    Shares, so that one client cannot take what the others need (a client here is one
+    connection, a ROUTER peer: `pastset.Client` opens one per thread):
+    - Parked requests: see `pastset.parking.Parking`.
+    - Replies: one reply is at most `Limits.max_reply` bytes. A batch read whose reply would
+      be bigger is refused before anything is read, from the sizes of what it names (an
+      element named twice is read once, but sent twice). A reply of `_TRACKED` bytes or more
+      is handed to ZeroMQ without a copy and counted in the memory budget until ZeroMQ has
+      sent it (or dropped it with its peer); a client may have at most twice
+      `Limits.max_reply` of them unsent, so one that does not read its replies is refused
+      further big ones. Smaller replies are copied into ZeroMQ's queue, at most SNDHWM of
+      them per peer.
+    """
+
+    def __init__(self, server, bind: str, security: Security):
+        """Bind `bind` for `server` (a TupleServer) and start answering."""
+        self.server = server
+        self.table = server.table
+        self.limits = server.limits
+        self._serial = next(_ENDPOINTS)   # with a peer id, names a client of this endpoint
+        # Replies (and reads whose replies could be) of this many bytes or more are checked against
+        # Limits.max_reply and, from _TRACKED bytes on, against the memory budget.
+        self._big = min(_TRACKED, self.limits.max_reply + 1)
+        self._ctx = zmq.Context()
+        sock = self._sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # libzmq drops a peer that sends a message far beyond the frame limit before we
+        # allocate it; anything between the two limits gets a proper error reply.
+        sock.setsockopt(zmq.MAXMSGSIZE, 2 * self.limits.max_frame)
+        sock.setsockopt(zmq.SNDHWM, 100_000)
+        # CURVE is the socket's and the ZAP thread's business, settled per connection at its
+        # handshake: the loop below does no per-request work for it.
+        try:
+            self._auth = security.start_server(self._ctx, sock)
+        except AuthError:
+            self._ctx.destroy(linger=0)
+            raise
+        try:
+            self.endpoint = _bind(sock, bind)
+        except zmq.ZMQError as exc:
+            self._destroy()
+            raise PastSetError(f"cannot bind {bind}: {exc}") from None
+        inproc = f"inproc://pastset-waker-{id(self)}"
+        sock.bind(inproc)
+        self._waker_id = b"!waker-" + os.urandom(16)
+        self._waker = self._ctx.socket(zmq.DEALER)
+        self._waker.setsockopt(zmq.ROUTING_ID, self._waker_id)
+        self._waker.setsockopt(zmq.LINGER, 0)
+        self._waker.connect(inproc)
+        self._waker_mutex = threading.Lock()
+
+        self._parking = Parking(self.limits, server.name, self._answer, self._wake, server.element_changed)
+        self._lost: list[bytes] = []               # peers a send found disconnected
+        self._executor = None                      # worker threads for hosted calls, made on first use
+        self._calls = 0                            # hosted calls running
+        self._replies: deque = deque()             # (peer, rid, payload) finished by workers
+        self._in_flight: list = []                 # (tracker, peer, bytes): big replies ZeroMQ holds
+        self._unsent: dict[bytes, int] = {}        # peer -> bytes of its big replies in flight
+        self._next_probe = 0.0
+        self._rcvtimeo = -1
+        self._stopping = False
+        self._ops = self._op_table()
+        # Replies from the loop thread share one Packer (packb would build one per reply).
+        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._thread = threading.Thread(target=self._run, name=f"pastset-{server.name}", daemon=True)
+        self._thread.start()
+
+    def element_changed(self, element: Element) -> None:
+        """Called, element mutex held, by whichever thread changed an element with parked requests."""
+        self._parking.changed(element)
+
+    def close(self):
+        self._stopping = True
+        self._wake()
+        self._thread.join(timeout=5)
+        self._parking.close()
+        for _, _, size in self._in_flight:   # dropped with the context below
+            self.server.budget.give(size)
+        self._in_flight.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._waker.close(linger=0)
+        self._destroy()
+
+    def _destroy(self):
+        if self._auth is not None:
+            self._auth.stop()  # its sockets live in the context: before destroying it
+        self._ctx.destroy(linger=0)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def _run(self):
+        parking = self._parking
+        parking.loop_ident = threading.get_ident()
+        sock = self._sock
+        recv, handle = sock.recv_multipart, self._handle
+        while not self._stopping:
+            try:
+                frames = recv()
+            except zmq.Again:
+                frames = None
+            except zmq.ZMQError:
+                break  # context terminated
+            try:
+                if frames is not None:
+                    handle(frames)
+                if parking.dirty:
+                    parking.service()
+                if parking.deadlines:
+                    parking.expire(self._timed_out)
+                    self._set_rcvtimeo()
+                if parking.by_peer and monotonic() >= self._next_probe:
+                    self._probe()
+                while self._replies:
+                    self._calls -= 1
+                    self._deliver(*self._replies.popleft())
+                while self._lost:
+                    parking.forget(self._lost.pop())
+                if self._in_flight:
+                    self._reclaim()
+            except Exception:  # a bug must not stop a server that others depend on
+                traceback.print_exc()
+        sock.close(linger=0)
+
+    def _handle(self, frames):
+        if len(frames) != 2:
+            if len(frames) > 2:
+                self._send(frames[0], p.error_reply(None, ProtocolError("a request is exactly one frame")))
+            return
+        peer, frame = frames
+        if peer == self._waker_id:
+            return  # a wake-up: the loop services dirty elements next
+        try:
+            rid, op, args = p.unpack_request(frame, self.limits)
+        except ProtocolError as exc:
+            self._send(peer, p.error_reply(None, exc))
+            return
+        try:
+            handler, arity = self._ops[op] if 0 <= op < len(self._ops) else (None, 0)
+            if handler is None:
+                raise ProtocolError(f"unknown operation {op}; known: {sorted(p.OP_NAMES)}")
+            if len(args) != arity:
+                raise ProtocolError(
+                    f"{p.OP_NAMES[op]} takes {arity} arguments, got {len(args)}"
+                )
+            result = handler(peer, rid, *args)
+        except PastSetError as exc:
+            self._send(peer, p.error_reply(rid, exc))
+            return
+        except Exception as exc:  # a hostile or buggy request must not stop the loop
+            self._send(peer, p.error_reply(rid, ProtocolError(
+                f"bad arguments for {p.OP_NAMES.get(op, op)}: {type(exc).__name__}: {exc}")))
+            return
+        if result is not _ANSWERED:
+            self._deliver(peer, rid, self._pack([rid, p.OK, result]))
+
+    # -- replies ---------------------------------------------------------------------------------
+
+    def _deliver(self, peer, rid, payload) -> bool:
+        """Send the reply to request `rid`; a big one goes through _send_large."""
+        if len(payload) < self._big:
+            return self._send(peer, payload)
+        return self._send_large(peer, rid, payload)
+
+    def _send(self, peer, payload) -> bool:
+        """Send a reply; False if the peer is gone (or so far behind that it stopped reading)."""
+        try:
+            # Two plain sends with int flags: send_multipart combines enum flags per frame,
+            # which costs more than the rest of a small reply.
+            self._sock.send(peer, _MORE_NOWAIT)
+            self._sock.send(payload, _NOWAIT)
+            return True
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                self._lost.append(peer)
+            return False
+
+    def _send_large(self, peer, rid, payload) -> bool:
+        """Send a big reply: one of _TRACKED bytes or more without a copy, counted in the memory
+        budget until ZeroMQ lets go of it; or, if it is too big or its peer has too many unsent,
+        an error instead."""
+        size = len(payload)
+        tracked = size >= _TRACKED
+        try:
+            self._check_reply(size, "this request")
+            if tracked:
+                # The loop's Packer keeps the buffer it grew for a reply this big: a new one starts small.
+                self._pack = msgpack.Packer(use_bin_type=True).pack
+                self._reclaim()
+                self._check_unsent(peer, size)
+                self.server.budget.take_reply(size, f"a reply of {size:,} bytes")
+        except LimitExceeded as exc:
+            self._send(peer, p.error_reply(rid, exc))
+            return False
+        if not tracked:
+            return self._send(peer, payload)
+        unsent = self._unsent.get(peer, 0)
+        try:
+            self._sock.send(peer, _MORE_NOWAIT)
+            tracker = self._sock.send(payload, _NOWAIT, copy=False, track=True)
+        except zmq.ZMQError as exc:
+            self.server.budget.give(size)
+            if exc.errno == zmq.EHOSTUNREACH:
+                self._lost.append(peer)
+            return False
+        self._unsent[peer] = unsent + size
+        self._in_flight.append((tracker, peer, size))
+        self._set_rcvtimeo()
+        return True
+
+    def _reclaim(self):
+        """Give back to the budget the big replies ZeroMQ has sent, or dropped with their peer."""
+        still = []
+        for entry in self._in_flight:
+            tracker, peer, size = entry
+            if tracker.done:
+                self.server.budget.give(size)
+                left = self._unsent[peer] - size
+                if left:
+                    self._unsent[peer] = left
+                else:
+                    del self._unsent[peer]
+            else:
+                still.append(entry)
+        if len(still) != len(self._in_flight):
+            self._in_flight = still
+            if not still:
+                self._set_rcvtimeo()
+
+    def _check_reply(self, nbytes: int, what: str) -> None:
+        if nbytes > self.limits.max_reply:
+            raise LimitExceeded(
+                f"{what} would be answered with about {nbytes:,} bytes, over the {self.limits.max_reply:,}-byte "
+                "reply limit (Limits.max_reply); ask for fewer elements or tuples at once, or raise the limit")
+
+    def _check_unsent(self, peer, nbytes: int) -> None:
+        """LimitExceeded if `peer` may not have `nbytes` more of big replies in flight."""
+        unsent = self._unsent.get(peer, 0)
+        if unsent + nbytes > 2 * self.limits.max_reply:
+            raise LimitExceeded(
+                f"this client has {unsent:,} bytes of replies it has not read yet; read them before asking "
+                f"for more (a client may have up to twice Limits.max_reply = {2 * self.limits.max_reply:,} "
+                "bytes of replies unsent)")
+
+    def _check_read(self, peer, bound: int, what: str, size) -> None:
+        """Refuse a read before reading if its reply would pass Limits.max_reply or its client's share
+        of big replies in flight: `bound` is a quick upper bound of the reply's size (what the elements
+        hold, as charged to the memory budget), `size()` the size of what the read would return."""
+        if bound >= self._big and (bound > self.limits.max_reply or peer in self._unsent):
+            self._reclaim()
+            nbytes = size()
+            self._check_reply(nbytes, what)
+            if nbytes >= _TRACKED:
+                self._check_unsent(peer, nbytes)
+
+    # How often peers with parked requests are probed (an empty frame, which clients ignore):
+    # ROUTER_MANDATORY makes a send to a disconnected peer fail, and its requests are dropped.
+    _PROBE_INTERVAL = 2.0
+
+    def _probe(self):
+        for peer in list(self._parking.by_peer):
+            self._send(peer, b"")
+        self._next_probe = monotonic() + self._PROBE_INTERVAL
+
+    def _set_rcvtimeo(self):
+        deadline = self._parking.next_deadline()
+        ms = -1 if deadline is None else max(1, int((deadline - monotonic()) * 1000) + 1)
+        if self._parking.by_peer:
+            ms = min(ms if ms > 0 else 1 << 30, int(self._PROBE_INTERVAL * 1000))
+        if self._in_flight:   # to give the budget back soon after ZeroMQ sent them
+            ms = min(ms if ms > 0 else 1 << 30, _RECLAIM_MS)
+        if ms != self._rcvtimeo:
+            self._sock.setsockopt(zmq.RCVTIMEO, ms)
+            self._rcvtimeo = ms
+
+    # -- operations --------------------------------------------------------------------------------
+
+    def _op_table(self):
+        table = [(None, 0)] * (max(p.OP_NAMES) + 1)
+        for op, handler, arity in (
+            (p.PING, lambda peer, rid: [self.server.name, self.limits.max_frame], 0),
+            (p.ENTER, self._op_enter, 4),
+            (p.LOOKUP, self._op_lookup, 1),
+            (p.MOVE, self._op_move, 3),
+            (p.OBSERVE, self._op_observe, 3),
+            (p.FIRST, lambda peer, rid, eid: self.table.find(eid).first(), 1),
+            (p.LAST, lambda peer, rid, eid: self.table.find(eid).last(), 1),
+            (p.DELTA, lambda peer, rid, eid, n: self.table.find(eid).delta(n), 2),
+            (p.AXE, lambda peer, rid, eid, i: self.table.find(eid).axe(i), 2),
+            (p.READ_RANGE, self._op_read_range, 3),
+            (p.LATEST, self._op_latest, 2),
+            (p.LATEST_MANY, self._op_latest_many, 2),
+            (p.DELETE, lambda peer, rid, name: self.server.delete(name), 1),
+            (p.ELEMENTS, self._op_elements, 0),
+            (p.FIND, self._op_find, 4),
+            (p.CALL, self._op_call, 2),
+            (p.RANGE_MANY, self._op_range_many, 3),
+            (p.OBSERVE_INDEXED, self._op_observe_indexed, 3),
+            (p.LATEST_RECORDS, self._op_latest_records, 2),
+            (p.LATEST_RECORDS_COUNTED, self._op_latest_records_counted, 2),
+        ):
+            table[op] = (handler, arity)
+        return table
+
+    @staticmethod
+    def _describe(element):
+        return [element.id, element.template.spec, element.keep, element.delta()]
+
+    def _op_enter(self, peer, rid, name, spec, keep, delta):
+        return self._describe(self.table.enter(name, Template.of(spec), keep, delta, (self._serial, peer)))
+
+    def _op_lookup(self, peer, rid, name):
+        return self._describe(self.table.named(name))
+
+    def _op_elements(self, peer, rid):
+        return [[i.name, i.template, i.first, i.last, i.keep, i.delta, i.nbytes]
+                for i in self.server.elements()]
+
+    def _op_latest(self, peer, rid, eid, n):
+        element = self.table.find(eid)
+        if element.held_charge >= self._big:
+            self._check_read(peer, element.held_charge, "latest", lambda: element.read_size(newest=n))
+        return element.latest(n)
+
+    def _op_read_range(self, peer, rid, eid, lo, hi):
+        element = self.table.find(eid)
+        if element.held_charge >= self._big:
+            self._check_read(peer, element.held_charge, "read_range", lambda: element.read_size(lo, hi))
+        return element.read_range(lo, hi)
+
+    def _batch(self, what, refs) -> list[Element]:
+        """The elements a batch read names (ids or names), in order."""
+        if not isinstance(refs, list) or len(refs) > self.limits.max_batch:
+            raise BadArgument(f"{what} takes a list of at most {self.limits.max_batch} element ids or names")
+        return self.table.find_all(refs)
+
+    def _check_batch(self, peer, what, elements, keys, size_of) -> None:
+        """_check_read for a batch read of `elements`; `size_of(key)` for each of `keys`."""
+        self._check_read(peer, sum(map(_HELD_CHARGE, elements)), what, lambda: sum(read_once(keys, size_of)))
+
+    def _op_latest_records(self, peer, rid, refs, n):
+        elements = self._batch("latest_records", refs)
+        self._check_batch(peer, "latest_records", elements, elements, lambda e: e.read_size(newest=n))
+        return self.server.latest_records(elements, n)
+
+    def _op_latest_records_counted(self, peer, rid, refs, n):
+        elements = self._batch("latest_records", refs)
+        self._check_batch(peer, "latest_records", elements, elements, lambda e: e.read_size(newest=n))
+        return self.server.latest_records_counted(elements, n)
+
+    def _op_latest_many(self, peer, rid, refs, n):
+        elements = self._batch("latest_many", refs)
+        self._check_batch(peer, "latest_many", elements, elements, lambda e: e.read_size(newest=n))
+        return read_once(elements, methodcaller("latest", n))   # no Python frame per element
+
+    def _op_range_many(self, peer, rid, refs, los, hi):
+        """read_range(lo, hi) of many elements (a monitor's stream over many trace elements)."""
+        if not isinstance(refs, list) or not isinstance(los, list) or len(refs) != len(los):
+            raise BadArgument(f"range_many takes equal lists of at most {self.limits.max_batch} "
+                              "element ids or names and of start indices, and an end index")
+        elements = self._batch("range_many", refs)
+        for index in (*los, hi):
+            check_index(index)
+        keys = list(zip(elements, los))
+        self._check_batch(peer, "range_many", elements, keys, lambda k: k[0].read_size(k[1], hi))
+        return read_once(keys, lambda k: k[0].read_range(k[1], hi))
+
+    def _op_call(self, peer, rid, name, args):
+        fn, inline = self.server.hosted(name)
+        if not isinstance(args, list):
+            raise BadArgument("call takes a name and a list of arguments")
+        if inline:
+            return fn(*args)
+        if self._calls >= self.limits.max_calls:
+            raise LimitExceeded(f"server {self.server.name} already runs {self.limits.max_calls} hosted calls")
+        if self._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(self.limits.max_calls, f"pastset-{self.server.name}-call")
+        self._calls += 1
+        self._executor.submit(self._run_call, peer, rid, name, fn, args)
+        return _ANSWERED
+
+    def _run_call(self, peer, rid, name, fn, args):
+        """On a worker thread: run the hosted callable, hand the reply to the loop."""
+        try:
+            payload = p.pack([rid, p.OK, fn(*args)])
+        except PastSetError as exc:
+            payload = p.error_reply(rid, exc)
+        except Exception as exc:
+            payload = p.error_reply(rid, hosted_failure(name, exc))
+        self._replies.append((peer, rid, payload))
+        self._wake()
+
+    # -- blocking operations: attempt now, or park until the element changes ----------------
+
+    def _op_move(self, peer, rid, eid, values, timeout):
+        return self._attempt_or_park(Parked(peer, rid, self.table.find(eid), p.MOVE, MOVE, values, False,
+                                            _deadline(timeout)), timeout)
+
+    def _op_observe(self, peer, rid, eid, index, timeout):
+        return self._attempt_or_park(Parked(peer, rid, self.table.find(eid), p.OBSERVE, OBSERVE, index,
+                                            index is None, _deadline(timeout)), timeout)
+
+    def _op_observe_indexed(self, peer, rid, eid, index, timeout):
+        return self._attempt_or_park(Parked(peer, rid, self.table.find(eid), p.OBSERVE_INDEXED, OBSERVE, index,
+                                            index is None, _deadline(timeout)), timeout)
+
+    def _op_find(self, peer, rid, eid, pattern, remove, timeout):
+        element = self.table.find(eid)
+        pattern = element.check_pattern(pattern)
+        return self._attempt_or_park(Parked(peer, rid, element, p.FIND, FIND, pattern, bool(remove),
+                                            _deadline(timeout)), timeout)
+
+    def _attempt_or_park(self, waiter: Parked, timeout):
+        element = waiter.element
+        with element.mutex:
+            if self._answer(waiter):
+                return _ANSWERED
+            if timeout == 0:
+                raise Timeout(f"{p.OP_NAMES[waiter.op]} on element {element.name} would block")
+            self._parking.park(waiter)
+        now = monotonic()
+        if self._next_probe < now:
+            self._next_probe = now + self._PROBE_INTERVAL
+        self._set_rcvtimeo()
+        return _ANSWERED
+
+    def _answer(self, waiter: Parked) -> bool:
+        """Try the request once (element mutex held) and send its reply; True when it was answered.
+
+        A consumed or taken tuple is removed only after its reply was handed to the peer,
+        so a consumer that disconnected while parked loses nothing and takes nothing.
+        """
+        peer, rid, element = waiter.peer, waiter.rid, waiter.element
+        try:
+            found = element.attempt(waiter.kind, waiter.arg)
+            if found is WOULD_BLOCK:
+                return False
+            if waiter.kind == MOVE:
+                self._send(peer, self._pack([rid, p.OK, found]))
+                return True
+            reply = found if waiter.op == p.OBSERVE_INDEXED else found[1]
+            if self._deliver(peer, rid, self._pack([rid, p.OK, reply])) and waiter.consumes:
+                element.commit(found[0])
+            return True
+        except PastSetError as exc:
+            self._send(peer, p.error_reply(rid, exc))
+            return True
+
+    def _timed_out(self, waiter: Parked) -> None:
+        self._send(waiter.peer, p.error_reply(waiter.rid, Timeout(
+            f"{p.OP_NAMES[waiter.op]} on element {waiter.element.name} timed out")))
+
+    def _wake(self):
+        with self._waker_mutex:
+            try:
+                self._waker.send(b"w", zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass  # a wake-up is already queued, or the endpoint is closing
+
+
+_ANSWERED = object()
+_ENDPOINTS = itertools.count()
+# Replies of this many bytes or more are sent without a copy and counted in the memory budget
+# until ZeroMQ has sent them; below it a copy is cheaper than following the reply (pyzmq's
+# tracking costs some 70 µs a message), and above it the copy costs more than that.
+_TRACKED = 1 << 20
+_RECLAIM_MS = 10
+_HELD_CHARGE = attrgetter("held_charge")
+_NOWAIT = int(zmq.NOBLOCK)
+_MORE_NOWAIT = int(zmq.SNDMORE | zmq.NOBLOCK)
+
+
+def _deadline(timeout):
+    return None if check_timeout(timeout) is None else monotonic() + timeout
+
+
+def _bind(sock, bind: str) -> str:
+    """Bind, turning port 0 into a free port; returns the endpoint actually bound."""
+    parts = urlsplit(bind)
+    if parts.scheme == "tcp" and parts.port == 0:
+        bind = f"tcp://{parts.hostname}:*"
+    sock.bind(bind)
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)

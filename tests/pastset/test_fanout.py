@@ -1,0 +1,98 @@
+"""Rounds of requests to several node servers, over both backends: merged batch reads, hosted
+calls, errors and nodes that are not there."""
+
+import struct
+
+import pytest
+
+import pastset
+from pastset.fanout import _merged
+
+FMT = "=HI"
+
+
+@pytest.fixture(params=["local", "tcp"])
+def nodes(request):
+    """Two node servers A and B in this process, served under the backend's scheme; their endpoints."""
+    servers = {name: pastset.TupleServer(name) for name in "AB"}
+    bind = "local://" if request.param == "local" else "tcp://127.0.0.1:0"
+    endpoints = {name: server.serve(bind) for name, server in servers.items()}
+    for name, server in servers.items():
+        rings = server.enter_rings([f"r{i}" for i in range(4)], FMT, keep=8)
+        for i, ring in enumerate(rings):
+            for j in range(i + 1):
+                ring.move((i, j))
+        server.enter("typed", ["int"]).move((7,))
+        server.host("echo", lambda *args: list(args))
+        server.host("fails", lambda: 1 / 0)
+    fanout = pastset.Fanout(endpoints)
+    yield servers, fanout
+    fanout.close()
+    for server in servers.values():
+        server.close()
+
+
+def test_batch_reads_of_one_node_in_one_round_each_get_their_own_part(nodes):
+    _, fanout = nodes
+    for _ in range(2):   # the names are encoded once, and read right the second time too
+        pulls = fanout.round(5)
+        a1 = pulls.latest_records("A", ["r0", "r2"])
+        b = pulls.latest_records("B", ["r1"])
+        a2 = pulls.latest_records("A", ["r3", "r1"])
+        ranged1 = pulls.range_many("A", ["r2"], [1], 1 << 40)
+        ranged2 = pulls.range_many("A", ["r3", "typed"], [0, 0], 1 << 40)
+        many = pulls.latest_many("B", ["typed", "r0"])
+        echoed = pulls.call("A", "echo", 1, "x")
+        assert pulls.wait() == set()
+        assert list(struct.iter_unpack(FMT, a1.result())) == [(0, 0), (2, 2)]
+        assert list(struct.iter_unpack(FMT, b.result())) == [(1, 1)]
+        assert list(struct.iter_unpack(FMT, a2.result())) == [(3, 3), (1, 1)]
+        assert [(start, len(data)) for start, data in ranged1.result()] == [(1, 12)]
+        assert ranged2.result()[1] == (0, [(7,)])
+        assert many.result() == [(0, [(7,)]), (0, struct.pack(FMT, 0, 0))]
+        assert echoed.result() == [1, "x"]
+
+
+def test_errors_come_back_per_request_and_unknown_nodes_are_missing(nodes):
+    servers, fanout = nodes
+    fanout.add("C", "tcp://127.0.0.1:1")   # nothing listens there
+    pulls = fanout.round(0.5)
+    unknown = pulls.latest_records("A", ["nope"])
+    typed = pulls.call("B", "fails")
+    absent = pulls.ping("C")
+    fine = pulls.ping("B")
+    assert pulls.wait() == {"C"}
+    with pytest.raises(pastset.UnknownElement):
+        unknown.result()
+    with pytest.raises(pastset.ProtocolError, match="ZeroDivisionError"):
+        typed.result()
+    assert not absent.answered and fine.result() == "B"
+    with pytest.raises(pastset.ServerGone):
+        absent.result()
+    assert fanout.gone({"C"}) == {"C"}
+
+
+def test_a_node_that_stops_serving_is_missing_and_gone(nodes):
+    servers, fanout = nodes
+    servers["B"].close()
+    pulls = fanout.round(0.5)
+    pulls.ping("A")
+    pulls.ping("B")
+    missing = pulls.wait()
+    assert missing == {"B"}
+    assert fanout.gone(missing) == {"B"}
+
+
+def test_sequential_rounds_answer_each_request_in_turn(nodes):
+    _, fanout = nodes
+    pulls = fanout.round(5, sequential=True)
+    replies = [pulls.call(node, "echo", i) for i, node in enumerate("ABAB")]
+    assert pulls.wait() == set()
+    assert [r.result() for r in replies] == [[0], [1], [2], [3]]
+
+
+def test_only_batch_reads_of_one_kind_node_and_bound_are_merged():
+    requests = [(node, op, None, (), last, i) for i, (node, op, last) in enumerate([
+        ("A", 18, 1), ("B", 18, 1), ("A", 18, 1), ("A", 15, None), ("A", 16, 9), ("A", 16, 9), ("A", 16, 8)])]
+    groups = [[request[-1] for request in group] for group in _merged(requests)]
+    assert groups == [[0, 2], [1], [3], [4, 5], [6]]
