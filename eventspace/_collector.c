@@ -82,7 +82,7 @@ get_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* The element's plain attributes (_last, _first, _sleepers, parked) are read and written in its
+/* The element's plain attributes (_last, _first, _sleepers, _parked) are read and written in its
  * instance dict: the same values `element._last` reads, without the type lookup each attribute
  * access makes (a third of an append). They are plain instance attributes, no descriptors. */
 static PyObject *
@@ -690,7 +690,7 @@ PyMODINIT_FUNC
 PyInit__collector(void)
 {
     struct { PyObject **slot; const char *text; } strings[] = {
-        {&s_last, "_last"}, {&s_first, "_first"}, {&s_sleepers, "_sleepers"}, {&s_parked, "parked"},
+        {&s_last, "_last"}, {&s_first, "_first"}, {&s_sleepers, "_sleepers"}, {&s_parked, "_parked"},
         {&s_signal_change, "_signal_change"}, {&s_template, "template"}, {&s_mismatch, "_mismatch"},
         {&s_ring, "_ring"}, {&s_cap, "_cap"}, {&s_size, "_size"}, {&s_keep, "keep"}, {&s_mutex, "mutex"},
         {&s_acquire, "acquire"}, {&s_release, "release"},
