@@ -12,8 +12,8 @@ import pytest
 import paths
 from eventspace import trace
 from eventspace.catalogue import Catalogue
+from synthetic import T0
 
-T0 = 1_000_000_000_000   # ns: the batches' clock does not start at zero
 INPUTS = Path(__file__).resolve().parents[2] / "pathmaps" / "inputs"
 
 

@@ -9,7 +9,7 @@ import sys
 from datetime import UTC, datetime
 
 import pytest
-from conftest import T0
+from synthetic import T0
 
 from eventspace import trace
 from eventspace.clock import WallClock

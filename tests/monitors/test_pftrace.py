@@ -4,7 +4,7 @@ interning and incremental timestamps on one sequence, and the same content as th
 from __future__ import annotations
 
 import pytest
-from conftest import T0
+from synthetic import T0
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from pftrace_decode import decode as _decode
 
