@@ -14,7 +14,7 @@ from monitors.dashboard import DashboardState, render
 from monitors.perfetto import to_perfetto, validate
 from monitors.pftrace import write_pftrace
 from monitors.render import system_bars
-from conftest import T0
+from synthetic import T0
 from monitors.system import SystemMon
 from paths import Instrument, Selector, launch
 from pftrace_decode import decode
