@@ -1,7 +1,7 @@
-"""Wind-tunnel slowdown from event collectors alone: time per step instrumented against uninstrumented, per size.
+"""Wind-tunnel slowdown from event collectors alone (or from system sampling): time per step with against without, per size.
 
 Run: `python benchmarks/windtunnel_bench.py [--sizes small,medium,large] [--steps 30,6,3] [--repeat 3]
-[--pathmap P] [--quick]`.
+[--pathmap P] [--quick] [--compare collectors|system]`.
 
 Two runs of the same pathmap are launched side by side and stay up: the pathmap as it is (fully
 instrumented; pathmaps/windtunnel-paper.yaml has 1841 collectors on 140 threads) and the same
@@ -14,12 +14,18 @@ must end with the same grid (the instrumentation changes nothing but time).
 
 Targets (issue 17): slowdown <= 1.04 for small (median of >= 6 pairs: `--repeat 6`), <= 1.02 for
 medium and large. Node processes run the compiled collector unless EVENTSPACE_PURE=1 is set.
+
+`--compare system` measures the system summary sampler instead (eventspace.system: every node
+server samples its CPU, memory and communication every 100 ms): both runs are the pathmap without
+collectors, sampling switched on in one and off in the other (`eventspace space switch`), the
+same A B B A pairs; the check is that only the sampling run wrote system records.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import tempfile
 import time
@@ -29,7 +35,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from timing import Figure, difference, interleave, report
 
 from apps.windtunnel.lattice import SIZES
-from eventspace.catalogue import TRACE_PREFIX, Catalogue
+import pastset
+from eventspace.catalogue import Catalogue
+from eventspace.space import switch_collectors
+from eventspace.system import COST, INTERVAL
 from paths import Instrument, Pathmap, launch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,10 +57,20 @@ def per_step(run, size: str, steps: int) -> tuple[float, bytes]:
     return max(r["seconds"] for r in ordered) / made, b"".join(r["digests"] for r in ordered)
 
 
-def records_written(run, pm: Pathmap) -> int:
-    """How many trace tuples every collector of the run has written so far."""
-    return sum(info.last for node in pm.nodes for info in run.client(node.name).elements()
-               if info.name.startswith(TRACE_PREFIX))
+def records_written(run, pm: Pathmap, system: bool = False) -> int:
+    """How many trace tuples every collector of the run (with `system`: every node's system
+    sampler) has written so far."""
+    catalogue = Catalogue(pm)
+    names = {e.trace for e in (catalogue.system if system else catalogue.entries)}
+    return sum(info.last for node in pm.nodes for info in run.client(node.name).elements() if info.name in names)
+
+
+def switch_sampling(run, pm: Pathmap, on: bool) -> None:
+    """Switch every node's system sampler of `run` on or off."""
+    catalogue = Catalogue(pm)
+    for node in pm.nodes:
+        with pastset.connect(run.endpoints[node.name]) as client:
+            switch_collectors(client, on, [catalogue.system_of(node.name).id])
 
 
 def collector_cost(rounds: int = 7) -> float:
@@ -73,6 +92,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="instrumented/uninstrumented pairs per size")
     parser.add_argument("--pathmap", default=str(PAPER))
     parser.add_argument("--quick", action="store_true", help="small only, 10 steps, 2 pairs")
+    parser.add_argument("--compare", choices=("collectors", "system"), default="collectors",
+                        help="what run A has and run B has not: collectors (default), or system sampling")
     args = parser.parse_args()
     sizes = ["small"] if args.quick else [s.strip() for s in args.sizes.split(",") if s.strip()]
     if args.quick:
@@ -86,6 +107,8 @@ def main() -> None:
         steps = [DEFAULT_STEPS.get(s, 10) for s in sizes]
     repeat = 2 if args.quick else args.repeat
 
+    if args.compare == "system":
+        return compare_sampling(Pathmap.load(args.pathmap), sizes, steps, repeat)
     instrumented = Pathmap.load(args.pathmap)
     plain = dataclasses.replace(instrumented, name=f"{instrumented.name}-uninstrumented",
                                 instrument=Instrument()).validate()
@@ -95,9 +118,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as run_dir, \
             launch(instrumented, run_dir=run_dir, start_timeout=300) as run_a, \
             launch(plain, run_dir=run_dir, start_timeout=300) as run_b:
-        tiny = max(4, len(plain.threads) + len(plain.threads) % 2)
         for run in (run_a, run_b):
-            per_step(run, tiny, 2)  # warm up: connections between nodes, worker threads
+            switch_sampling(run, run.pathmap, False)   # the collectors alone
+        warm_up(run_a, run_b)
         for size, count in zip(sizes, steps):
             a = Figure(f"{size}: instrumented ({collectors} collectors)", peer=f"{size}: uninstrumented")
             b = Figure(f"{size}: uninstrumented")
@@ -138,6 +161,64 @@ def main() -> None:
                                           "implementation": implementation},
                              "pair_ratios": ratios, "records_per_step": records, "collector_cost_s": cost,
                              "expected_slowdown_bound": expected, "seconds": time.monotonic() - started})
+
+
+def warm_up(*runs) -> None:
+    """A short run of each: connections between nodes, worker threads."""
+    for run in runs:
+        threads = len(run.pathmap.threads)
+        per_step(run, max(4, threads + threads % 2), 2)
+
+
+def compare_sampling(pm: Pathmap, sizes: list[str], steps: list[int], repeat: int) -> None:
+    """The slowdown from system sampling (see the module's docstring)."""
+    plain = dataclasses.replace(pm, instrument=Instrument()).validate()
+    sampled = dataclasses.replace(plain, name=f"{pm.name}-sampled")
+    figures, targets, ratios, samples = [], {}, {}, {}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as run_dir, \
+            launch(sampled, run_dir=run_dir, start_timeout=300) as run_a, \
+            launch(plain, run_dir=run_dir, start_timeout=300) as run_b:
+        switch_sampling(run_a, sampled, True)
+        switch_sampling(run_b, plain, False)
+        warm_up(run_a, run_b)
+        off = records_written(run_b, plain, True)   # what it wrote before it was switched off
+        for size, count in zip(sizes, steps):
+            a = Figure(f"{size}: sampling every 100 ms ({len(pm.nodes)} nodes)", peer=f"{size}: no sampling")
+            b = Figure(f"{size}: no sampling")
+            for i in range(repeat):
+                order = ((run_a, a), (run_b, b)) if i % 2 == 0 else ((run_b, b), (run_a, a))
+                grids = []
+                for run, figure in order:
+                    before = records_written(run, run.pathmap, True)
+                    seconds, grid = per_step(run, size, count)
+                    if run is run_a:
+                        samples[size] = records_written(run_a, sampled, True) - before
+                    figure.rounds.append(seconds)
+                    grids.append(grid)
+                if grids[0] != grids[1]:
+                    raise SystemExit(f"{size}: the runs with and without sampling ended with different grids")
+            figures += [b, a]
+            targets[a.name] = "slowdown within noise"
+            ratios[size] = a.ratio_rounds(b)
+            print(f"{size} ({count} steps): pair ratios " + ", ".join(f"{r:.3f}" for r in ratios[size]), flush=True)
+        if not all(samples.values()) or records_written(run_b, plain, True) != off or records_written(run_a, sampled):
+            raise SystemExit(f"sampling check failed: system records {samples} in the sampling run, or some in the "
+                             "other, or collector records in either")
+        costs = {node.name: run_a.client(node.name).call(COST) for node in pm.nodes}
+    # What the samplers' own work should cost: their CPU time per second of sampling, as a share of
+    # the machine's cores (an upper bound on the slowdown of an application that keeps every core busy).
+    per_sample = sum(ns for _, ns in costs.values()) / max(1, sum(n for n, _ in costs.values())) / 1e9
+    busy = len(pm.nodes) * per_sample / INTERVAL
+    expected = 1 + busy / (os.cpu_count() or 1)
+    print(f"a sample took {per_sample * 1e6:.0f} µs of CPU (mean over {len(costs)} nodes); {len(pm.nodes)} nodes "
+          f"every {INTERVAL * 1e3:.0f} ms keep {busy:.2%} of a core busy → expected slowdown ≤ {expected:.4f}")
+    report(f"Wind tunnel slowdown from system sampling, {pm.name}", figures, targets, "windtunnel_system_bench.json",
+           unit="ms", extra={"settings": {"sizes": sizes, "steps": steps, "repeat": repeat, "pathmap": pm.name,
+                                          "interval_s": 0.1},
+                             "pair_ratios": ratios, "system_records_per_run": samples,
+                             "sample_cpu_s": per_sample, "expected_slowdown_bound": expected,
+                             "seconds": time.monotonic() - started})
 
 
 if __name__ == "__main__":

@@ -12,6 +12,16 @@ from paths import Pathmap
 from . import trace
 
 TRACE_PREFIX = "trace/"  # collector N writes into trace element trace/N (Entry.trace; see Catalogue.by_trace)
+SYSTEM_ROLE = "system"       # the role of a node's system summary element (eventspace.system)
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """What reading a tree's collectors needs of the tree: its `members` (threads, in the
+    pathmap's order) and the fan-in of each join that has an arrival collector, by stage."""
+
+    members: tuple[str, ...]
+    fan_in: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -54,8 +64,13 @@ class Catalogue:
 
     Ids are those `Pathmap.collector_points()` gives (from 1, in its order); the trace element of
     collector i is `trace/i`, kept on the collector's node unless the instrument section names a
-    location. Look a collector up by id (`catalogue[i]`) or by its trace element's name
-    (`by_trace`), never by taking the name apart.
+    location. `entries` are the collectors. `system` holds one entry more per node, in the
+    pathmap's order, numbered after every collector (so that collector ids do not depend on them):
+    the node's system summary element (role `system`, eventspace.system), which only views that
+    name it select (`role:system`). `threads` are the pathmap's threads as (name, node), in order
+    (a system record's `element` is 1 + an index into it); `trees` the TreeLayout of each tree
+    that has collectors. Look an entry up by id (`catalogue[i]`, `column`, `label`: both kinds) or
+    by its trace element's name (`by_trace`), never by taking the name apart.
     """
 
     def __init__(self, pathmap: Pathmap):
@@ -87,19 +102,44 @@ class Catalogue:
                                  thread, path.name if path else None, element, point.tree,
                                  element_id, flags, f"{TRACE_PREFIX}{point.id}", trace_node))
         self.entries: tuple[Entry, ...] = tuple(entries)
+        self.system: tuple[Entry, ...] = tuple(
+            Entry(len(entries) + i, SYSTEM_ROLE, "sampler", n.name, n.cluster, None, None, None, None, 0,
+                  trace.SYSTEM, f"{TRACE_PREFIX}{len(entries) + i}", n.name)
+            for i, n in enumerate(pm.nodes, 1))
+        self.threads: tuple[tuple[str, str], ...] = tuple((t.name, t.node) for t in pm.threads)
+        self.trees: dict[str, TreeLayout] = {
+            tree: TreeLayout(tuple(pm.tree(tree).members), {e.stage: pm.fan_in(tree, e.stage) for e in entries
+                                                            if e.tree == tree and e.role == "arrival"})
+            for tree in dict.fromkeys(e.tree for e in entries if e.tree)}
 
     def __len__(self) -> int:
+        """How many collectors."""
         return len(self.entries)
 
     def __iter__(self):
+        """The collectors, by id."""
         return iter(self.entries)
 
     def __getitem__(self, cid: int) -> Entry:
-        """The collector with id `cid` (from 1); KeyError if there is none."""
-        if not isinstance(cid, int) or not 1 <= cid <= len(self.entries):
-            raise KeyError(f"pathmap {self.pathmap.name} has no collector {cid!r} "
-                           f"(ids 1..{len(self.entries)})")
-        return self.entries[cid - 1]
+        """The collector (or system element) with id `cid` (from 1); KeyError if there is none."""
+        if isinstance(cid, int) and 1 <= cid <= len(self.entries):
+            return self.entries[cid - 1]
+        if isinstance(cid, int) and 1 <= cid - len(self.entries) <= len(self.system):
+            return self.system[cid - len(self.entries) - 1]
+        raise KeyError(f"pathmap {self.pathmap.name} has no collector {cid!r} "
+                       f"(ids 1..{len(self.entries)}, system elements after them)")
+
+    def system_of(self, node: str) -> Entry:
+        """The system summary element of `node`; KeyError if the pathmap has no such node."""
+        for entry in self.system:
+            if entry.node == node:
+                return entry
+        raise KeyError(f"pathmap {self.pathmap.name} has no node {node!r}")
+
+    def thread_of(self, element: int) -> str | None:
+        """The thread a system record's `element` names (1 + its index in `threads`); None for 0,
+        the whole process, or an index past the pathmap's threads."""
+        return self.threads[element - 1][0] if 1 <= element <= len(self.threads) else None
 
     def by_trace(self, name: str) -> Entry:
         """The collector whose trace element is `name`; KeyError if there is none."""
@@ -110,7 +150,7 @@ class Catalogue:
 
     @cached_property
     def _by_trace(self) -> dict[str, Entry]:
-        return {entry.trace: entry for entry in self.entries}
+        return {entry.trace: entry for entry in (*self.entries, *self.system)}
 
     def on_node(self, node: str) -> tuple[Entry, ...]:
         """The collectors whose trace elements live on `node`."""
@@ -135,7 +175,7 @@ class Catalogue:
         cache = self.__dict__.setdefault("_column_cache", {})
         if attribute not in cache:
             attr = {"collector": "id"}.get(attribute, attribute)
-            values = [None] + [getattr(e, attr) if attr != "all" else "all" for e in self.entries]
+            values = [None] + [getattr(e, attr) if attr != "all" else "all" for e in self.entries + self.system]
             names = tuple(dict.fromkeys(v for v in values[1:]))
             code = {name: i for i, name in enumerate(names)}
             column = np.array([0] + [code[v] for v in values[1:]], dtype=np.int64)
@@ -143,15 +183,19 @@ class Catalogue:
         return cache[attribute]
 
     def label(self, records: np.ndarray) -> list[dict]:
-        """Records as dicts with the catalogue's names (thread, node, element or tree, role, op)."""
+        """Records as dicts with the catalogue's names (thread, node, element or tree, role, op; a
+        system record's thread is the one its `element` names, None for the whole process)."""
         out = []
+        every = self.entries + self.system
         for r in records:
-            entry = self.entries[int(r["collector"]) - 1] if 1 <= r["collector"] <= len(self.entries) else None
+            entry = every[int(r["collector"]) - 1] if 1 <= r["collector"] <= len(every) else None
+            thread = entry.thread if entry and entry.role != SYSTEM_ROLE else \
+                self.thread_of(int(r["element"])) if entry else None
             out.append({
                 "collector": int(r["collector"]), "op": trace.OP_NAMES.get(int(r["op"]), str(r["op"])),
                 "flags": int(r["flags"]), "arg": int(r["arg"]), "nbytes": int(r["nbytes"]),
                 "t_start": int(r["t_start"]), "t_end": int(r["t_end"]),
-                "role": entry.role if entry else None, "thread": entry.thread if entry else None,
+                "role": entry.role if entry else None, "thread": thread,
                 "node": entry.node if entry else None, "element": entry.element if entry else None,
                 "tree": entry.tree if entry else None, "path": entry.path if entry else None,
             })

@@ -107,7 +107,7 @@ def _switch(args) -> int:
     import pastset
     from paths import RunFile
 
-    from .catalogue import Catalogue
+    from .catalogue import SYSTEM_ROLE, Catalogue
     from .space import switch_collectors
     from .view import View
 
@@ -120,7 +120,9 @@ def _switch(args) -> int:
     for node, cids in sorted(by_node.items()):
         with pastset.connect(run.endpoints[node]) as client:
             switch_collectors(client, args.state == "on", cids)
-    print(f"switched {args.state} {len(entries)} collectors on {len(by_node)} nodes "
+    samplers = sum(1 for e in entries if e.role == SYSTEM_ROLE)
+    what = f"{len(entries) - samplers} collectors" + (f" and {samplers} system samplers" if samplers else "")
+    print(f"switched {args.state} {what} on {len(by_node)} nodes "
           f"({', '.join(sorted(by_node))}); they take effect within milliseconds")
     return 0
 

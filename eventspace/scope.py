@@ -21,7 +21,7 @@ from .catalogue import Catalogue
 from .gather import MODES, GatherJoin, JoinSpec, Pulled
 from .hosted import CURSORS, INFLIGHT, INSTALL, PULL, REMOVE, RENEW
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
-from .stages import ScopeStage
+from .stages import ScopeStage, check_tree
 from .view import View
 
 PLACEMENTS = ("monitor", "near")
@@ -200,6 +200,8 @@ class EventScope:
             timeout = self.timeout * (levels - depth[join]) / (levels + 1) if near else self.timeout
             specs.append(JoinSpec(keys[join], depth[join], node, leaves, children, stages, self.mode,
                                   settings.concurrency, timeout, dict(self.endpoints), cursors))
+        check_tree([ScopeStage.parse(s, pm.allow_modules) for s in settings.stages], [s.leaves for s in specs],
+                   self.catalogue)
         return specs
 
     def _ring_starts(self) -> dict[str, int]:
@@ -374,6 +376,7 @@ class EventScope:
             tuple(stages) if stages is not None else settings.stages,
             settings.max_rate if max_rate is ... else max_rate,
         ).checked(self.pathmap.allow_modules)
+        self.plan(new)   # a tree the stages cannot run on fails here, before anything changes
         with self._mutex:
             self._cursors = self._collect_cursors()
             old_installed = self._installed

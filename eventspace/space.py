@@ -60,8 +60,9 @@ class NodeSpace:
         # called after many others finds them in the caches): its switch (1 collects, 0 forwards),
         # and the start (ns) of the operation it is timing now, 0 when none. Collectors write their
         # slot (one store, atomic under the GIL); heartbeat monitors read the in-flight table.
-        self.switches = bytearray(b"\x01") * (len(self.catalogue) + 1)
-        self.inflight = array("q", bytes(8 * (len(self.catalogue) + 1)))
+        ids = len(self.catalogue) + len(self.catalogue.system) + 1   # collectors, then system elements
+        self.switches = bytearray(b"\x01") * ids
+        self.inflight = array("q", bytes(8 * ids))
         self._enrolled: set[int] = set()   # ids of the collectors built on this node
         self.control = node.server.enter(CONTROL, CONTROL_TEMPLATE)
         self._closing = threading.Event()

@@ -10,7 +10,7 @@ import numpy as np
 from paths.expression import Expression, ExpressionError
 from paths.registry import load_reference
 
-from . import trace
+from . import classes, histogram, trace
 from .catalogue import Catalogue
 
 GROUPS = ("all", "collector", "thread", "node", "cluster", "element", "path", "tree", "role")
@@ -31,6 +31,12 @@ class ScopeStage:
     t_end the greatest), or `module:function` from an allowed module (a function of a record
     array and the catalogue, returning a record array). GROUP is one of all (the default),
     collector, thread, node, cluster, element, path, tree, role.
+
+    MRNet's two: `classes:SIGNATURE@thread|node` (equivalence classes: SIGNATURE `ops`, the
+    default, or `durations`; members threads, the default, or nodes; see eventspace.classes),
+    and `histogram:FIELD@GROUP` (log2 buckets of FIELD, `duration` by default, or `nbytes`,
+    `arg`, per GROUP and op; see eventspace.histogram). Both travel as trace records with flags
+    (trace.CLASS, trace.HISTOGRAM) and merge at every join.
 
     Every stage but `convert` maps records to records and is associative, so it can run at
     every level of a tree; `convert:records` turns the result into dicts, in the monitor only.
@@ -61,6 +67,23 @@ class ScopeStage:
             if rest != "records":
                 raise StageError(f"stage {text!r}: the only conversion is convert:records")
             return cls(text, kind, rest)
+        if kind == "classes":
+            signature, _, by = rest.partition("@")
+            signature, by = signature or "ops", by or "thread"
+            if signature not in classes.SIGNATURES:
+                raise StageError(f"stage {text!r}: unknown signature {signature!r}; use one of "
+                                 f"{', '.join(classes.SIGNATURES)}")
+            if by not in classes.MEMBERS:
+                raise StageError(f"stage {text!r}: classes are of {' or '.join(classes.MEMBERS)}, not {by!r}")
+            return cls(text, kind, signature, by)
+        if kind == "histogram":
+            name, _, group = rest.partition("@")
+            name, group = name or "duration", group or "all"
+            if name not in histogram.FIELDS:
+                raise StageError(f"stage {text!r}: unknown field {name!r}; histograms of {', '.join(histogram.FIELDS)}")
+            if group not in GROUPS:
+                raise StageError(f"stage {text!r}: unknown group {group!r}; use one of {', '.join(GROUPS)}")
+            return cls(text, kind, name, group)
         if kind == "reduce":
             how, _, group = rest.partition("@")
             group = group or "all"
@@ -70,7 +93,8 @@ class ScopeStage:
             return cls(text, kind, how, group)
         raise StageError(f"unknown scope stage {text!r}; use latest, gather, filter:EXPR, sort:FIELD, "
                          "reduce:max_t_end|min_t_start|max:FIELD|min:FIELD|count|sum[@GROUP] or "
-                         "module:function, convert:records")
+                         "module:function, classes:ops|durations@thread|node, histogram:FIELD@GROUP, "
+                         "convert:records")
 
     def __str__(self) -> str:
         return self.text
@@ -89,6 +113,10 @@ def compile_stages(stages, catalogue: Catalogue) -> Callable[[np.ndarray], np.nd
             steps.append(lambda r, e=expression: r[e.mask(r)] if len(r) else r)
         elif stage.kind == "sort":
             steps.append(lambda r, f=stage.arg: r[np.argsort(r[f], kind="stable")])
+        elif stage.kind == "classes":
+            steps.append(classes.reducer(stage.arg, classes.layout(catalogue, stage.group)))
+        elif stage.kind == "histogram":
+            steps.append(histogram.reducer(stage.arg, catalogue.column(stage.group)))
         else:
             reducer = _reducer(stage.arg, stage.text, catalogue.pathmap.allow_modules)
             column = catalogue.column(stage.group)
@@ -100,6 +128,19 @@ def compile_stages(stages, catalogue: Catalogue) -> Callable[[np.ndarray], np.nd
         return records
 
     return apply
+
+
+def check_tree(stages, leaves: list[dict[str, list[str]]], catalogue: Catalogue) -> None:
+    """StageError if a stage cannot be right on a tree whose joins read `leaves` (each join's
+    {node: [trace element, ...]}): a `classes` stage needs each member's trace elements under
+    one join."""
+    for stage in stages:
+        if stage.kind == "classes":
+            split = classes.split_member(stage.group, leaves, catalogue)
+            if split is not None:
+                raise StageError(f"stage {stage.text!r}: the trace elements of {stage.group} {split} are read by "
+                                 f"more than one join of this tree, so none would see all of its events; use a "
+                                 f"tree that keeps each {stage.group} under one join: flat, per-node or per-cluster")
 
 
 def _reducer(how: str, text: str, allow_modules):

@@ -26,10 +26,21 @@ assert DTYPE.itemsize == SIZE
 ERROR = 1       # the operation raised (t_end is when it did)
 TREE = 2        # `element` holds a tree index, not an element index
 SUMMARY = 4     # a reduce:count/sum record: `arg` counts the events it stands for
+SYSTEM = 8      # a system summary record: `op` is a metric (METRICS), its value is `arg` + `nbytes` << 32
+CLASS = 16      # an equivalence class record of a `classes` stage (eventspace.classes)
+HISTOGRAM = 32  # a histogram bucket record of a `histogram` stage (eventspace.histogram)
+
+# What a SYSTEM record measures, by its `op` (eventspace.system): codes apart from PATHS's, so that
+# filters and archives name them as they name operations (`filter:op == rss_bytes`).
+METRICS = {
+    64: "cpu_user_ns", 65: "cpu_system_ns", 66: "rss_bytes", 67: "voluntary_ctx", 68: "involuntary_ctx",
+    69: "msgs_in", 70: "bytes_in", 71: "msgs_out", 72: "bytes_out",
+}
 
 # Operation codes are PATHS's (paths.operation): one name space for paths and traces.
-OP_NAMES = dict(op.NAMES)
+OP_NAMES = dict(op.NAMES) | METRICS
 OP_CODES = {name: code for code, name in OP_NAMES.items()}
+assert len(OP_CODES) == len(OP_NAMES), "a metric code names a PATHS operation too"
 
 
 def decode(data: bytes | bytearray | memoryview) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from .catalogue import Catalogue, Entry
+from .catalogue import SYSTEM_ROLE, Catalogue, Entry
 
 KINDS = ("all", "collector", "thread", "node", "cluster", "element", "path", "tree", "role")
 TREE_ROLES = ("departure", "arrival", "contribute")
@@ -20,8 +20,12 @@ class View:
     """A selection of collectors, as text: terms `KIND:NAME[,NAME...]` joined by `&` (and) and
     `|` (or; `&` binds tighter). Kinds: `all`, `collector:3,4`, `thread:T0`, `node:A`,
     `cluster:c1`, `element:E`, `path:P`, `tree:NAME` or `tree:NAME:departure|arrival|contribute`,
-    `role:source|sink|contribute|arrival|departure|stage`.
+    `role:source|sink|contribute|arrival|departure|stage|system`.
     Example: `node:A & tree:count:arrival | thread:T3`.
+
+    A node's system summary element (role `system`) is chosen only by an alternative that names
+    it, by role or by id: `role:system`, `role:system & node:B`, `all | role:system`; `all` and
+    `node:B` alone choose collectors.
     """
 
     text: str
@@ -59,8 +63,8 @@ class View:
         for alternative in self.alternatives:
             for kind, values in alternative:
                 _check_names(kind, values, catalogue)
-        chosen = [e for e in catalogue.entries
-                  if any(all(_matches(e, kind, values) for kind, values in alt) for alt in self.alternatives)]
+        chosen = [e for e in catalogue.entries + catalogue.system
+                  if any(_chooses(alt, e) for alt in self.alternatives)]
         if not chosen:
             raise ViewError(f"view {self.text!r} selects no collector of pathmap {catalogue.pathmap.name} "
                             f"({len(catalogue)} collectors); {_hint(catalogue)}")
@@ -99,6 +103,12 @@ _ATTRIBUTE = {"thread": "thread", "node": "node", "cluster": "cluster", "element
               "path": "path", "role": "role"}
 
 
+def _chooses(alternative, entry: Entry) -> bool:
+    if entry.role == SYSTEM_ROLE and not any(kind in ("role", "collector") for kind, _ in alternative):
+        return False
+    return all(_matches(entry, kind, values) for kind, values in alternative)
+
+
 def _matches(entry: Entry, kind: str, values) -> bool:
     if kind == "all":
         return True
@@ -116,8 +126,8 @@ def _known(kind: str, catalogue: Catalogue) -> list[str]:
         "thread": [t.name for t in pm.threads], "node": [n.name for n in pm.nodes],
         "cluster": list(pm.clusters), "element": [e.name for e in pm.elements],
         "path": [p.name for p in pm.paths], "tree": [t.name for t in pm.trees],
-        "role": ["source", "sink", "contribute", "arrival", "departure", "stage"],
-        "collector": [str(e.id) for e in catalogue.entries],
+        "role": ["source", "sink", "contribute", "arrival", "departure", "stage", SYSTEM_ROLE],
+        "collector": [str(e.id) for e in catalogue.entries + catalogue.system],
     }.get(kind, [])
 
 

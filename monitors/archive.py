@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -13,14 +14,15 @@ from typing import Self
 import numpy as np
 
 from eventspace import trace
-from eventspace.catalogue import Catalogue, Entry
+from eventspace.catalogue import SYSTEM_ROLE, Catalogue, Entry, TreeLayout
 from eventspace.clock import WallClock
 
 FORMAT = "eventspace-archive"
 VERSION = 1
 RESERVED = ("format", "version", "pathmap", "created", "tuples", "discarded", "clock_monotonic_ns",
-            "clock_realtime_ns")
+            "clock_realtime_ns", "threads", "trees")
 _INT64_MAX = 2**63 - 1
+PULLS_DTYPE = np.dtype([("at_ns", "i8"), ("seconds", "f8"), ("tuples", "i8"), ("bytes_in", "i8"), ("discarded", "i8")])
 
 # The record's own fields as stored (SQLite integers are signed 64-bit: times must stay below 2**63).
 _EVENT_FIELDS = trace.FIELDS
@@ -35,8 +37,12 @@ _SCHEMA = (
     "CREATE INDEX events_element ON events (element_name)",
     "CREATE INDEX events_t_start ON events (t_start)",
 )
+# One row per pull that appended events (Archive.append's `pull`): the recording scope's own figures.
+_PULLS = ("CREATE TABLE IF NOT EXISTS pulls (seq INTEGER PRIMARY KEY, at_ns INTEGER NOT NULL, "
+          "seconds REAL NOT NULL, tuples INTEGER NOT NULL, bytes_in INTEGER NOT NULL, discarded INTEGER NOT NULL)")
 _HINT = ("tables: events (seq, " + ", ".join(_EVENT_FIELDS + _NAME_FIELDS) + "), catalogue (one row per "
-         "collector), meta (key, value); e.g. SELECT thread, count(*) FROM events GROUP BY thread")
+         "collector and system element), pulls (seq, at_ns, seconds, tuples, bytes_in, discarded), meta (key, "
+         "value); e.g. SELECT thread, count(*) FROM events GROUP BY thread")
 
 
 class ArchiveError(Exception):
@@ -61,6 +67,16 @@ class ArchiveInfo:
 
 
 @dataclass(frozen=True)
+class PullFigures:
+    """One pull of the scope that recorded an archive: when it ended (`at_ns`, the monitor's
+    clock, as the events), the seconds it took and the bytes it brought in."""
+
+    at_ns: int
+    seconds: float
+    bytes_in: int
+
+
+@dataclass(frozen=True)
 class ArchivedPathmap:
     """What an archive keeps of a pathmap: its name."""
 
@@ -68,13 +84,18 @@ class ArchivedPathmap:
 
 
 class ArchivedCatalogue(Catalogue):
-    """A catalogue rebuilt from an archive's `catalogue` table: the same entries as the
-    pathmap's; of the pathmap itself only its name (`pathmap.name`)."""
+    """A catalogue rebuilt from an archive's `catalogue` table and meta: the same collectors,
+    system elements, threads and tree layouts as the pathmap's; of the pathmap itself only its
+    name (`pathmap.name`). Archives written before threads and trees were kept have none."""
 
-    def __init__(self, name: str, entries: tuple[Entry, ...]):
-        # Catalogue's lookups need only `entries` and `pathmap.name`.
+    def __init__(self, name: str, entries: tuple[Entry, ...], system: tuple[Entry, ...] = (),
+                 threads: tuple[tuple[str, str], ...] = (), trees: dict[str, TreeLayout] | None = None):
+        # Catalogue's lookups need only these and `pathmap.name`.
         self.pathmap = ArchivedPathmap(name)
         self.entries = tuple(entries)
+        self.system = tuple(system)
+        self.threads = tuple(threads)
+        self.trees = dict(trees or {})
 
     @property
     def name(self) -> str:
@@ -108,12 +129,14 @@ class Archive:
                 stored = existing.catalogue
             finally:
                 existing.close()
-            if stored.name != name or stored.entries != tuple(catalogue.entries):
+            if stored.name != name or (stored.entries, stored.system) != (catalogue.entries, catalogue.system):
                 raise ArchiveError(f"{self.path} is an archive of pathmap {stored.name} with other "
                                    f"collectors than {name}'s; write to a new file")
             self._db = _connect(self.path, readonly=False)
             try:
                 _try_a_write(self._db)
+                with self._db:
+                    self._db.execute(_PULLS)   # archives from before pulls were kept
             except sqlite3.Error as exc:
                 self._db.close()
                 if "readonly" in str(exc):
@@ -131,7 +154,8 @@ class Archive:
                     db.close()
                 raise ArchiveError(f"{self.path}: cannot create an archive ({exc}); check that the "
                                    "directory exists and is writable") from None
-        self.catalogue = ArchivedCatalogue(name, tuple(catalogue.entries))
+        self.catalogue = ArchivedCatalogue(name, catalogue.entries, catalogue.system, catalogue.threads,
+                                           catalogue.trees)
         self._names = _name_columns(self.catalogue)
 
     @classmethod
@@ -162,14 +186,16 @@ class Archive:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def append(self, records, discarded: int = 0) -> int:
+    def append(self, records, discarded: int = 0, pull: PullFigures | None = None) -> int:
         """Append a batch in one transaction and return how many records it held; add
-        `discarded` (records lost before they were read, as a stream pull reports) to the count.
+        `discarded` (records lost before they were read, as a stream pull reports) to the count,
+        and with `pull`, a row of the pull's own figures to `pulls` (see `pulls()`).
 
         `records` is a trace.DTYPE array (or packed trace bytes). Every record is kept, even one
-        of a collector the catalogue does not know (its names stay NULL). ValueError for times
-        at or above 2**63 ns, TypeError for anything that is not trace records, ArchiveError if
-        the archive was opened read-only.
+        of a collector the catalogue does not know (its names stay NULL); a system record's
+        thread is the one its `element` names. ValueError for times at or above 2**63 ns,
+        TypeError for anything that is not trace records, ArchiveError if the archive was opened
+        read-only.
         """
         if self.readonly:
             raise ArchiveError(f"{self.path} was opened read-only (Archive.open); use Archive(path, catalogue) to append")
@@ -187,6 +213,10 @@ class Archive:
             (*values, trace.OP_NAMES.get(op), *names.get(cid, none))
             for *values, op, cid in zip(*columns, ops, cids)
         ]
+        thread = len(_EVENT_FIELDS) + _NAME_FIELDS.index("thread")
+        for i in np.flatnonzero((records["flags"] & trace.SYSTEM) != 0).tolist():
+            row = rows[i]
+            rows[i] = (*row[:thread], self.catalogue.thread_of(int(records["element"][i])), *row[thread + 1:])
         placeholders = ", ".join("?" * (len(_EVENT_FIELDS) + len(_NAME_FIELDS)))
         with self._lock, self._db:
             self._db.executemany(
@@ -194,6 +224,9 @@ class Archive:
             self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'tuples'", (len(rows),))
             self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'discarded'",
                              (int(discarded),))
+            if pull is not None:
+                self._db.execute("INSERT INTO pulls (at_ns, seconds, tuples, bytes_in, discarded) VALUES (?, ?, ?, ?, ?)",
+                                 (int(pull.at_ns), float(pull.seconds), len(rows), int(pull.bytes_in), int(discarded)))
         return len(rows)
 
     def set_meta(self, key: str, value) -> None:
@@ -228,6 +261,18 @@ class Archive:
         with self._lock:
             rows = self._db.execute(f"SELECT {', '.join(_EVENT_FIELDS)} FROM events ORDER BY seq").fetchall()
         return np.array(rows, dtype=trace.DTYPE) if rows else trace.empty()
+
+    def pulls(self) -> np.ndarray:
+        """The recording scope's pulls, in order: a structured array of at_ns (when each ended,
+        the events' clock), seconds, tuples, bytes_in, discarded; empty for an archive written
+        without them."""
+        with self._lock:
+            try:
+                rows = self._db.execute("SELECT at_ns, seconds, tuples, bytes_in, discarded FROM pulls "
+                                        "ORDER BY seq").fetchall()
+            except sqlite3.OperationalError:   # an archive from before pulls were kept
+                rows = []
+        return np.array(rows, dtype=PULLS_DTYPE) if rows else np.empty(0, dtype=PULLS_DTYPE)
 
     def query(self, sql: str, parameters=()) -> tuple[tuple[str, ...], list[tuple]]:
         """(column names, rows) of one SQL statement, run read-only. ArchiveError naming the file
@@ -265,16 +310,18 @@ class Archive:
         # Events are appended on the monitor's monotonic clock: this pairing dates them for exports.
         clock = WallClock.now()
         with self._db:
-            for statement in _SCHEMA:
+            for statement in (*_SCHEMA, _PULLS):
                 self._db.execute(statement)
             self._db.execute(f"CREATE TABLE catalogue ({columns})")
             self._db.executemany(
                 f"INSERT INTO catalogue VALUES ({', '.join('?' * len(fields))})",
-                [dataclasses.astuple(e) for e in catalogue.entries])
+                [dataclasses.astuple(e) for e in catalogue.entries + catalogue.system])
+            trees = {tree: {"members": list(t.members), "fan_in": t.fan_in} for tree, t in catalogue.trees.items()}
             self._db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
                 ("format", FORMAT), ("version", str(VERSION)), ("pathmap", name), ("created", now),
                 ("tuples", "0"), ("discarded", "0"), ("clock_monotonic_ns", str(clock.monotonic_ns)),
-                ("clock_realtime_ns", str(clock.realtime_ns))])
+                ("clock_realtime_ns", str(clock.realtime_ns)), ("threads", json.dumps(catalogue.threads)),
+                ("trees", json.dumps(trees))])
 
     def _load_catalogue(self) -> ArchivedCatalogue:
         what = "an SQLite file written by monitors.archive.Archive"
@@ -292,12 +339,17 @@ class Archive:
         try:
             cursor = self._db.execute("SELECT * FROM catalogue ORDER BY id")
             names = [d[0] for d in cursor.description]
-            entries = tuple(Entry(**dict(zip(names, row))) for row in cursor.fetchall())
+            every = tuple(Entry(**dict(zip(names, row))) for row in cursor.fetchall())
             self._db.execute("SELECT seq FROM events LIMIT 1").fetchall()
-        except (sqlite3.Error, TypeError) as exc:
+            threads = tuple(tuple(t) for t in json.loads(meta.get("threads", "[]")))
+            trees = {tree: TreeLayout(tuple(t["members"]), dict(t["fan_in"]))
+                     for tree, t in json.loads(meta.get("trees", "{}")).items()}
+        except (sqlite3.Error, TypeError, ValueError, KeyError) as exc:
             raise ArchiveError(f"{self.path} is a damaged EventSpace archive ({exc}); "
                                "its events cannot be read") from None
-        return ArchivedCatalogue(meta["pathmap"], entries)
+        entries = tuple(e for e in every if e.role != SYSTEM_ROLE)
+        return ArchivedCatalogue(meta["pathmap"], entries, tuple(e for e in every if e.role == SYSTEM_ROLE),
+                                 threads, trees)
 
 
 def _try_a_write(db: sqlite3.Connection) -> None:
@@ -328,7 +380,7 @@ def _column(field: dataclasses.Field) -> str:
 def _name_columns(catalogue: Catalogue) -> dict[int, tuple]:
     """Collector id -> (role, thread, node, element name, tree name), as the events table stores them."""
     return {e.id: (e.role, e.thread, e.node, e.element if not e.flags & trace.TREE else None, e.tree)
-            for e in catalogue.entries}
+            for e in catalogue.entries + catalogue.system}
 
 
 def _as_records(records) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The monitors' subcommands of `eventspace`: monitor heartbeat|getevent|colop, dashboard, demo, archive."""
+"""The monitors' subcommands of `eventspace`: monitor heartbeat|getevent|colop|classes, dashboard, replay, demo, archive."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def register(subparsers) -> None:
 
     ge = monitors.add_parser("getevent", help="stream raw events to a trace file or archive, or print them live")
     _run_options(ge, interval=0.2)
-    ge.add_argument("--view", default="all", help="the collectors to stream (default: all)")
+    ge.add_argument("--view", default="all | role:system",
+                    help="the collectors to stream (default: every collector, and each node's system summaries)")
     ge.add_argument("--out", help="trace.pftrace (Perfetto), trace.json (Perfetto/Chrome JSON), trace.otf2 "
                                   "(OTF2 dir) or archive.sqlite")
     ge.add_argument("--live", action="store_true", help="print events as they arrive")
@@ -36,6 +37,16 @@ def register(subparsers) -> None:
     _run_options(co, interval=1.0)
     co.add_argument("--tree", help="the tree to watch (default: the run's only instrumented tree)")
     co.set_defaults(func=_colop)
+
+    cl = monitors.add_parser("classes", help="threads (or nodes) in equivalence classes of like behaviour (MRNet)")
+    _run_options(cl, interval=1.0)
+    cl.add_argument("--view", default="all", help="the collectors whose events count (default: all)")
+    cl.add_argument("--signature", default="ops", choices=("ops", "durations"),
+                    help="what makes members alike: op counts per element class, or durations (default %(default)s)")
+    cl.add_argument("--by", default="thread", choices=("thread", "node"), help="classes of (default %(default)s)")
+    cl.add_argument("--tree", default="per-node", help="the scope's tree shape (default %(default)s)")
+    cl.add_argument("--placement", default="near", help="near or monitor (default %(default)s)")
+    cl.set_defaults(func=_classes)
 
     board = subparsers.add_parser("dashboard", help="a live view of a run: heartbeat, scopes, collectives, cost")
     _run_options(board, interval=1.0)
@@ -51,6 +62,17 @@ def register(subparsers) -> None:
     demo.add_argument("--size", default="small", help="the wind tunnel's size (default %(default)s)")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON too")
     demo.set_defaults(func=_demo)
+
+    replay = subparsers.add_parser("replay", help="play an archived run back through the dashboard, as if live")
+    replay.add_argument("db", help="the archive file (eventspace monitor getevent --out FILE.sqlite)")
+    replay.add_argument("--speed", type=float, default=1.0, help="recorded seconds per second of play "
+                                                                 "(default %(default)s)")
+    replay.add_argument("--from", dest="start", type=float, metavar="T",
+                        help="start T seconds after the recording's first event (default 0)")
+    replay.add_argument("--to", dest="end", type=float, metavar="T", help="stop T seconds after it (default: the end)")
+    replay.add_argument("--interval", type=float, default=1.0, help="recorded seconds per frame (default %(default)s)")
+    replay.add_argument("--json", action="store_true", help="print every frame's state as one JSON line, at once")
+    replay.set_defaults(func=_replay)
 
     archive = subparsers.add_parser("archive", help="query and export an event archive (SQLite)")
     commands = archive.add_subparsers(dest="archive_command", metavar="SUBCOMMAND", required=True)
@@ -116,18 +138,37 @@ def _export(args) -> int:
         from .pftrace import write_pftrace
         written = write_pftrace(args.perfetto, records, catalogue, recorded=recorded)
         print(f"wrote {args.perfetto}: {written.slices} events on {written.tracks} tracks, {written.flows} flows, "
-              f"{written.nbytes:,} bytes")
+              f"{written.counters} counter values, {written.nbytes:,} bytes")
     elif args.perfetto:
         from .perfetto import write_perfetto
         doc = write_perfetto(args.perfetto, records, catalogue)
         phases = [e["ph"] for e in doc["traceEvents"]]
         tracks = sum(1 for e in doc["traceEvents"] if e.get("name") == "thread_name")
         print(f"wrote {args.perfetto}: {phases.count('X')} events on {tracks} tracks, "
-              f"{phases.count('s')} flows")
+              f"{phases.count('s')} flows, {phases.count('C')} counter values")
     if args.otf2:
         from .otf2_export import write_otf2
         anchor = write_otf2(args.otf2, records, catalogue, recorded=recorded)
         print(f"wrote {anchor}: {len(records)} events")
+    return 0
+
+
+def _replay(args) -> int:
+    from rich.console import Console
+
+    from .archive import Archive
+    from .replay import Replay, play
+
+    with Archive.open(args.db) as archive:
+        replay = Replay(archive, args.interval, args.start, args.end)
+        if args.json:
+            for frame in replay.frames():
+                print(json.dumps(frame.as_dict()), flush=True)
+            return 0
+        console = Console()
+        shown = play(replay, console, args.speed)
+    console.print(f"replayed {shown} of {replay.count} frames of {args.db} "
+                  f"({replay.start:.1f} s to {replay.end:.1f} s of {replay.length:.1f} s recorded)")
     return 0
 
 
@@ -322,6 +363,32 @@ def _colop(args) -> int:
             summary += (f"; round {report.open.round} was open at the last look, waiting for "
                         f"{', '.join(report.open.waiting_for) or 'no member'}")
         console.print(ended_line(run_file, why, summary))
+    return 0
+
+
+def _classes(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from .classes import ClassesMon, describe
+
+    console = Console()
+    run_file = live_run(args.run, "classes")
+    with ClassesMon(run_file, args.view, signature=args.signature, by=args.by, tree=args.tree,
+                    placement=args.placement) as mon:
+        shown = []
+
+        def show(report):
+            shown.append(report)
+            if args.json:
+                print(json.dumps(report.as_dict()), flush=True)
+            else:
+                console.print(f"{time.strftime('%H:%M:%S')}  {escape(describe(report))}")
+
+        why = _loop(args, run_file, mon.poll, show)
+    if why:
+        last = f", the last: {len(shown[-1].classes)} classes" if shown else ""
+        console.print(ended_line(run_file, why, f"{len(shown)} pulls{last}"))
     return 0
 
 

@@ -11,6 +11,8 @@ from eventspace import clock, trace
 from eventspace.catalogue import Catalogue
 from eventspace.scope import EventScope, resolve
 
+from .scoped import ScopeMon
+
 TREE_ROLES = ("contribute", "arrival", "departure")
 
 
@@ -88,11 +90,11 @@ class ColOpReport:
                 "open": self.open.__dict__ if self.open else None}
 
 
-class ColOpMon:
+class ColOpMon(ScopeMon):
     """Streams a tree's contribute, arrival and departure events (a scope over `tree:NAME`) with
-    clocks synchronised, and analyses the rounds every member has finished. Rounds are numbered by
-    the collectors themselves (a contribute record's `arg` is the member's round; an arrival's is
-    the join's arrival count, so round = arg // fan-in).
+    clocks synchronised, and analyses the rounds every member has finished (Rounds). Rounds are
+    numbered by the collectors themselves (a contribute record's `arg` is the member's round; an
+    arrival's is the join's arrival count, so round = arg // fan-in).
     """
 
     def __init__(self, run, tree: str | None = None, *, scope_tree: str = "per-node", placement: str = "near",
@@ -111,17 +113,13 @@ class ColOpMon:
         self.scope = EventScope(run, f"tree:{tree}", mode="stream", tree=scope_tree, placement=placement,
                                 timeout=timeout, name=f"colop {tree}")
         pm = self.scope.pathmap
-        self.members = list(pm.tree(tree).members)
-        self.fan_in = {e.stage: pm.fan_in(tree, e.stage) for e in self.scope.entries if e.role == "arrival"}
         if sync_clocks:
             nodes = sorted({e.node for e in self.scope.entries})
             estimates = clock.estimate({n: self.scope.endpoints[n] for n in nodes}, samples=pm.clock.samples)
             self.scope.clock_offsets = {n: e.offset_ns for n, e in estimates.items()}
-        self.keep_rounds = keep_rounds
-        self._records: list[np.ndarray] = []
+        self.rounds = Rounds(self.scope.catalogue, tree, keep_rounds)
+        self.members = self.rounds.members
         self.missing: set[str] = set()
-        self._contribute = {e.id: e for e in self.scope.entries if e.role == "contribute"}
-        self._done: dict[str, int] = {}       # member -> the highest round it has finished
         self._open: OpenRound | None = None
 
     def poll(self) -> int:
@@ -129,39 +127,64 @@ class ColOpMon:
         tree's collective right now (the open round); how many events arrived."""
         pulled = self.scope.pull()
         self.missing = pulled.missing
-        records = pulled.records
-        if len(records):
-            self._records.append(records)
-            mine = records[np.isin(records["collector"], list(self._contribute))]
-            for cid, r in zip(mine["collector"].tolist(), mine["arg"].tolist()):
-                member = self._contribute[cid].thread
-                self._done[member] = max(self._done.get(member, -1), r)
-        self._open = self._open_round(pulled.missing)
-        return len(records)
-
-    def _open_round(self, missing: set[str]) -> OpenRound | None:
-        """The lowest round a member is inside now, from the collectors timing a contribution."""
-        in_flight, _ = self.scope.in_flight(skip=missing)
-        inside = {}   # member -> (round it is in, since when: ns on the monitor's clock)
+        self.rounds.add(pulled.records)
+        in_flight, _ = self.scope.in_flight(skip=pulled.missing)
+        inside = {}   # member -> since when it is inside: ns on the monitor's clock
         for cid, t0 in in_flight.items():
-            entry = self._contribute.get(cid)
+            entry = self.rounds.contribute.get(cid)
             if entry is not None:
-                since = t0 - self.scope.clock_offsets.get(entry.node, 0)
-                inside[entry.thread] = (self._done.get(entry.thread, -1) + 1, since)
-        if not inside:
-            return None
-        current = min(r for r, _ in inside.values())
-        arrived = [m for m in self.members if (m in inside and inside[m][0] == current)
-                   or self._done.get(m, -1) >= current]
-        first = min(since for r, since in inside.values() if r == current)
-        return OpenRound(current, arrived, [m for m in self.members if m not in arrived],
-                         max(0.0, (time.monotonic_ns() - first) / 1e9))
+                inside[entry.thread] = t0 - self.scope.clock_offsets.get(entry.node, 0)
+        self._open = self.rounds.open_round(inside, time.monotonic_ns())
+        return len(pulled.records)
 
     def report(self) -> ColOpReport:
+        return self.rounds.report(self._open)
+
+
+class Rounds:
+    """One tree's collective operations, analysed from its collectors' records (`add`): the live
+    ColOpMon feeds it pulls, the sequence player (monitors.replay) an archive's records. Needs of
+    the pathmap only what a catalogue keeps (Catalogue.trees: members and fan-ins)."""
+
+    def __init__(self, catalogue: Catalogue, tree: str, keep_rounds: int = 10_000):
+        self.catalogue = catalogue
+        self.tree = tree
+        self.members = list(catalogue.trees[tree].members)
+        self.fan_in = dict(catalogue.trees[tree].fan_in)
+        self.keep_rounds = keep_rounds
+        self.contribute = {e.id: e for e in catalogue.entries if e.tree == tree and e.role == "contribute"}
+        self._ids = [e.id for e in catalogue.entries if e.tree == tree]
+        self._records: list[np.ndarray] = []
+        self._done: dict[str, int] = {}       # member -> the highest round it has finished
+
+    def add(self, records: np.ndarray) -> None:
+        """Count in records of the tree's collectors (others are left out)."""
+        mine = records[np.isin(records["collector"], self._ids)]
+        if not len(mine):
+            return
+        self._records.append(mine)
+        contributions = mine[np.isin(mine["collector"], list(self.contribute))]
+        for cid, r in zip(contributions["collector"].tolist(), contributions["arg"].tolist()):
+            member = self.contribute[cid].thread
+            self._done[member] = max(self._done.get(member, -1), r)
+
+    def open_round(self, inside: dict[str, int], now_ns: int) -> OpenRound | None:
+        """The lowest round a member is inside now, from `inside`: {member: since when it has been
+        inside a contribution (ns, the clock of `now_ns`)}."""
+        if not inside:
+            return None
+        rounds = {m: self._done.get(m, -1) + 1 for m in inside}
+        current = min(rounds.values())
+        arrived = [m for m in self.members if rounds.get(m) == current or self._done.get(m, -1) >= current]
+        first = min(since for m, since in inside.items() if rounds[m] == current)
+        return OpenRound(current, arrived, [m for m in self.members if m not in arrived],
+                         max(0.0, (now_ns - first) / 1e9))
+
+    def report(self, open: OpenRound | None = None) -> ColOpReport:
         records = np.concatenate(self._records) if self._records else trace.empty()
         self._records = [records] if len(records) else []
-        catalogue = self.scope.catalogue
-        report = ColOpReport(self.tree, events=len(records), open=self._open)
+        catalogue = self.catalogue
+        report = ColOpReport(self.tree, events=len(records), open=open)
         if not len(records):
             return report
         roles = np.array([catalogue[int(c)].role for c in records["collector"]])
@@ -172,7 +195,7 @@ class ColOpMon:
         return report
 
     def _ops(self, contrib: np.ndarray):
-        catalogue = self.scope.catalogue
+        catalogue = self.catalogue
         members = [catalogue[int(c)].thread for c in contrib["collector"]]
         rounds: dict[int, dict[str, tuple]] = {}
         for r, member, rec in zip(contrib["arg"].tolist(), members, contrib):
@@ -211,13 +234,13 @@ class ColOpMon:
         return out, {m: float(np.mean(v)) for m, v in lateness.items() if v}
 
     def _joins(self, arrivals: np.ndarray, departures: np.ndarray) -> list[JoinStats]:
-        catalogue = self.scope.catalogue
+        catalogue = self.catalogue
         ups: dict[tuple[str, int], float] = {}
         for rec in departures:
             ups[(catalogue[int(rec["collector"])].stage, int(rec["arg"]))] = (int(rec["t_end"]) - int(rec["t_start"])) / 1e3
         out = []
         for stage in sorted({catalogue[int(c)].stage for c in arrivals["collector"]}):
-            entry = next(e for e in self.scope.entries if e.role == "arrival" and e.stage == stage)
+            entry = next(e for e in catalogue.entries if e.tree == self.tree and e.role == "arrival" and e.stage == stage)
             fan_in = self.fan_in[stage]
             mine = arrivals[np.array([catalogue[int(c)].stage == stage for c in arrivals["collector"]])]
             rounds: dict[int, list] = {}
@@ -232,15 +255,6 @@ class ColOpMon:
             out.append(JoinStats(stage, entry.node, fan_in, len(complete), float(np.median(totals)),
                                  float(np.median(spreads)), float(np.median(up)) if up else 0.0))
         return out
-
-    def close(self) -> None:
-        self.scope.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def instrumented_trees(run) -> list[str]:

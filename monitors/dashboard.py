@@ -14,11 +14,13 @@ from rich.text import Text
 
 from eventspace.roster import ActiveScope, Roster, roster_node
 from eventspace.scope import resolve
+from eventspace.system import NodeSample
 from pastset import PastSetError
 
 from .colop import ColOpMon, ColOpReport, instrumented_trees
 from .heartbeat import Heartbeat, HeartbeatReport
-from .render import heartbeat_grid, open_round, status_counts, worst_round
+from .render import heartbeat_grid, open_round, status_counts, system_bars, worst_round
+from .system import SystemMon
 
 
 @dataclass
@@ -30,20 +32,23 @@ class DashboardState:
     heartbeat: HeartbeatReport | None = None
     colops: list[ColOpReport] = field(default_factory=list)   # one per tree shown
     scopes: list[ActiveScope] = field(default_factory=list)   # every active scope of the run
+    nodes: list[NodeSample] = field(default_factory=list)     # each node's newest system summary
     cpu_seconds: float = 0.0            # this monitoring process, user + system
     steps: int = 0                      # the application's slowest thread
     steps_per_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    events_per_s: float | None = None   # a replay's: events recorded per second in the interval (None live)
 
 
 class Dashboard:
-    """Runs a heartbeat and a collective-operation monitor per instrumented tree (or the `trees`
-    named) against a live run, reads the run's roster of scopes (every monitor's, wherever it
-    runs), and turns them into a DashboardState every `update()`. `progress` is a callable
-    giving {thread: {"step": n}} (e.g. a paths.Run's `progress`)."""
+    """Runs a heartbeat, a collective-operation monitor per instrumented tree (or the `trees`
+    named) and, with `system`, a SystemMon (each node's CPU, memory and communication) against a
+    live run, reads the run's roster of scopes (every monitor's, wherever it runs), and turns
+    them into a DashboardState every `update()`. `progress` is a callable giving {thread:
+    {"step": n}} (e.g. a paths.Run's `progress`)."""
 
     def __init__(self, run, *, progress=None, title: str | None = None, heartbeat: bool = True,
-                 colop: bool = True, trees: list[str] | None = None):
+                 colop: bool = True, trees: list[str] | None = None, system: bool = True):
         self.started = time.monotonic()
         pathmap, endpoints = resolve(run)
         self.roster = Roster(endpoints[roster_node(pathmap)])
@@ -53,6 +58,7 @@ class Dashboard:
         elif trees is None:
             trees = instrumented_trees(run)  # none instrumented: nothing to show there
         self.colops = [ColOpMon(run, tree) for tree in trees]
+        self.system = SystemMon(run) if system else None
         self.title = title or "EventSpace"
         self.progress = progress
         self._last_step: tuple[float, int] | None = None
@@ -65,13 +71,16 @@ class Dashboard:
         and the other panels keep their last figures."""
         now = time.monotonic()
         state = DashboardState(self.title, now - self.started, self.state.heartbeat, self.state.colops,
-                               self.state.scopes, steps=self.state.steps, steps_per_s=self.state.steps_per_s)
+                               self.state.scopes, self.state.nodes, steps=self.state.steps,
+                               steps_per_s=self.state.steps_per_s)
         if beat and self.heartbeat:
             state.heartbeat = self.heartbeat.beat()
         if beat and self.colops:
             for mon in self.colops:
                 mon.poll()
             state.colops = [mon.report() for mon in self.colops]
+        if beat and self.system:
+            state.nodes = self.system.poll()
         try:
             state.scopes = self.roster.active()
             self._scopes_seen.update(a.entry.scope for a in state.scopes)
@@ -113,13 +122,17 @@ class Dashboard:
             self.heartbeat.close()
         for mon in self.colops:
             mon.close()
+        if self.system:
+            self.system.close()
         self.roster.close()
 
 
 def render(state: DashboardState) -> Layout:
-    """The frame: heartbeat grid | scopes and cost, collective operations, notes."""
+    """The frame: heartbeat grid | scopes and cost, a bar row per node (CPU, memory,
+    communication), collective operations, notes."""
     layout = Layout()
-    layout.split_column(Layout(name="top", ratio=2), Layout(name="bottom", ratio=2), Layout(name="notes", size=6))
+    layout.split_column(Layout(name="top", ratio=2), Layout(name="nodes", size=max(3, len(state.nodes) + 3)),
+                        Layout(name="bottom", ratio=2), Layout(name="notes", size=6))
     layout["top"].split_row(Layout(name="heartbeat", ratio=2), Layout(name="scopes", ratio=3))
     beat = heartbeat_grid(state.heartbeat) if state.heartbeat else Text("no heartbeat yet", style="dim")
     flagged = state.heartbeat.flagged if state.heartbeat else []
@@ -133,10 +146,16 @@ def render(state: DashboardState) -> Layout:
         e = a.entry
         scopes.add_row(e.name, e.monitor, e.view, f"{e.shape}/{e.placement}", f"{e.observe_rate:,.0f}",
                        f"{a.tuples_per_s:,.0f}", f"{a.bytes_per_s / 1024:,.1f}", f"{a.busy:.0%}")
-    pace = Text.assemble(("application: ", "bold"), f"step {state.steps:,}, {state.steps_per_s:,.1f} steps/s    ",
-                         ("monitors' CPU: ", "bold"), f"{state.cpu_seconds:.1f} s in {state.elapsed:.0f} s "
-                         f"({state.cpu_seconds / max(state.elapsed, 1e-6):.0%} of a core)")
+    if state.events_per_s is None:
+        pace = Text.assemble(("application: ", "bold"), f"step {state.steps:,}, {state.steps_per_s:,.1f} steps/s    ",
+                             ("monitors' CPU: ", "bold"), f"{state.cpu_seconds:.1f} s in {state.elapsed:.0f} s "
+                             f"({state.cpu_seconds / max(state.elapsed, 1e-6):.0%} of a core)")
+    else:
+        pace = Text.assemble(("recorded: ", "bold"), f"{state.events_per_s:,.0f} events/s at {state.elapsed:.1f} s")
     layout["scopes"].update(Panel(Group(scopes, Text(""), pace), title="scopes and cost"))
+    nodes = system_bars(state.nodes) if state.nodes else Text(
+        "no system summaries: sampling is off (eventspace space switch on --run RUN --view role:system)", style="dim")
+    layout["nodes"].update(Panel(nodes, title="nodes: cpu, memory, communication per interval"))
     ops = Table(box=None)
     for column in ("tree", "op", "rounds", "latency median µs", "p95 µs", "slowest contributor", "worst round"):
         ops.add_column(column, justify="left" if column in ("tree", "op", "slowest contributor", "worst round")

@@ -50,7 +50,7 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.pftrace", p
     with launch(pm) as run:
         pids = run.pids
         # The monitors attach first (clock synchronisation takes a moment), then the run starts.
-        getevent = GetEventMon(run, "all", trace, tree="flat", placement="monitor")
+        getevent = GetEventMon(run, "all | role:system", trace, tree="flat", placement="monitor")
         board = Dashboard(run, progress=run.progress, title=f"EventSpace demo: wind tunnel on {pm.name}")
         run.start("windtunnel", {"size": size, "steps": 10_000_000, "until": time.time() + duration})
         board.state.notes.append(f"getevent streams every event to {trace.name} through a flat tree in this process")

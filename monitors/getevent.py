@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -41,7 +42,8 @@ class GetEventStats:
 
 
 class GetEventMon:
-    """A gather-only scope in `stream` mode over `view`: each `poll()` returns the events written
+    """A gather-only scope in `stream` mode over `view` (default: every collector and each node's
+    system summary element): each `poll()` returns the events written
     since the last one (timestamps on the monitor's clock, after clock synchronisation) and
     appends them to the output. Nothing read is lost: an archive's row count equals the tuples
     streamed, and the events discarded before they could be read are counted and recorded.
@@ -54,7 +56,7 @@ class GetEventMon:
     wall-clock time of the monitor's clock read when monitoring began (`recorded`).
     """
 
-    def __init__(self, run, view: str = "all", out: str | os.PathLike | None = None, *, tree: str = "flat",
+    def __init__(self, run, view: str = "all | role:system", out: str | os.PathLike | None = None, *, tree: str = "flat",
                  placement: str = "monitor", concurrency: str = "concurrent", sync_clocks: bool = True,
                  timeout: float = 2.0):
         self.out = Path(out) if out is not None else None
@@ -80,6 +82,10 @@ class GetEventMon:
             from .archive import Archive
             try:
                 self._archive = Archive(self.out, self.scope.catalogue)
+                entry = self.scope.roster_entry()
+                self._archive.set_meta("scope", json.dumps({
+                    "name": entry.name, "monitor": entry.monitor, "view": entry.view, "shape": entry.shape,
+                    "placement": entry.placement, "mode": entry.mode, "collectors": entry.collectors}))
             except BaseException:
                 self.scope.close()
                 raise
@@ -91,13 +97,16 @@ class GetEventMon:
     def poll(self) -> np.ndarray:
         """Pull once: the new events (trace.DTYPE, monitor clock), also written to the output."""
         started = time.perf_counter()
+        bytes_before = self.scope.stats().bytes_in
         pulled = self.scope.pull()
         records = pulled.records
         self.stats.pulls += 1
         self.stats.tuples += len(records)
         self.stats.discarded += pulled.discarded
         if self._archive is not None:
-            self._archive.append(records, discarded=pulled.discarded)
+            from .archive import PullFigures
+            figures = PullFigures(time.monotonic_ns(), pulled.seconds, self.scope.stats().bytes_in - bytes_before)
+            self._archive.append(records, discarded=pulled.discarded, pull=figures)
         elif self.format is not None and len(records):
             self._kept.append(records)
         self.stats.seconds += time.perf_counter() - started

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from eventspace.scope import EventScope
 
+from .scoped import ScopeMon
+
 # Thread statuses, as reported.
 ALIVE = "alive"        # its newest event moved since the last beat
 STALLED = "stalled"    # no progress, and not inside any communication operation: stuck in its own code
@@ -61,7 +63,7 @@ class HeartbeatReport:
                 "threads": [b.__dict__ for b in self.threads]}
 
 
-class Heartbeat:
+class Heartbeat(ScopeMon):
     """Per thread, the newest event over all its paths and trees: a scope whose joins reduce to
     the greatest t_end per thread (`reduce:max_t_end@thread`) inside the tree, so that one record
     per thread reaches the monitor. `beat()` pulls once and compares with the previous beat.
@@ -86,22 +88,53 @@ class Heartbeat:
         order = [t.name for t in catalogue.pathmap.threads]
         self.threads = sorted({e.thread for e in self.scope.entries if e.thread}, key=order.index)
         self.node_of = {t.name: t.node for t in catalogue.pathmap.threads}
-        self._last: dict[str, int] = {}
-        self._moved_at: dict[str, float] = {}
-        # Threads seen stopped outside any operation at the last beat: a thread is STALLED only
-        # when seen so twice running, so that one unlucky look cannot flag a healthy thread.
-        self._suspects: set[str] = set()
+        self.judge = Judge(self.threads, self.node_of)
 
     def beat(self) -> HeartbeatReport:
         pulled = self.scope.pull()
-        now = time.monotonic()
         catalogue = self.scope.catalogue
         newest: dict[str, int] = {}
         for record in pulled.records:
             thread = catalogue[int(record["collector"])].thread
             if thread is not None:
                 newest[thread] = max(newest.get(thread, 0), int(record["t_end"]))
-        missing, gone = set(pulled.missing), set(pulled.gone)
+
+        def blocked(missing: set[str]) -> tuple[dict[str, str], set[str], set[str]]:
+            in_flight, late = self.scope.in_flight(skip=missing)
+            inside: dict[str, str] = {}
+            for cid in sorted(in_flight, key=in_flight.get):
+                entry = catalogue[cid]
+                if entry.thread is not None and entry.thread not in inside:
+                    inside[entry.thread] = entry.describe()
+            return inside, late, self.scope.gone(late)
+
+        return self.judge.judge(newest, time.monotonic(), blocked, pulled.missing, pulled.gone, pulled.unreached,
+                                pulled.seconds)
+
+
+class Judge:
+    """What a heartbeat makes of each thread's newest event, beat after beat (see Heartbeat): the
+    live heartbeat feeds it pulls, the sequence player (monitors.replay) an archive's records.
+
+    `judge(newest, now, blocked, missing, gone, unreached)`: `newest` is {thread: its newest
+    event's t_end} of the threads whose records reached this beat; `now` the beat's time in
+    seconds; `blocked(missing)` gives ({thread: the operation it is inside now}, nodes that did
+    not answer that question, those of them gone), and is asked only when a thread did not move;
+    `missing`, `gone`, `unreached` are the beat's nodes as a pull reports them.
+    """
+
+    def __init__(self, threads: list[str], node_of: dict[str, str]):
+        self.threads = list(threads)
+        self.node_of = dict(node_of)
+        self._last: dict[str, int] = {}
+        self._moved_at: dict[str, float] = {}
+        # Threads seen stopped outside any operation at the last beat: a thread is STALLED only
+        # when seen so twice running, so that one unlucky look cannot flag a healthy thread.
+        self._suspects: set[str] = set()
+
+    def judge(self, newest: dict[str, int], now: float, blocked, missing=frozenset(), gone=frozenset(),
+              unreached=frozenset(), seconds: float = 0.0, at: float | None = None) -> HeartbeatReport:
+        missing, gone = set(missing), set(gone)
         seen = [t for t in self.threads if t in newest and self.node_of[t] not in missing]
         still = []
         for thread in seen:
@@ -110,19 +143,15 @@ class Heartbeat:
                 self._moved_at[thread] = now
             elif thread in self._moved_at:
                 still.append(thread)
-        blocked: dict[str, str] = {}
+        inside: dict[str, str] = {}
         if still:
-            in_flight, late = self.scope.in_flight(skip=missing)
+            inside, late, late_gone = blocked(missing)
             missing |= late
-            gone |= self.scope.gone(late)
-            for cid in sorted(in_flight, key=in_flight.get):
-                entry = catalogue[cid]
-                if entry.thread is not None and entry.thread not in blocked:
-                    blocked[entry.thread] = entry.describe()
+            gone |= late_gone
         # A thread stopped outside communication is the one others wait on, unless nobody waits or
         # moves at all: then the application as a whole is quiet, and no thread is to blame.
         seen = [t for t in seen if self.node_of[t] not in missing]
-        everyone_idle = not blocked and len(still) == len(seen)
+        everyone_idle = not inside and len(still) == len(seen)
         beats = []
         suspects = set()
         for thread in self.threads:
@@ -133,27 +162,18 @@ class Heartbeat:
             elif thread not in newest:
                 # No record reached us: say so, never ALIVE on an old record (nor QUIET when the
                 # join that reads its node did not answer).
-                quiet = thread not in self._last and node not in pulled.unreached
+                quiet = thread not in self._last and node not in unreached
                 beats.append(ThreadBeat(thread, node, QUIET if quiet else UNSEEN, self._last.get(thread, 0), 0.0))
             elif thread in still:
-                status = WAITING if thread in blocked else (IDLE if everyone_idle else STALLED)
+                status = WAITING if thread in inside else (IDLE if everyone_idle else STALLED)
                 if status == STALLED and thread not in self._suspects:
                     status = SLOW  # first sight: it may have left an operation just before we looked
-                if status == STALLED or thread not in blocked:
+                if status == STALLED or thread not in inside:
                     suspects.add(thread)
                 beats.append(ThreadBeat(thread, node, status, self._last[thread], now - self._moved_at[thread],
-                                        blocked.get(thread, "")))
+                                        inside.get(thread, "")))
             else:
                 beats.append(ThreadBeat(thread, node, ALIVE, self._last[thread], 0.0))
         self._suspects = suspects
-        return HeartbeatReport(time.time(), beats, gone, pulled.seconds, not_answering=missing - gone,
-                               unreached=pulled.unreached - missing)
-
-    def close(self) -> None:
-        self.scope.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        return HeartbeatReport(time.time() if at is None else at, beats, gone, seconds, not_answering=missing - gone,
+                               unreached=set(unreached) - missing)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eventspace import trace
+from eventspace import system, trace
 from eventspace.catalogue import Catalogue
 from eventspace.clock import WallClock
 
@@ -49,7 +49,7 @@ def write_otf2(directory: str | os.PathLike, records: np.ndarray, catalogue: Cat
     (GetEventMon and the archive keep one). Without it the wall-clock time is OTF2's UNDEFINED.
 
     Otf2Unavailable if `otf2` is not installed; FileExistsError if `directory` already holds an
-    OTF2 archive (nothing is overwritten).
+    OTF2 archive (nothing is overwritten). System summary records (trace.SYSTEM) are not written.
     """
     try:
         import otf2
@@ -58,7 +58,8 @@ def write_otf2(directory: str | os.PathLike, records: np.ndarray, catalogue: Cat
     directory = Path(directory)
     if (directory / ANCHOR).exists() or (directory / "traces").exists():
         raise FileExistsError(f"{directory} already holds an OTF2 archive; give a new directory")
-    records = np.asarray(records, dtype=trace.DTYPE)
+    # System summary records are metrics, not regions: they are left out (the Perfetto traces show them).
+    _, records = system.split(np.asarray(records, dtype=trace.DTYPE))
     title = catalogue.pathmap.name if title is None else title
     starts = records["t_start"].tolist()
     ends = [max(e, s) for s, e in zip(starts, records["t_end"].tolist())]

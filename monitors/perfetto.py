@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from eventspace import trace
+from eventspace import system, trace
 from eventspace.catalogue import Catalogue
 
 from .slices import READ, collector_args, flows_by_record, record_args, slice_name, tuple_flows
-from .tracks import Layout, layout
+from .tracks import UNKNOWN_NODE, Layout, layout, with_nodes
 
 CATEGORY = "eventspace"   # every slice and flow: a flow binds to a slice of its own category
 FLOW_NAME = "tuple"
@@ -40,10 +40,17 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
     the move's start, and `f` (`bp: "e"`) on a `read` instant where the observe returned, so
     that no arrow points back to an observe that began blocking before the move. `title`
     (default: the pathmap's name) goes in `otherData.title`.
+
+    A system summary record (trace.SYSTEM) is not a slice but a value of a counter of its
+    node's process (`C` at its interval's start, `args: {"value": v}`), named and scaled by
+    eventspace.system (`cpu user (cores)`, `T3 cpu system (cores)`, `rss (bytes)`, `messages
+    in /s`, ...); a node with only counters gets a process of its own after the others.
     """
     records = np.asarray(records, dtype=trace.DTYPE)
     title = catalogue.pathmap.name if title is None else title
     t0 = int(records["t_start"].min()) if len(records) else 0
+    samples, records = system.split(records)
+    counters, values = system.series(samples, catalogue)
     # Each time sits in the middle of its nanosecond, so that a reader truncating ts * 1000 (see
     # _ns) gets the record's own nanoseconds back rather than one less.
     ts = [(int(s) - t0 + 0.5) / 1000.0 for s in records["t_start"].tolist()]
@@ -52,7 +59,7 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
     # Nest by the nanoseconds a reader will see.
     starts = [_ns(t) for t in ts]
     ends = [s + _ns(d) for s, d in zip(starts, dur)]
-    lay = layout(records, catalogue, starts, ends)
+    lay = with_nodes(layout(records, catalogue, starts, ends), (node or UNKNOWN_NODE for node, _ in counters))
     pid_of = {node: i for i, node in enumerate(lay.nodes, 1)}
     tid_of = [len(lay.nodes) + 1 + i for i in range(len(lay.tracks))]
 
@@ -84,6 +91,9 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
                 for fid in in_flows[i]:
                     events.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": CATEGORY, "id": fid,
                                    "ts": read, "pid": pid, "tid": tid})
+    for (node, name), value, t in zip(counters, values.tolist(), samples["t_start"].tolist()):
+        events.append({"ph": "C", "name": name, "cat": CATEGORY, "ts": (t - t0 + 0.5) / 1000.0,
+                       "pid": pid_of[node or UNKNOWN_NODE], "args": {"value": value}})
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
@@ -120,7 +130,8 @@ def write_perfetto(path: str | os.PathLike, records: np.ndarray, catalogue: Cata
 def validate(doc) -> list[str]:
     """What in a trace-event document (the JSON Object form, or a bare event list) breaks the
     format's rules; empty if nothing does. Checks: every event has `ph`; `X` slices have name,
-    numeric ts and dur >= 0, integer pid and tid; `M` metadata names a process or thread with
+    numeric ts and dur >= 0, integer pid and tid; `C` counters a name, an integer pid, numeric
+    ts and numeric args; `M` metadata names a process or thread with
     `args.name`; flow events (`s`, `t`, `f`) have an id, and each flow (cat, name, id) has
     exactly one start and at least one end, each inside a slice of its track (an `f` without
     `bp: "e"` needs a slice starting at or after it); on each (pid, tid), slices nest or do not
@@ -140,6 +151,9 @@ def validate(doc) -> list[str]:
         ph = ev["ph"]
         if ph == "M":
             problems.extend(_check_metadata(ev, where))
+            continue
+        if ph == "C":
+            problems.extend(_check_counter(ev, where))
             continue
         if not _is_int(ev.get("pid")) or not _is_int(ev.get("tid")):
             problems.append(f"{where} ({ph}): pid and tid must be integers")
@@ -220,6 +234,17 @@ def _metadata(lay: Layout, pid_of: dict[str, int], tid_of: list[int]) -> list[di
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track.label}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": i}})
     return events
+
+
+def _check_counter(ev: dict, where: str) -> list[str]:
+    args = ev.get("args")
+    if not isinstance(ev.get("name"), str) or not _is_int(ev.get("pid")):
+        return [f"{where} (C): a counter needs a name and an integer pid"]
+    if not _is_number(ev.get("ts")) or ev["ts"] < 0:
+        return [f"{where} (C): ts must be a number >= 0, got {ev.get('ts')!r}"]
+    if not isinstance(args, dict) or not args or not all(_is_number(v) for v in args.values()):
+        return [f"{where} (C {ev['name']}): args must hold numbers"]
+    return []
 
 
 def _check_metadata(ev: dict, where: str) -> list[str]:

@@ -14,12 +14,12 @@ import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from eventspace import trace
+from eventspace import system, trace
 from eventspace.catalogue import Catalogue
 from eventspace.clock import WallClock
 
 from .slices import READ, collector_args, flows_by_record, record_args, slice_name, tuple_flows
-from .tracks import Layout, layout
+from .tracks import UNKNOWN_NODE, Layout, layout, with_nodes
 
 SEQUENCE = 1          # trusted_packet_sequence_id: one writer, one sequence of packets
 DELTA_CLOCK = 64      # a sequence-scoped incremental clock: a timestamp is the step from the one before
@@ -35,14 +35,15 @@ _NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 # before slices that begin there open, and instants come last (a record that took no time is an
 # instant: a slice cannot end before it begins at one timestamp). A `read` instant (where a flow
 # ends) follows every other instant, so that a flow starting and ending at one nanosecond starts first.
-_END, _BEGIN, _INSTANT, _READ = 0, 1, 2, 3
+# Counter values (system summary records) come last.
+_END, _BEGIN, _INSTANT, _READ, _COUNTER = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
 class PftraceSummary:
     """What `write_pftrace` wrote: `slices` (one per record), `tracks` (thread, element, tree and
     overflow tracks), `processes` (one per node), `flows` (move -> observe arrows), `nbytes` (the
-    file's size in bytes)."""
+    file's size in bytes), `counters` (values on counter tracks: system summary records)."""
 
     path: Path
     slices: int
@@ -50,6 +51,7 @@ class PftraceSummary:
     processes: int
     flows: int
     nbytes: int
+    counters: int = 0
 
 
 def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catalogue, *,
@@ -65,6 +67,11 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
     (`flow_ids`: 1, 2, ... as in the JSON trace) to every observe that read its tuple; the flow
     ends (`terminating_flow_ids`) on a `read` instant where the observe returned, not at its start.
 
+    A system summary record (trace.SYSTEM) is a value (TYPE_COUNTER, `double_counter_value`) at
+    its interval's start on a counter track of its node's process, one track per metric and
+    thread, named and scaled by eventspace.system (`cpu user (cores)`, `T3 cpu system (cores)`,
+    `rss (bytes)`, `messages in /s`, ...); a node with only counters gets a process of its own.
+
     Timestamps are the records' nanoseconds on CLOCK_MONOTONIC (the monitor's clock, declared
     the trace's primary clock); the clock snapshot at the first timestamp adds CLOCK_REALTIME if
     `recorded` says when the events happened. Every packet is on one sequence: its first packet
@@ -79,25 +86,32 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path.parent}: no such directory; create it or write the trace elsewhere")
+    t0 = int(records["t_start"].min()) if len(records) else 0
+    samples, records = system.split(records)
     starts = records["t_start"].astype(np.int64)
     ends = np.maximum(records["t_end"].astype(np.int64), starts)
-    lay = layout(records, catalogue, starts, ends)
+    series, values = system.series(samples, catalogue)
+    series = [(node or UNKNOWN_NODE, name) for node, name in series]
+    lay = with_nodes(layout(records, catalogue, starts, ends), (node for node, _ in series))
     pairs = tuple_flows(records, catalogue)
-    t0 = int(starts.min()) if len(records) else 0
+    # Counter tracks after the thread tracks, one per (node, series), in the order they first come.
+    counter_uuid = {key: _track_uuid(lay, len(lay.tracks)) + i for i, key in enumerate(dict.fromkeys(series))}
+    counters = (samples["t_start"].astype(np.int64), np.array([counter_uuid[k] for k in series], dtype=np.int64),
+                values)
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
             strings = _Strings(records, catalogue)
-            header = (packet.SerializeToString() for packet in _header(strings, lay, t0, recorded))
-            events = _events(records, starts, ends, lay, pairs, strings, t0)
+            header = (packet.SerializeToString() for packet in _header(strings, lay, t0, recorded, counter_uuid))
+            events = _events(records, starts, ends, lay, pairs, strings, t0, counters)
             _write_bundles(StreamingTraceProtoBuilder(f), itertools.chain(header, events))
         nbytes = tmp.stat().st_size
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return PftraceSummary(path, len(records), len(lay.tracks), len(lay.nodes), len(pairs), nbytes)
+    return PftraceSummary(path, len(records), len(lay.tracks), len(lay.nodes), len(pairs), nbytes, len(samples))
 
 
 def _write_bundles(builder: StreamingTraceProtoBuilder, packets: Iterable[bytes]) -> None:
@@ -162,9 +176,11 @@ class _Strings:
         return out
 
 
-def _header(strings: _Strings, lay: Layout, t0: int, recorded: WallClock | None) -> list[pb.TracePacket]:
+def _header(strings: _Strings, lay: Layout, t0: int, recorded: WallClock | None,
+            counters: dict[tuple[str, str], int]) -> list[pb.TracePacket]:
     """The packets before the events: interned strings and the incremental clock as the default
-    (the sequence's incremental state), the clock snapshot, and the track descriptors."""
+    (the sequence's incremental state), the clock snapshot, and the track descriptors (processes,
+    thread tracks, and the `counters` tracks, by (node, name): uuid)."""
     first = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE, sequence_flags=_CLEARED | _NEEDS_STATE)
     first.trace_packet_defaults.timestamp_clock_id = DELTA_CLOCK
     first.interned_data.CopyFrom(strings.interned())
@@ -197,6 +213,14 @@ def _header(strings: _Strings, lay: Layout, t0: int, recorded: WallClock | None)
         packet.track_descriptor.thread.tid = tid
         packet.track_descriptor.thread.thread_name = track.label
         packets.append(packet)
+    for rank, ((node, name), uuid) in enumerate(counters.items()):
+        packet = _on_monotonic(t0)
+        packet.track_descriptor.uuid = uuid
+        packet.track_descriptor.parent_uuid = pids[node]
+        packet.track_descriptor.name = name
+        packet.track_descriptor.sibling_order_rank = len(lay.tracks) + rank
+        packet.track_descriptor.counter.SetInParent()
+        packets.append(packet)
     return packets
 
 
@@ -210,10 +234,11 @@ def _track_uuid(lay: Layout, track: int) -> int:
     return len(lay.nodes) + 1 + track
 
 
-def _events(records, starts, ends, lay: Layout, pairs, strings: _Strings, t0: int) -> Iterator[bytes]:
+def _events(records, starts, ends, lay: Layout, pairs, strings: _Strings, t0: int, counters) -> Iterator[bytes]:
     """Every record's events, in timestamp order, as serialized TrackEvent packets: a BEGIN and an
-    END per record (an INSTANT if it took no time), and a `read` INSTANT where each observe that
-    ends a flow returned."""
+    END per record (an INSTANT if it took no time), a `read` INSTANT where each observe that
+    ends a flow returned, and a COUNTER value per system record (`counters`: times, track
+    uuids, values)."""
     n = len(records)
     out_flows, in_flows = flows_by_record(pairs)
     # Each record's place in the order its track opens slices: by start, longest first, then position.
@@ -223,28 +248,38 @@ def _events(records, starts, ends, lay: Layout, pairs, strings: _Strings, t0: in
     instant = ends == starts
     slices = np.flatnonzero(~instant)
     reads = np.fromiter(sorted(in_flows), dtype=np.int64, count=len(in_flows))
-    record = np.concatenate([index, slices, reads])
+    counter_at, counter_uuid, counter_values = counters
+    record = np.concatenate([index, slices, reads, np.arange(len(counter_at))])
     kind = np.concatenate([np.where(instant, _INSTANT, _BEGIN), np.full(len(slices), _END),
-                           np.full(len(reads), _READ)])
-    at = np.concatenate([starts, ends[slices], ends[reads]])
+                           np.full(len(reads), _READ), np.full(len(counter_at), _COUNTER)])
+    at = np.concatenate([starts, ends[slices], ends[reads], counter_at])
+    events = len(record) - len(counter_at)
     # At one time on one track, slices open outermost first (ENDs at one time close alike).
-    uuid = _track_uuid(lay, 0) + lay.of[record]
-    order = np.lexsort((opened[record], uuid, kind, at))
+    uuid = np.concatenate([_track_uuid(lay, 0) + lay.of[record[:events]], counter_uuid])
+    order = np.lexsort((np.concatenate([opened[record[:events]], np.zeros(len(counter_at), np.int64)]),
+                        uuid, kind, at))
     steps = np.diff(at[order], prepend=t0)
 
     rows = records.tolist()
     collector, record_keys = strings.collector, strings.record_keys
     names = {op_flags: _varint(strings.names[slice_name(*op_flags)]) for op_flags in strings.kinds}
     read = _varint(strings.names[READ])
-    tracks = {t: b"\x58" + _varint(t) for t in set(uuid.tolist())}
+    tracks = {t: b"\x58" + _varint(t) for t in set(uuid[:events].tolist())}
     # An END packet is its timestamp and a part that is the same for every END on its track.
     end_of = {t: _ON_SEQUENCE + _field(11, _END_EVENT + _varint(t)) + _NEEDS_STATE_FLAG for t in tracks}
+    counter_values = counter_values.tolist()
     # A record's own annotations by its kind: the key parts of index (or arg) and nbytes, and error.
     keys = {op_flags: (_KEY[iids[0]], _KEY[iids[1]], _true(iids[2]) if len(iids) > 2 else b"")
             for op_flags, iids in record_keys.items()}
     varint, small, long = _varint, _SMALL, _SMALLEST_LONG
     for i, k, track, step in zip(record[order].tolist(), kind[order].tolist(), uuid[order].tolist(),
                                  steps.tolist()):
+        if k == _COUNTER:
+            yield pb.TracePacket(timestamp=step, trusted_packet_sequence_id=SEQUENCE, sequence_flags=_NEEDS_STATE,
+                                 track_event=pb.TrackEvent(type=pb.TrackEvent.TYPE_COUNTER, track_uuid=track,
+                                                           double_counter_value=counter_values[i])
+                                 ).SerializeToString()
+            continue
         step = small[step] if step < long else varint(step)
         if k == _END:
             yield b"\x40" + step + end_of[track]

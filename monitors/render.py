@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from eventspace import trace
+from eventspace.system import NodeSample
 
 from .colop import ColOpReport
 from .heartbeat import (ALIVE, GONE, IDLE, NOT_ANSWERING, QUIET, SLOW, STALLED, UNSEEN, WAITING,
@@ -128,3 +129,40 @@ def events_table(records, catalogue, most: int = 20) -> Table:
                       event["element"] or event["tree"] or "-", str(event["arg"]), str(event["nbytes"]),
                       f"{(event['t_end'] - event['t_start']) / 1e3:.1f}")
     return table
+
+
+def system_bars(samples: list[NodeSample], width: int = 20) -> Table:
+    """SESAME's display: one row per node, bars of CPU (user, then system, in cores; the scale is
+    a core, or the busiest node's cores if more), memory (RSS, against the largest node's) and
+    communication (messages in and out per second, against the busiest node's) over the newest
+    interval."""
+    table = Table(box=None, padding=(0, 1), show_header=True, header_style="bold")
+    for column in ("node", "cpu: user, system (cores)", "memory (RSS)", "communication (in + out)"):
+        table.add_column(column, no_wrap=True)
+    cpu_scale = max([1.0] + [s.cpu_user + s.cpu_system for s in samples])
+    rss_scale = max([1.0] + [s.rss_bytes for s in samples])
+    msg_scale = max([1.0] + [s.msgs_in + s.msgs_out for s in samples])
+    for s in samples:
+        cpu = _bar([(s.cpu_user, "green"), (s.cpu_system, "red")], cpu_scale, width)
+        cpu.append(f" {s.cpu_user + s.cpu_system:4.2f} ({s.cpu_user:.2f} + {s.cpu_system:.2f})")
+        memory = _bar([(s.rss_bytes, "blue")], rss_scale, width // 2)
+        memory.append(f" {s.rss_bytes / 2**20:,.0f} MiB")
+        comm = _bar([(s.msgs_in, "cyan"), (s.msgs_out, "magenta")], msg_scale, width // 2)
+        comm.append(f" {s.msgs_in + s.msgs_out:,.0f} msg/s, {(s.bytes_in + s.bytes_out) / 1024:,.1f} KiB/s")
+        table.add_row(s.node, cpu, memory, comm)
+    return table
+
+
+def _bar(parts: list[tuple[float, str]], scale: float, width: int) -> Text:
+    """A bar of `width` cells: each part's share of `scale` in its style, the rest dim."""
+    bar = Text()
+    used = 0
+    total = 0.0
+    for value, style in parts:
+        total += max(0.0, value)
+        cells = min(width, round(total / scale * width)) - used
+        if cells > 0:
+            bar.append("█" * cells, style=style)
+            used += cells
+    bar.append("·" * (width - used), style="grey42")
+    return bar

@@ -88,6 +88,13 @@ def layout(records: np.ndarray, catalogue: Catalogue, starts, ends) -> Layout:
     return Layout(nodes, tuple(tracks), of)
 
 
+def with_nodes(lay: Layout, nodes) -> Layout:
+    """`lay` with the `nodes` it has no track on added after its own (processes that show only
+    counters), in the order given."""
+    extra = tuple(n for n in dict.fromkeys(nodes) if n not in lay.nodes)
+    return Layout(lay.nodes + extra, lay.tracks, lay.of) if extra else lay
+
+
 def lanes(starts, ends) -> np.ndarray:
     """Lane of each interval [starts[i], ends[i]] so that, in every lane, intervals nest or do
     not overlap (touching ends do not overlap). Intervals are taken by start, longest first, then

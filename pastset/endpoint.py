@@ -52,6 +52,7 @@ class Endpoint:
         self.table = server.table
         self.limits = server.limits
         self._serial = next(_ENDPOINTS)   # with a peer id, names a client of this endpoint
+        self.msgs_in = self.bytes_in = self.msgs_out = self.bytes_out = 0   # TupleServer.traffic
         # Replies (and reads whose replies could be) of this many bytes or more are checked against
         # Limits.max_reply and, from _TRACKED bytes on, against the memory budget.
         self._big = min(_TRACKED, self.limits.max_reply + 1)
@@ -165,6 +166,8 @@ class Endpoint:
         peer, frame = frames
         if peer == self._waker_id:
             return  # a wake-up: the loop services dirty elements next
+        self.msgs_in += 1
+        self.bytes_in += len(frame)
         try:
             rid, op, args = p.unpack_request(frame, self.limits)
         except ProtocolError as exc:
@@ -204,6 +207,8 @@ class Endpoint:
             # which costs more than the rest of a small reply.
             self._sock.send(peer, _MORE_NOWAIT)
             self._sock.send(payload, _NOWAIT)
+            self.msgs_out += 1
+            self.bytes_out += len(payload)
             return True
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:
@@ -239,6 +244,8 @@ class Endpoint:
                 self._lost.append(peer)
             return False
         self._unsent[peer] = unsent + size
+        self.msgs_out += 1
+        self.bytes_out += size
         self._in_flight.append((tracker, peer, size))
         self._set_rcvtimeo()
         return True

@@ -169,6 +169,14 @@ class TupleServer:
     def endpoints(self) -> list[str]:
         return [e.endpoint for e in self._endpoints]
 
+    def traffic(self) -> tuple[int, int, int, int]:
+        """(messages received, bytes received, messages sent, bytes sent) by this server's
+        endpoints since they opened: remote requests and replies (frames' payloads; in-process
+        calls are not messages)."""
+        endpoints = [e for e in self._endpoints if not isinstance(e, local.Name)]
+        return (sum(e.msgs_in for e in endpoints), sum(e.bytes_in for e in endpoints),
+                sum(e.msgs_out for e in endpoints), sum(e.bytes_out for e in endpoints))
+
     def close(self) -> None:
         """Stop serving clients (in-process use of the server itself goes on working)."""
         while self._endpoints:

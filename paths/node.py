@@ -293,6 +293,10 @@ class NodeServer:
                 traceback.print_exc()
             self._outcomes[ctx.thread] = ["error", type(exc).__name__, str(exc)]
 
+    def thread_ids(self) -> dict[str, int]:
+        """{thread: its operating-system thread id} of this node's application threads now running."""
+        return {name: th.native_id for name, th in list(self._threads.items()) if th.is_alive()}
+
     def join(self, timeout: float | None = None) -> dict:
         """Wait up to `timeout` seconds for this node's threads to end.
 

@@ -37,6 +37,8 @@ class Decoded:
     times: list              # every event's time, in file order
     clocks: pb.ClockSnapshot
     bundles: int
+    counter_tracks: dict = None   # uuid -> (parent process uuid, name)
+    counters: list = None         # (track uuid, ns, value) of every counter value, in file order
 
 
 def packets(path):
@@ -65,6 +67,7 @@ def decode(path) -> Decoded:
     values = {e.iid: e.str.decode() for e in first.interned_data.debug_annotation_string_values}
 
     processes, threads, slices, starts, ends, times = {}, {}, [], {}, {}, []
+    counter_tracks, counters = {}, []
     clocks, now = None, None
     stacks: dict[int, list[Slice]] = {}
     for packet in read[1:]:
@@ -80,6 +83,9 @@ def decode(path) -> Decoded:
                 processes[d.uuid] = (d.process.pid, d.process.process_name)
             elif d.HasField("thread"):
                 threads[d.uuid] = (d.thread.pid, d.thread.tid, d.thread.thread_name, d.sibling_order_rank)
+            elif d.HasField("counter"):
+                assert d.parent_uuid in processes, "a counter track before its process"
+                counter_tracks[d.uuid] = (d.parent_uuid, d.name)
             continue
         assert packet.HasField("track_event") and now is not None, "an event before the clock snapshot"
         assert packet.sequence_flags == pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -87,6 +93,10 @@ def decode(path) -> Decoded:
         now += packet.timestamp
         times.append(now)
         event = packet.track_event
+        if event.type == pb.TrackEvent.TYPE_COUNTER:
+            assert event.track_uuid in counter_tracks, f"a counter value on track {event.track_uuid}, not a counter"
+            counters.append((event.track_uuid, now, event.double_counter_value))
+            continue
         stack = stacks.setdefault(event.track_uuid, [])
         if event.type == pb.TrackEvent.TYPE_SLICE_END:
             assert stack, f"an END with no open slice on track {event.track_uuid}"
@@ -111,4 +121,4 @@ def decode(path) -> Decoded:
             assert event.type == pb.TrackEvent.TYPE_INSTANT
             slices.append(s)
     assert all(not stack for stack in stacks.values()), "slices left open"
-    return Decoded(processes, threads, slices, starts, ends, times, clocks, bundles)
+    return Decoded(processes, threads, slices, starts, ends, times, clocks, bundles, counter_tracks, counters)

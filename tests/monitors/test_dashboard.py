@@ -39,7 +39,9 @@ def test_the_dashboard_shows_every_tree_and_every_scope_of_every_monitor(tmp_pat
         board = Dashboard(run, progress=run.progress)
         try:
             state = update_until(board, lambda s: {"heartbeat", "colop count", "colop step", "getevent"} <= names(s)
-                                 and len(s.colops) == 2 and all(r.rounds for r in s.colops))
+                                 and len(s.colops) == 2 and all(r.rounds for r in s.colops) and len(s.nodes) == 3)
+            assert [n.node for n in state.nodes] == ["A", "B", "C"]   # a bar row per node
+            assert all(n.rss_bytes > 0 and n.msgs_in > 0 for n in state.nodes)
             assert [r.tree for r in state.colops] == ["count", "step"]
             assert all({o.op for o in r.ops} == {"allreduce" if r.tree == "count" else "barrier"}
                        for r in state.colops)

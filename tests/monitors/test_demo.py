@@ -26,7 +26,9 @@ def test_the_demo_runs_end_to_end_and_writes_a_native_perfetto_trace(tmp_path):
     assert summary["events"] > 0 and summary["stalled"] == []
     assert summary["trace"] == str(trace)
     decoded = decode(trace)
-    assert len([s for s in decoded.slices if s.name != "read"]) == summary["events"]
+    # Every event streamed is a slice, or a value on a counter track (a node's system summary).
+    assert decoded.counters and decoded.counter_tracks
+    assert len([s for s in decoded.slices if s.name != "read"]) + len(decoded.counters) == summary["events"]
     assert len({name for _, _, name, _ in decoded.threads.values()} & {f"T{i}" for i in range(16)}) == 16
     assert decoded.flow_starts and set(decoded.flow_starts) == set(decoded.flow_ends)
     assert "demo summary" in proc.stdout and "ui.perfetto.dev" in proc.stdout

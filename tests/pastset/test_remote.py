@@ -227,3 +227,18 @@ def test_closing_the_endpoint_leaves_nothing_parked(background):
     for i in range(4):
         element.move((i, i))
     assert element.observe(3) == (3, 3)
+
+
+def test_a_server_counts_the_messages_and_bytes_its_endpoints_received_and_sent(served):
+    server, client = served
+    before = server.traffic()
+    remote = client.enter("counted", ["int", "bytes"])
+    for i in range(10):
+        remote.move((i, b"x" * 100))
+    assert remote.read_range(0, 10)[0] == 0
+    msgs_in, bytes_in, msgs_out, bytes_out = (after - was for after, was in zip(server.traffic(), before))
+    assert msgs_in == msgs_out == 12          # enter, ten moves, one read: a reply each
+    assert 10 * 100 < bytes_in < 10 * 200     # the moves' payloads and their framing
+    assert bytes_out > 10 * 100               # the read's reply holds them all again
+    server.enter("local", ["int"]).move((1,))
+    assert server.traffic()[0] == before[0] + msgs_in   # an in-process call is not a message

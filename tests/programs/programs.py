@@ -124,3 +124,23 @@ def outlier(ctx):
         if ctx.thread == args["once"] and r == int(args["at"]):
             time.sleep(float(args["big"]))
         ctx.allreduce(1, "sum", tree="count", timeout=30)
+
+
+def uneven(ctx):
+    """The ring, paced, for `stop_after` seconds; thread `busy` reads each tuple `extra` times
+    before it takes it (observes by index, which consume nothing: step k's tuple has index k)."""
+    me = int(ctx.thread[1:])
+    n = len(ctx.pathmap.threads)
+    out = ctx.path(f"row_{me}_{(me + 1) % n}")
+    inn = ctx.path(f"row_{(me - 1) % n}_{me}")
+    deadline = time.monotonic() + float(ctx.args.get("stop_after", 5))
+    extra = int(ctx.args.get("extra", 2)) if ctx.thread == ctx.args.get("busy") else 0
+    steps = 0
+    while ctx.allreduce(int(time.monotonic() < deadline), "min", tree="count", timeout=30):
+        out.move((steps, b"x" * 16))
+        for _ in range(extra):
+            inn.observe(steps, timeout=30)
+        inn.observe(timeout=30)
+        steps += 1
+        time.sleep(float(ctx.args.get("pause", 0.005)))
+    return steps
