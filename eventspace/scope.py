@@ -21,7 +21,7 @@ from pastset.fanout import Fanout
 from . import trace
 from .catalogue import Catalogue
 from .gather import INSTALL, MODES, REMOVE, RENEW, Join, JoinSpec, Pulled
-from .space import INFLIGHT
+from .space import INFLIGHT, Mark
 from .stages import ScopeStage
 from .view import View
 
@@ -279,17 +279,28 @@ class EventScope:
         """The view's collectors timing an operation right now: ({collector id: its start, ns on
         the collector's node clock}, nodes that did not answer). A thread blocked in an observe
         or a collective shows here before any record of that operation exists."""
+        rows, missing = self._in_flight_rows()
+        return {row[0]: row[1] for row in rows}, missing
+
+    def in_flight_marks(self) -> tuple[dict[int, Mark], set[str]]:
+        """As `in_flight`, for the collectors that mark what they are timing (MPI collectors):
+        ({collector id: Mark(t_start, op, flags, element, arg, nbytes)}, nodes that did not
+        answer); the fields are the record's as known when the operation began."""
+        rows, missing = self._in_flight_rows()
+        return {row[0]: Mark(*row[1:7]) for row in rows if len(row) == 7}, missing
+
+    def _in_flight_rows(self) -> tuple[list[list[int]], set[str]]:
         nodes = sorted({e.node for e in self.entries})
         with self._mutex:
             replies, missing = self._fanout.request([(n, p.CALL, (INFLIGHT, [])) for n in nodes], self.timeout)
         mine = {e.id for e in self.entries}
-        found = {}
+        rows = []
         for node, reply in zip(nodes, replies):
             if isinstance(reply, list):
-                found.update((cid, t0) for cid, t0 in reply if cid in mine)
+                rows.extend(row for row in reply if row[0] in mine)
             elif reply is not None:
                 missing.add(node)
-        return found, missing
+        return rows, missing
 
     # -- reshaping -------------------------------------------------------------------------------
 

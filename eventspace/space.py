@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import NamedTuple
 
 from pastset import Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
 from pastset.fanout import Fanout
@@ -16,9 +17,22 @@ CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved 
 CONTROL_TEMPLATE = ["str", "any"]
 CLOCK = "eventspace.clock"              # hosted: () -> this node's clock, ns
 CURSORS = "eventspace.scope.cursors"    # hosted: (key) -> a near join's stream cursors
-INFLIGHT = "eventspace.inflight"        # hosted: () -> [[collector id, start ns], ...] of operations under way
+INFLIGHT = "eventspace.inflight"        # hosted: () -> [[collector id, start ns, *mark], ...] of operations under way
 MAX_JOINS = 10_000                      # scope joins one node server holds at once
 SINGLE_THREAD_ROLES = frozenset({"source", "contribute"})  # collectors only their thread calls
+
+
+class Mark(NamedTuple):
+    """What a collector that marks its operations is timing right now: the start (ns, node clock)
+    and the trace record's fields as known when the operation began (eventspace.mpi.encoding
+    says what they mean for an MPI call)."""
+
+    t_start: int
+    op: int
+    flags: int
+    element: int
+    arg: int
+    nbytes: int
 
 
 class NodeSpace:
@@ -53,8 +67,12 @@ class NodeSpace:
             node.server.enter_rings(mine, trace.FORMAT, keep)
         self._switches: dict[int, list[bool]] = {}
         # Collector id -> start (ns) of the operation it is timing now, 0 when none: written by
-        # collectors (a list store, atomic under the GIL), read by heartbeat monitors.
+        # collectors (a list store, atomic under the GIL), read by heartbeat monitors. A collector
+        # may also leave a mark there, (op, flags, element, arg, nbytes) of that operation as far
+        # as known when it began (MPI collectors do: the peer and tag a receive waits for); the
+        # mark is read only while the start is set.
         self.inflight: list[int] = [0] * (len(self.catalogue) + 1)
+        self.marks: list[tuple | None] = [None] * (len(self.catalogue) + 1)
         self.control = node.server.enter(CONTROL, CONTROL_TEMPLATE)
         self._closing = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name=f"eventspace-control-{node.name}", daemon=True)
@@ -84,8 +102,31 @@ class NodeSpace:
         return lambda *record: handle.move(record)
 
     def in_flight(self) -> list[list[int]]:
-        """[collector id, start ns] of every collected operation under way on this node now."""
-        return [[cid, t0] for cid, t0 in enumerate(self.inflight) if t0]
+        """[collector id, start ns] of every collected operation under way on this node now,
+        followed by its mark's five fields (see Mark) for a collector that left one."""
+        marks = self.marks
+        return [[cid, t0] if marks[cid] is None else [cid, t0, *marks[cid]]
+                for cid, t0 in enumerate(self.inflight) if t0]
+
+    def adopt(self, pathmap) -> None:
+        """Take the run's pathmap after it grew while the run goes on (an MPI run declares each
+        communicator this way): its catalogue, a trace element for each new collector whose
+        traces live here, room for them in the in-flight table. The pathmap must only append
+        collectors (ValueError otherwise): ids that monitors already use keep their meaning."""
+        catalogue = Catalogue(pathmap)
+        old = self.catalogue.entries
+        if catalogue.entries[:len(old)] != old:
+            raise ValueError(f"pathmap {pathmap.name} changes collectors of the running one; "
+                             "a growing run may only append collectors")
+        mine = [e.trace for e in catalogue.on_node(self.node.name) if e.id > len(old)]
+        if mine:
+            self.node.server.enter_rings(mine, trace.FORMAT, pathmap.instrument.keep)
+        grow = len(catalogue) + 1 - len(self.inflight)
+        if grow > 0:  # in place: collectors hold these lists
+            self.marks.extend([None] * grow)
+            self.inflight.extend([0] * grow)
+        self.node.pathmap = pathmap
+        self.catalogue = catalogue
 
     def switch(self, cid: int) -> list[bool]:
         """The one-item list a collector reads on every operation: [True] collects, [False] forwards."""
