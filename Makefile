@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(BIN)/pip install -q -e '.[test,mpi]' --config-settings editable_mode=compat
 	touch $@
 
 demo: $(VENV)/.installed

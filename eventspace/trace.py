@@ -8,6 +8,8 @@ import numpy as np
 
 from paths import operation as op
 
+from .mpi import encoding as mpi
+
 # op (u16), flags (u16), collector (u32), element (u32), arg (u32), nbytes (u32), t_start, t_end (u64 ns)
 FORMAT = "=HHIIIIQQ"
 RECORD = struct.Struct(FORMAT)
@@ -27,8 +29,9 @@ ERROR = 1       # the operation raised (t_end is when it did)
 TREE = 2        # `element` holds a tree index, not an element index
 SUMMARY = 4     # a reduce:count/sum record: `arg` counts the events it stands for
 
-# Operation codes are PATHS's (paths.operation): one name space for paths and traces.
-OP_NAMES = dict(op.NAMES)
+# Operation codes are PATHS's (paths.operation) and, from 0x0100, MPI calls' (eventspace.mpi.encoding):
+# one name space for paths, MPI programs and traces.
+OP_NAMES = {**op.NAMES, **mpi.NAMES}
 OP_CODES = {name: code for code, name in OP_NAMES.items()}
 
 
