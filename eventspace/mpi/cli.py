@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .launch import EXTRA_HINT, UsageError, add_options, parse
+from .launch import EXTRA_HINT, UsageError, add_options, mpi4py_installed, parse
 
 
 def register(subparsers) -> None:
@@ -59,10 +59,8 @@ def command(args) -> list[str]:
         from .topology import Topology
         Topology.load(options.topology)             # one clear error before any rank starts
     mpiexec = find_mpiexec(args.mpiexec)
-    try:
-        import mpi4py  # noqa: F401 - only whether it is there
-    except ImportError:
-        raise LookupError(f"mpi4py is not installed for {sys.executable}; {EXTRA_HINT}") from None
+    if not mpi4py_installed():
+        raise LookupError(f"mpi4py is not installed for {sys.executable}; {EXTRA_HINT}")
     return [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "eventspace.mpi", *ours, *program]
 
 

@@ -10,7 +10,7 @@ of path `rK/commC` for point-to-point calls, the contribute collector of member 
 | op        | MPI_Send, MPI_Recv, MPI_Isend, ...     | the op that posted it (MPI_Irecv, ...) | MPI_Wait, MPI_Waitall, ...  | MPI_Allreduce, ...           |
 | flags     | PICKLED, ANY_SOURCE, ANY_TAG, EMPTY    | REQUEST, + FREED, CANCELLED            | EMPTY when none completed   | PICKLED                      |
 | element   | peer's world rank (actual source)      | peer's world rank (actual source)      | requests passed             | root's world rank, or NONE   |
-| arg       | tag (actual tag for receives)          | tag (actual tag for receives)          | requests completed          | round on this communicator   |
+| arg       | tag (actual tag for receives)          | tag (actual tag for receives)          | traced requests completed   | round on this communicator   |
 | nbytes    | bytes sent / received                  | bytes sent / received                  | 0                           | bytes this rank sent         |
 | t_start   | call entered                           | the posting call entered               | call entered                | call entered                 |
 | t_end     | call returned                          | the completion call returned           | call returned               | call returned                |
@@ -25,7 +25,9 @@ Bytes: buffer forms count the message's bytes (count x datatype size; a receive,
 the pickle forms (send, recv, bcast...) count the pickled bytes, taken from mpi4py's own pickling
 (a send, collective or posting call) or from the receive's Status (what arrived). A collective's
 `nbytes` is what this rank handed to the call to send: its send buffer (a Bcast or Scatter, the
-root's only), or what it pickled. Values saturate at 2**32 - 1.
+root's only; with MPI.IN_PLACE, its share of the receive buffer), or for the pickle forms what
+mpi4py pickled during the call (its object reductions pass pickles along their own algorithm, so
+an allreduce may pickle more than once). Values saturate at 2**32 - 1.
 
 Nonblocking operations give two records: the posting call (MPI_Isend, MPI_Irecv: peer and tag as
 asked, bytes as sent, 0 for a receive), and, when a completion call finds the request complete,

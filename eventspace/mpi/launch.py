@@ -105,13 +105,22 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"python -m eventspace.mpi: {exc}", file=sys.stderr)
         return 2
-    if importlib.util.find_spec("mpi4py") is None:
+    if not mpi4py_installed():
         if _first_rank():
             print(f"eventspace.mpi: mpi4py is not installed; {EXTRA_HINT}", file=sys.stderr)
         return 2
     monitor = Monitor(options)
     monitor.watch_import()
     return monitor.run(program)
+
+
+def mpi4py_installed() -> bool:
+    """Whether mpi4py imports here (its package only: MPI is not initialized by this)."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _first_rank() -> bool:
