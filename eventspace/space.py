@@ -68,11 +68,10 @@ class NodeSpace:
         self._switches: dict[int, list[bool]] = {}
         # Collector id -> start (ns) of the operation it is timing now, 0 when none: written by
         # collectors (a list store, atomic under the GIL), read by heartbeat monitors. A collector
-        # may also leave a mark there, (op, flags, element, arg, nbytes) of that operation as far
-        # as known when it began (MPI collectors do: the peer and tag a receive waits for); the
-        # mark is read only while the start is set.
-        self.inflight: list[int] = [0] * (len(self.catalogue) + 1)
-        self.marks: list[tuple | None] = [None] * (len(self.catalogue) + 1)
+        # may store its mark instead of the bare start: (start, op, flags, element, arg, nbytes),
+        # the record as known when the operation began (MPI collectors do: the peer and tag a
+        # receive waits for), in the same one store.
+        self.inflight: list[int | tuple] = [0] * (len(self.catalogue) + 1)
         self.control = node.server.enter(CONTROL, CONTROL_TEMPLATE)
         self._closing = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name=f"eventspace-control-{node.name}", daemon=True)
@@ -103,10 +102,8 @@ class NodeSpace:
 
     def in_flight(self) -> list[list[int]]:
         """[collector id, start ns] of every collected operation under way on this node now,
-        followed by its mark's five fields (see Mark) for a collector that left one."""
-        marks = self.marks
-        return [[cid, t0] if marks[cid] is None else [cid, t0, *marks[cid]]
-                for cid, t0 in enumerate(self.inflight) if t0]
+        followed by its mark's other five fields (see Mark) for a collector that left one."""
+        return [[cid, t] if type(t) is int else [cid, *t] for cid, t in enumerate(self.inflight) if t]
 
     def adopt(self, pathmap) -> None:
         """Take the run's pathmap after it grew while the run goes on (an MPI run declares each
@@ -122,8 +119,7 @@ class NodeSpace:
         if mine:
             self.node.server.enter_rings(mine, trace.FORMAT, pathmap.instrument.keep)
         grow = len(catalogue) + 1 - len(self.inflight)
-        if grow > 0:  # in place: collectors hold these lists
-            self.marks.extend([None] * grow)
+        if grow > 0:  # in place: collectors hold the list
             self.inflight.extend([0] * grow)
         self.node.pathmap = pathmap
         self.catalogue = catalogue

@@ -12,6 +12,7 @@ from __future__ import annotations
 from itertools import count
 
 from mpi4py import MPI
+from numpy import ndarray
 
 from .. import trace
 from . import encoding as e
@@ -29,14 +30,15 @@ DUMPED = [0]
 
 class Channel:
     """One collector of this rank on one communicator: its id, its trace element's append, its
-    on/off switch, the drain's bound and spill, the node's clock, in-flight and mark tables,
-    the communicator's rank -> world rank table (`peers`), and a Status to read receives with."""
+    on/off switch, the drain's bound and spill, the node's clock and in-flight table (where it
+    leaves its mark: the record as known when a call begins), the communicator's rank -> world
+    rank table (`peers`), and a Status to read receives with."""
 
-    __slots__ = ("cid", "append", "on", "bound", "spill", "clock", "inflight", "marks", "peers", "status")
+    __slots__ = ("cid", "append", "on", "bound", "spill", "clock", "inflight", "peers", "status")
 
-    def __init__(self, cid, append, on, bound, spill, clock, inflight, marks, peers):
+    def __init__(self, cid, append, on, bound, spill, clock, inflight, peers):
         self.cid, self.append, self.on, self.bound, self.spill = cid, append, on, bound, spill
-        self.clock, self.inflight, self.marks, self.peers = clock, inflight, marks, peers
+        self.clock, self.inflight, self.peers = clock, inflight, peers
         self.status = MPI.Status()
 
 
@@ -107,7 +109,7 @@ def _send(comm, call, op, ch, flags, request_class=None):
     """A blocking send (Send, send, Ssend...), or with `request_class` a nonblocking one (Isend,
     isend...), whose request it wraps with what the completion needs."""
     cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, marks, peers = ch.clock, ch.inflight, ch.marks, ch.peers
+    clock, inflight, peers = ch.clock, ch.inflight, ch.peers
     dumped = DUMPED
     pickled = bool(flags)
 
@@ -120,11 +122,14 @@ def _send(comm, call, op, ch, flags, request_class=None):
             peer = NONE
         if pickled:
             n, before = 0, dumped[0]
+        elif type(buf) is ndarray:
+            n = buf.nbytes
+            if n > U32:
+                n = U32
         else:
             n = buffer_bytes(buf)
         t0 = clock()
-        marks[cid] = (op, flags, peer, tag, n)
-        inflight[cid] = t0
+        inflight[cid] = (t0, op, flags, peer, tag, n)
         try:
             result = call(comm, buf, dest, tag)
         except BaseException:
@@ -147,10 +152,13 @@ def _send(comm, call, op, ch, flags, request_class=None):
 
 
 def _recv(comm, call, op, ch, flags):
+    """Recv (`buf` required) or recv (`flags` PICKLED: every argument optional, as mpi4py's)."""
     cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, marks, peers, own = ch.clock, ch.inflight, ch.marks, ch.peers, ch.status
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
 
-    def recv(buf, source, tag, status):
+    def recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        if not on[0]:
+            return call(comm, buf, source, tag, status)
         st = own if status is None else status
         f = flags
         if source == ANY_SOURCE:
@@ -162,8 +170,7 @@ def _recv(comm, call, op, ch, flags):
         except (LookupError, TypeError):
             want = NONE
         t0 = clock()
-        marks[cid] = (op, f, want, tag & U32, 0)
-        inflight[cid] = t0
+        inflight[cid] = (t0, op, f, want, tag & U32, 0)
         try:
             result = call(comm, buf, source, tag, st)
         except BaseException:
@@ -177,25 +184,19 @@ def _recv(comm, call, op, ch, flags):
         return result
 
     if flags:
-        def recv_object(buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
-            if not on[0]:
-                return call(comm, buf, source, tag, status)
-            return recv(buf, source, tag, status)
-        return recv_object
-
-    def recv_buffer(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
-        if not on[0]:
-            return call(comm, buf, source, tag, status)
-        return recv(buf, source, tag, status)
-    return recv_buffer
+        recv.__defaults__ = (None, ANY_SOURCE, ANY_TAG, None)
+    return recv
 
 
 def _post_recv(comm, call, ch, flags, request_class):
+    """Irecv (`buf` required) or irecv (`flags` PICKLED: every argument optional)."""
     cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, marks, peers = ch.clock, ch.inflight, ch.marks, ch.peers
+    clock, inflight, peers = ch.clock, ch.inflight, ch.peers
     op = e.IRECV
 
-    def post(buf, source, tag):
+    def post(buf, source=ANY_SOURCE, tag=ANY_TAG):
+        if not on[0]:
+            return call(comm, buf, source, tag)
         f = flags
         if source == ANY_SOURCE:
             f |= e.ANY_SOURCE
@@ -206,8 +207,7 @@ def _post_recv(comm, call, ch, flags, request_class):
         except (LookupError, TypeError):
             want = NONE
         t0 = clock()
-        marks[cid] = (op, f, want, tag & U32, 0)
-        inflight[cid] = t0
+        inflight[cid] = (t0, op, f, want, tag & U32, 0)
         try:
             request = request_class(call(comm, buf, source, tag))
         except BaseException:
@@ -221,23 +221,14 @@ def _post_recv(comm, call, ch, flags, request_class):
         return request
 
     if flags:
-        def irecv(buf=None, source=ANY_SOURCE, tag=ANY_TAG):
-            if not on[0]:
-                return call(comm, buf, source, tag)
-            return post(buf, source, tag)
-        return irecv
-
-    def Irecv(buf, source=ANY_SOURCE, tag=ANY_TAG):  # noqa: N802 - mpi4py's name
-        if not on[0]:
-            return call(comm, buf, source, tag)
-        return post(buf, source, tag)
-    return Irecv
+        post.__defaults__ = (None, ANY_SOURCE, ANY_TAG)
+    return post
 
 
 def _sendrecv(comm, call, ch, flags):
     """Sendrecv / sendrecv: two records with the call's times, its send half and its receive half."""
     cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, marks, peers, own = ch.clock, ch.inflight, ch.marks, ch.peers, ch.status
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
     dumped = DUMPED
     pickled = bool(flags)
     SEND, RECV = e.SENDRECV_SEND, e.SENDRECV_RECV
@@ -257,8 +248,7 @@ def _sendrecv(comm, call, ch, flags):
         else:
             n = buffer_bytes(sendbuf)
         t0 = clock()
-        marks[cid] = (RECV, f, want, recvtag & U32, 0)
-        inflight[cid] = t0
+        inflight[cid] = (t0, RECV, f, want, recvtag & U32, 0)
         try:
             result = call(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, st)
         except BaseException:
@@ -279,7 +269,7 @@ def _sendrecv(comm, call, ch, flags):
 
 def _sendrecv_replace(comm, call, ch):
     cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, marks, peers, own = ch.clock, ch.inflight, ch.marks, ch.peers, ch.status
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
     SEND, RECV = e.SENDRECV_REPLACE_SEND, e.SENDRECV_REPLACE_RECV
 
     def Sendrecv_replace(buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):  # noqa: N802
@@ -290,8 +280,7 @@ def _sendrecv_replace(comm, call, ch):
         peer, want = _peer(peers, dest), _peer(peers, source)
         n = buffer_bytes(buf) if peer != NONE else 0
         t0 = clock()
-        marks[cid] = (RECV, f, want, recvtag & U32, 0)
-        inflight[cid] = t0
+        inflight[cid] = (t0, RECV, f, want, recvtag & U32, 0)
         try:
             call(comm, buf, dest, sendtag, source, recvtag, st)
         except BaseException:
@@ -310,7 +299,7 @@ def _probe(comm, call, op, ch):
     """Probe/probe (blocks) and Iprobe/iprobe (returns whether a message is there): the message's
     actual source, tag and size; a nonblocking probe that found nothing is flagged EMPTY."""
     cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, marks, peers, own = ch.clock, ch.inflight, ch.marks, ch.peers, ch.status
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
 
     def probe(source=ANY_SOURCE, tag=ANY_TAG, status=None):
         if not on[0]:
@@ -319,8 +308,7 @@ def _probe(comm, call, op, ch):
         f = (e.ANY_SOURCE if source == ANY_SOURCE else 0) | (e.ANY_TAG if tag == ANY_TAG else 0)
         want = _peer(peers, source)
         t0 = clock()
-        marks[cid] = (op, f, want, tag & U32, 0)
-        inflight[cid] = t0
+        inflight[cid] = (t0, op, f, want, tag & U32, 0)
         try:
             found = call(comm, source, tag, st)
         except BaseException:
@@ -343,7 +331,7 @@ def _matched_probe(comm, call, op, ch, message_class, pickled):
     """Mprobe/Improbe (and the pickle forms): as a probe; the message returned is wrapped so that
     its matched receive is recorded too (op MPI_Mrecv or MPI_Imrecv, on this channel)."""
     cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, marks, peers, own = ch.clock, ch.inflight, ch.marks, ch.peers, ch.status
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
     flags = e.PICKLED if pickled else 0
 
     def mprobe(source=ANY_SOURCE, tag=ANY_TAG, status=None):
@@ -353,8 +341,7 @@ def _matched_probe(comm, call, op, ch, message_class, pickled):
         f = flags | (e.ANY_SOURCE if source == ANY_SOURCE else 0) | (e.ANY_TAG if tag == ANY_TAG else 0)
         want = _peer(peers, source)
         t0 = clock()
-        marks[cid] = (op, f, want, tag & U32, 0)
-        inflight[cid] = t0
+        inflight[cid] = (t0, op, f, want, tag & U32, 0)
         try:
             message = call(comm, source, tag, st)
         except BaseException:
@@ -406,10 +393,10 @@ def completion_call(ch, op, given, completed, t0, t1) -> None:
         ch.spill()
 
 
-def waiting_mark(ch, info) -> None:
-    """Mark `ch`'s collector as waiting for the request posted as `info`."""
+def waiting_mark(ch, info, t0) -> None:
+    """Mark `ch`'s collector as waiting, since `t0`, for the request posted as `info`."""
     _, op, flags, peer, tag, n, _ = info
-    ch.marks[ch.cid] = (op, flags | e.REQUEST, peer, tag, n)
+    ch.inflight[ch.cid] = (t0, op, flags | e.REQUEST, peer, tag, n)
 
 
 # -- collectives ---------------------------------------------------------------------------------
@@ -462,7 +449,7 @@ def collective_methods(comm, cls, ch: Channel, rank: int, size: int) -> dict:
 
 def _collective(comm, call, ch, rounds, rank, size, op, pickled, params, root_param, sends):
     cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, marks, peers = ch.clock, ch.inflight, ch.marks, ch.peers
+    clock, inflight, peers = ch.clock, ch.inflight, ch.peers
     dumped = DUMPED
     flags = e.PICKLED if pickled else 0
     root_at = params.index(root_param) if root_param else -1
@@ -480,8 +467,7 @@ def _collective(comm, call, ch, rounds, rank, size, op, pickled, params, root_pa
         n = 0 if pickled else bytes_of(args, root is None or root == rank)
         before = dumped[0]
         t0 = clock()
-        marks[cid] = (op, flags, peer, r, n)
-        inflight[cid] = t0
+        inflight[cid] = (t0, op, flags, peer, r, n)
         try:
             result = call(comm, *args)
         except BaseException:

@@ -73,8 +73,7 @@ def _one(request, call, op, status, test):
     ch = info[0]
     st = ch.status if status is None else status
     t0 = ch.clock()
-    waiting_mark(ch, info)
-    ch.inflight[ch.cid] = t0
+    waiting_mark(ch, info, t0)
     try:
         result = call(request, st)
     except BaseException:
@@ -161,8 +160,7 @@ def _many(call, op, requests, status_arg, family, outcome):
         used = status_arg
     ch = pending[0][1][0]
     t0 = ch.clock()
-    waiting_mark(ch, pending[0][1])
-    ch.inflight[ch.cid] = t0
+    waiting_mark(ch, pending[0][1], t0)
     try:
         result = call(requests, used)
     except BaseException:
@@ -202,8 +200,7 @@ class Message(_Message):
             return call(self, buf, status)
         ch = info[0]
         t0 = ch.clock()
-        ch.marks[ch.cid] = (e.MRECV, info[1], info[2], info[3], info[4])
-        ch.inflight[ch.cid] = t0
+        ch.inflight[ch.cid] = (t0, e.MRECV, info[1], info[2], info[3], info[4])
         try:
             result = call(self, buf, status)
         except BaseException:

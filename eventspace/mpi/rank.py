@@ -161,7 +161,7 @@ class Rank:
         self.rings.append(element)
         bound, spill = self.drain.watch(element)
         return Channel(cid, space.appender(entry), space.switch(cid), bound, spill, space.clock,
-                       space.inflight, space.marks, peers)
+                       space.inflight, peers)
 
     def adopt(self, comm, how: str, parent):
         """A communicator the program made from traced `parent`: declared to the run (collective

@@ -56,8 +56,7 @@ def test_a_scope_reads_what_blocked_operations_wait_for(node):
     space = NodeSpace.of(server)
     cid = next(x.id for x in space.catalogue if x.thread == "r0" and x.role == "source")
     other = next(x.id for x in space.catalogue if x.thread == "r0" and x.role == "contribute")
-    space.marks[cid] = (e.RECV, e.PICKLED, 1, 7, 0)
-    space.inflight[cid] = 123
+    space.inflight[cid] = (123, e.RECV, e.PICKLED, 1, 7, 0)
     space.inflight[other] = 456          # a collector that leaves no mark
     with EventScope(run, "node:r0") as scope:
         starts, missing = scope.in_flight()
