@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -135,6 +136,10 @@ class Rank:
             archive = self._archive
             archive.set_meta("run", self.name)
             archive.set_meta("ranks", self.size)
+            # What a later analysis needs beside the catalogue (hop classes, communicators).
+            archive.set_meta("hosts", json.dumps({node_name(r): h for r, h in enumerate(self.hosts)}))
+            archive.set_meta("clusters", json.dumps({node_name(r): self.clusters[h] for r, h in enumerate(self.hosts)}))
+            self._archive_communicators(archive)
             clients = {node: self.node.client(node) for node in self.endpoints}
             self.writer = ArchiveWriter(archive, clients)
 
@@ -208,7 +213,12 @@ class Rank:
             self.registration.update(self.node.pathmap, self.comms)
             if self.writer is not None:
                 self.writer.archive.extend(self.space.catalogue)
+                self._archive_communicators(self.writer.archive)
             return wire[0]
+
+    def _archive_communicators(self, archive) -> None:
+        archive.set_meta("communicators", json.dumps(
+            [{"id": c.id, "members": list(c.members), "how": c.how} for c in self.comms]))
 
     def _adopt(self, wire: list) -> None:
         """Take communicator [id, members, how] into this node's pathmap (every node, in id order)."""

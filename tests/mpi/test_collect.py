@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections import Counter
 
@@ -43,6 +44,13 @@ def test_every_call_of_a_known_program_is_one_exact_record(tmp_path):
             label[tree] = {frozenset({"r0", "r2"}): "pair", frozenset({"r1"}): "single",
                            frozenset({"r0", "r1", "r2"}): "dup"}[frozenset(members)]
     assert sorted(label.values()) == ["dup", "pair", "single", "world"]
+    # The archive keeps what analyses need beside the catalogue: hosts, clusters, communicators.
+    communicators = {f"comm{c['id']}": c for c in json.loads(info.extra["communicators"])}
+    assert communicators["comm0"] == {"id": 0, "members": [0, 1, 2], "how": "COMM_WORLD"}
+    pair = next(c for c in communicators.values() if label[f"comm{c['id']}"] == "pair")
+    assert pair["members"] == [2, 0] and pair["how"] == "Split (color 0) of comm 0"
+    assert set(json.loads(info.extra["hosts"])) == {"r0", "r1", "r2"}
+    assert set(json.loads(info.extra["clusters"]).values()) == {"default"}
 
     def key(row):
         comm = label[row["element_name"] or row["tree"]]
@@ -135,3 +143,19 @@ def test_a_tight_loop_of_100000_sends_loses_nothing(tmp_path):
     assert info.discarded == 0
     assert sorted(counts) == [("r0", e.SEND, 100_000, 100_000), ("r1", e.RECV, 100_000, 100_000)]
     assert info.tuples == 200_000
+
+
+def test_every_wrapped_call_and_constructor_is_collected(tmp_path):
+    archive = tmp_path / "everything.sqlite"
+    result = mpirun("-n", 2, "--archive", archive, "everything.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with Archive.open(archive) as db:
+        _, ops = db.query("SELECT DISTINCT op FROM events")
+        _, comms = db.query("SELECT DISTINCT coalesce(element_name, tree) FROM events")
+        info = db.info
+    assert info.discarded == 0
+    expected = set(e.NAMES) - {e.PROBE, e.IMPROBE, e.IMRECV, e.IBSEND, e.IRSEND, e.TESTANY, e.TESTSOME}
+    assert {e.NAMES[op] for (op,) in ops} == {e.NAMES[op] for op in expected}
+    # COMM_WORLD, six communicators made from it, a Cartesian one and its Sub (the loop's
+    # barriers and the Sub's; the Cartesian parent makes no call).
+    assert {c for (c,) in comms} == {f"comm{i}" for i in (0, 1, 2, 3, 4, 5, 6, 8)}
