@@ -23,6 +23,9 @@ U32 = e.U32
 NONE, ANY = e.PEER_NONE, e.PEER_ANY
 ANY_SOURCE, ANY_TAG, PROC_NULL = MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.PROC_NULL
 IN_PLACE = MPI.IN_PLACE
+# Flags and op sets bound once (a call reads them as globals, not as attributes of a module).
+F_ANY_SOURCE, F_ANY_TAG, F_EMPTY, F_REQUEST, F_CANCELLED = e.ANY_SOURCE, e.ANY_TAG, e.EMPTY, e.REQUEST, e.CANCELLED
+RECEIVES = e.RECEIVES
 # Bytes mpi4py has pickled in this process, summed by the pickle hook (interpose.count_pickled):
 # a pickle-form call's bytes are the growth of DUMPED[0] while it runs.
 DUMPED = [0]
@@ -162,9 +165,9 @@ def _recv(comm, call, op, ch, flags):
         st = own if status is None else status
         f = flags
         if source == ANY_SOURCE:
-            f |= e.ANY_SOURCE
+            f |= F_ANY_SOURCE
         if tag == ANY_TAG:
-            f |= e.ANY_TAG
+            f |= F_ANY_TAG
         try:
             want = peers[source]
         except (LookupError, TypeError):
@@ -199,9 +202,9 @@ def _post_recv(comm, call, ch, flags, request_class):
             return call(comm, buf, source, tag)
         f = flags
         if source == ANY_SOURCE:
-            f |= e.ANY_SOURCE
+            f |= F_ANY_SOURCE
         if tag == ANY_TAG:
-            f |= e.ANY_TAG
+            f |= F_ANY_TAG
         try:
             want = peers[source]
         except (LookupError, TypeError):
@@ -239,9 +242,9 @@ def _sendrecv(comm, call, ch, flags):
         st = own if status is None else status
         f = flags
         if source == ANY_SOURCE:
-            f |= e.ANY_SOURCE
+            f |= F_ANY_SOURCE
         if recvtag == ANY_TAG:
-            f |= e.ANY_TAG
+            f |= F_ANY_TAG
         peer, want = _peer(peers, dest), _peer(peers, source)
         if pickled:
             n, before = 0, dumped[0]
@@ -276,7 +279,7 @@ def _sendrecv_replace(comm, call, ch):
         if not on[0]:
             return call(comm, buf, dest, sendtag, source, recvtag, status)
         st = own if status is None else status
-        f = (e.ANY_SOURCE if source == ANY_SOURCE else 0) | (e.ANY_TAG if recvtag == ANY_TAG else 0)
+        f = (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if recvtag == ANY_TAG else 0)
         peer, want = _peer(peers, dest), _peer(peers, source)
         n = buffer_bytes(buf) if peer != NONE else 0
         t0 = clock()
@@ -305,7 +308,7 @@ def _probe(comm, call, op, ch):
         if not on[0]:
             return call(comm, source, tag, status)
         st = own if status is None else status
-        f = (e.ANY_SOURCE if source == ANY_SOURCE else 0) | (e.ANY_TAG if tag == ANY_TAG else 0)
+        f = (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if tag == ANY_TAG else 0)
         want = _peer(peers, source)
         t0 = clock()
         inflight[cid] = (t0, op, f, want, tag & U32, 0)
@@ -319,7 +322,7 @@ def _probe(comm, call, op, ch):
         if found:
             record = (op, f, cid, peers[st.source], st.tag & U32, min(st.count, U32), t0, t1)
         else:
-            record = (op, f | e.EMPTY, cid, want, tag & U32, 0, t0, t1)
+            record = (op, f | F_EMPTY, cid, want, tag & U32, 0, t0, t1)
         if append(*record) >= bound[0]:
             spill()
         return found
@@ -338,7 +341,7 @@ def _matched_probe(comm, call, op, ch, message_class, pickled):
         if not on[0]:
             return call(comm, source, tag, status)
         st = own if status is None else status
-        f = flags | (e.ANY_SOURCE if source == ANY_SOURCE else 0) | (e.ANY_TAG if tag == ANY_TAG else 0)
+        f = flags | (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if tag == ANY_TAG else 0)
         want = _peer(peers, source)
         t0 = clock()
         inflight[cid] = (t0, op, f, want, tag & U32, 0)
@@ -350,7 +353,7 @@ def _matched_probe(comm, call, op, ch, message_class, pickled):
         t1 = clock()
         inflight[cid] = 0
         if message is None:
-            record = (op, f | e.EMPTY, cid, want, tag & U32, 0, t0, t1)
+            record = (op, f | F_EMPTY, cid, want, tag & U32, 0, t0, t1)
         else:
             peer, got, n = peers[st.source], st.tag & U32, min(st.count, U32)
             record = (op, f, cid, peer, got, n, t0, t1)
@@ -377,18 +380,17 @@ def request_done(info, status, t1, extra=0) -> None:
     t_start) whose completion was seen at `t1`: a receive's actual source, tag and bytes from
     `status` (None when the request was freed before completing)."""
     ch, op, flags, peer, tag, n, t0 = info
-    if status is not None:
-        if op in e.RECEIVES:
-            peer, tag, n = ch.peers[status.source], status.tag & U32, min(status.count, U32)
-        if status.cancelled:
-            extra |= e.CANCELLED
-    if ch.append(op, flags | extra | e.REQUEST, ch.cid, peer, tag, n, t0, t1) >= ch.bound[0]:
+    if status is not None and op in RECEIVES:
+        peer, tag, n = ch.peers[status.source], status.tag & U32, min(status.count, U32)
+    if flags & F_CANCELLED and (status is None or not status.cancelled):
+        flags &= ~F_CANCELLED   # the program asked; MPI did not (or could not say that it did) cancel
+    if ch.append(op, flags | extra | F_REQUEST, ch.cid, peer, tag, n, t0, t1) >= ch.bound[0]:
         ch.spill()
 
 
 def completion_call(ch, op, given, completed, t0, t1) -> None:
     """The record of a completion call (Wait, Testall...) that was given `given` requests."""
-    flags = e.EMPTY if not completed else 0
+    flags = F_EMPTY if not completed else 0
     if ch.append(op, flags, ch.cid, given & U32, completed, 0, t0, t1) >= ch.bound[0]:
         ch.spill()
 
@@ -396,7 +398,7 @@ def completion_call(ch, op, given, completed, t0, t1) -> None:
 def waiting_mark(ch, info, t0) -> None:
     """Mark `ch`'s collector as waiting, since `t0`, for the request posted as `info`."""
     _, op, flags, peer, tag, n, _ = info
-    ch.inflight[ch.cid] = (t0, op, flags | e.REQUEST, peer, tag, n)
+    ch.inflight[ch.cid] = (t0, op, flags | F_REQUEST, peer, tag, n)
 
 
 # -- collectives ---------------------------------------------------------------------------------

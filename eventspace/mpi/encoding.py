@@ -107,7 +107,7 @@ ANY_SOURCE = 0x0200   # the program asked for MPI.ANY_SOURCE (element: the actua
 ANY_TAG = 0x0400      # the program asked for MPI.ANY_TAG (arg: the actual tag, once known)
 REQUEST = 0x0800      # a request record: a nonblocking operation from its post to its completion
 FREED = 0x1000        # a request freed before its completion was seen (element, arg, nbytes as posted)
-CANCELLED = 0x2000    # a request whose Status says it was cancelled
+CANCELLED = 0x2000    # a request the program cancelled and whose Status says it was
 EMPTY = 0x4000        # a test or nonblocking probe that found nothing
 
 # Special values of `element` (peer, root) and `arg` (tag).

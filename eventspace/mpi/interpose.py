@@ -21,7 +21,17 @@ import pickle
 from mpi4py import MPI
 
 from . import encoding as e
-from .collector import DUMPED, _fail, completion_call, matched_receive, request_done, waiting_mark
+from .collector import (
+    DUMPED,
+    F_CANCELLED,
+    F_REQUEST,
+    RECEIVES,
+    _fail,
+    completion_call,
+    matched_receive,
+    request_done,
+    waiting_mark,
+)
 
 _Request, _Message = MPI.Request, MPI.Message
 _Wait, _Test, _wait, _test = _Request.Wait, _Request.Test, _Request.wait, _Request.test
@@ -47,6 +57,14 @@ class Request(_Request):
     def test(self, status=None):
         return _one(self, _test, e.TEST, status, True)
 
+    def Cancel(self):  # noqa: N802
+        _cancelling(self)
+        return _Request.Cancel(self)
+
+    def cancel(self):
+        _cancelling(self)
+        return _Request.cancel(self)
+
     def Free(self):  # noqa: N802
         _freed(self)
         return _Free(self)
@@ -67,13 +85,19 @@ def _traced(request):
 
 
 def _one(request, call, op, status, test):
-    info = _traced(request)
-    if info is None:
+    """Wait, wait, Test, test on a traced request: the call's record and, once the request is
+    complete, its request record (a receive's source, tag and bytes read from a Status)."""
+    try:
+        info = request.info
+    except AttributeError:
         return call(request, status)
-    ch = info[0]
-    st = ch.status if status is None else status
+    ch, post_op, flags, peer, tag, n, _ = info
+    if not ch.on[0] or not request:
+        return call(request, status)
+    # Sends need no Status unless cancelled: MPI then fills none.
+    st = status if status is not None or not (post_op in RECEIVES or flags & F_CANCELLED) else ch.status
     t0 = ch.clock()
-    waiting_mark(ch, info, t0)
+    ch.inflight[ch.cid] = (t0, post_op, flags | F_REQUEST, peer, tag, n)
     try:
         result = call(request, st)
     except BaseException:
@@ -86,6 +110,13 @@ def _one(request, call, op, status, test):
         request_done(info, st, t1)
     completion_call(ch, op, 1, 1 if done else 0, t0, t1)
     return result
+
+
+def _cancelling(request) -> None:
+    """Note that the program cancels the request: its completion then reads the Status's say."""
+    info = getattr(request, "info", None)
+    if info is not None:
+        request.info = (*info[:2], info[2] | e.CANCELLED, *info[3:])
 
 
 def _freed(request) -> None:
@@ -154,7 +185,7 @@ def _many(call, op, requests, status_arg, family, outcome):
         return call(requests, status_arg)
     if family == _ANY:
         used = MPI.Status() if status_arg is None else status_arg
-    elif status_arg is None and any(info[1] in e.RECEIVES for _, info in pending):
+    elif status_arg is None and any(info[1] in RECEIVES for _, info in pending):
         used = [MPI.Status() for _ in requests]   # to read the receives' actual sources
     else:
         used = status_arg

@@ -187,7 +187,7 @@ class Monitor:
         """Run the program; its exit status (an unhandled exception aborts the MPI job)."""
         try:
             _run_program(program)
-        except SystemExit as exc:
+        except SystemExit:
             self._end()
             raise
         except KeyboardInterrupt:
@@ -201,12 +201,13 @@ class Monitor:
         if self.rank is not None:
             self.rank.finish()
         elif not self.imported and _first_rank():
-            print(f"eventspace.mpi: the program never imported mpi4py.MPI: no MPI calls were collected",
+            print("eventspace.mpi: the program never imported mpi4py.MPI: no MPI calls were collected",
                   file=sys.stderr)
 
     def _abort(self, status: int, exc: BaseException | None) -> None:
         mpi = sys.modules.get("mpi4py.MPI")
-        rank = mpi.COMM_WORLD.Get_rank() if mpi is not None and mpi.Is_initialized() else None
+        live = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
+        rank = mpi.COMM_WORLD.Get_rank() if live else None
         if exc is not None:
             traceback.print_exception(type(exc), exc, _program_frames(exc.__traceback__))
             who = f"rank {rank}" if rank is not None else "the program"
@@ -214,7 +215,7 @@ class Monitor:
                   file=sys.stderr, flush=True)
         sys.stderr.flush()
         sys.stdout.flush()
-        if rank is not None and not mpi.Is_finalized():
+        if live:
             mpi.COMM_WORLD.Abort(status)
         raise SystemExit(status)
 

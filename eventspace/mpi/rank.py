@@ -44,8 +44,9 @@ class Rank:
     traced communicators' collectors. Rank 0 also keeps the run's registration, declares the
     communicators the program makes, and writes the archive.
 
-    `start` is collective over COMM_WORLD (every rank calls it once, after MPI is initialized and
-    before the program's first MPI call); so is `finish` (when the program ends, or calls
+    Making one is collective over COMM_WORLD (every rank makes its own once, after MPI is
+    initialized and before the program's first MPI call), and raises Refused (the same on every
+    rank) when the run cannot start as asked; so is `finish` (when the program ends, or calls
     MPI.Finalize). Between them every MPI call on a traced communicator is collected.
     """
 
@@ -250,8 +251,11 @@ class Rank:
                 if not sum(written):
                     say("no MPI calls were collected" + (" (--instrument none)" if self.options.instrument == "none"
                                                          else ""))
+            except Exception as exc:  # the other ranks wait below: say it, and end the run all the same
+                say(f"the archive could not be completed: {type(exc).__name__}: {exc}")
             finally:
                 self.registration.remove()
         self.private.Barrier()   # the archive is complete: the nodes may stop
         self.node.close()
+        self.world_group.Free()
         self.private.Free()

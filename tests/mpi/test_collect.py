@@ -152,6 +152,7 @@ def test_every_wrapped_call_and_constructor_is_collected(tmp_path):
     with Archive.open(archive) as db:
         _, ops = db.query("SELECT DISTINCT op FROM events")
         _, comms = db.query("SELECT DISTINCT coalesce(element_name, tree) FROM events")
+        _, ended = db.query(f"SELECT thread, op, flags FROM events WHERE arg IN (98, 99) AND flags & {e.REQUEST}")
         info = db.info
     assert info.discarded == 0
     expected = set(e.NAMES) - {e.PROBE, e.IMPROBE, e.IMRECV, e.IBSEND, e.IRSEND, e.TESTANY, e.TESTSOME}
@@ -159,3 +160,5 @@ def test_every_wrapped_call_and_constructor_is_collected(tmp_path):
     # COMM_WORLD, six communicators made from it, a Cartesian one and its Sub (the loop's
     # barriers and the Sub's; the Cartesian parent makes no call).
     assert {c for (c,) in comms} == {f"comm{i}" for i in (0, 1, 2, 3, 4, 5, 6, 8)}
+    assert sorted(ended) == [("r0", e.ISEND, e.REQUEST | e.FREED), ("r0", e.IRECV, e.REQUEST | e.CANCELLED),
+                             ("r1", e.ISEND, e.REQUEST | e.FREED), ("r1", e.IRECV, e.REQUEST | e.CANCELLED)]

@@ -76,6 +76,14 @@ if r == 0:
 comm.Sendrecv_replace(got, other, 16, other, 16)
 assert comm.sendrecv(r, other, 17, source=other, recvtag=17) == other
 
+# A receive cancelled; a send freed before its completion was seen (its receive still happens).
+cancelled = comm.Irecv(got, other, 99)
+cancelled.Cancel()
+cancelled.Wait()
+freed = comm.Isend(ints, other, 98)
+freed.Free()
+comm.Recv(got, other, 98)
+
 # Collectives, buffer and pickle forms.
 counts = [1 + i for i in range(n)]
 whole = np.zeros(sum(counts), dtype="i4")
