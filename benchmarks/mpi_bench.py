@@ -13,7 +13,8 @@ repetitions, and reports the median batch, on rank 0's clock:
 - collector cost: comm.Send to MPI.PROC_NULL (MPI does nothing, so the difference monitored -
   plain is what a collector adds to a call), and Isend + Wait to PROC_NULL (a post, its request
   record and the completion call); also in the rank's own CPU time (time.thread_time), which a
-  loaded machine inflates less than the wall clock;
+  loaded machine inflates less than the wall clock, beside a bare Python function call's, for
+  scale;
 - latency: ping-pong of Send/Recv between ranks 0 and 1, half the round trip, 0 B to 1 MiB
   (2 ranks: point-to-point latency is between two);
 - bandwidth: windows of 64 Isend to rank 1 (Irecv, Waitall, a 1-byte reply), per message;
@@ -91,6 +92,11 @@ def kernel(args) -> None:
         for _ in range(n):
             comm.Isend(nothing, MPI.PROC_NULL, 0).Wait()
 
+    def python_call(n, f=lambda a, b, c: a):
+        for _ in range(n):
+            f(nothing, -1, 0)
+
+    best("a Python call", python_call, 20000)   # the machine's speed, for scale
     best("Send to PROC_NULL", send_null, 20000)
     best("Isend+Wait to PROC_NULL", isend_wait_null, 10000)
     if size == 2:
@@ -195,7 +201,7 @@ def main() -> int:
         return 2
     figures: list[Figure] = []
     targets = {}
-    wall_only = lambda name: not name.endswith("(CPU)") or "PROC_NULL" in name  # noqa: E731
+    wall_only = lambda name: not name.endswith("(CPU)") or "PROC_NULL" in name or "Python" in name  # noqa: E731
     for ranks in (2, 4):
         plain, monitored = [], []
         for i, is_monitored in enumerate((False, True, True, False)):   # A B B A
