@@ -14,10 +14,12 @@ import numpy as np
 
 from . import trace
 from .catalogue import Catalogue, Entry
+from .clock import WallClock
 
 FORMAT = "eventspace-archive"
 VERSION = 1
-RESERVED = ("format", "version", "pathmap", "created", "tuples", "discarded")
+RESERVED = ("format", "version", "pathmap", "created", "tuples", "discarded", "clock_monotonic_ns",
+            "clock_realtime_ns")
 _INT64_MAX = 2**63 - 1
 
 # The record's own fields as stored (SQLite integers are signed 64-bit: times must stay below 2**63).
@@ -45,8 +47,9 @@ class ArchiveError(Exception):
 @dataclass(frozen=True)
 class ArchiveInfo:
     """An archive's meta table: the pathmap its collectors come from, when it was created
-    (ISO 8601, UTC), tuples appended, tuples discarded before they were read, and free-form
-    key/values (`extra`)."""
+    (ISO 8601, UTC), tuples appended, tuples discarded before they were read, free-form
+    key/values (`extra`), and `clock`: the monitor's clock against the wall clock, read when the
+    archive was created, which dates its events (None in archives written before it was kept)."""
 
     path: str
     pathmap: str
@@ -54,6 +57,7 @@ class ArchiveInfo:
     tuples: int
     discarded: int
     extra: dict[str, str]
+    clock: WallClock | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,15 @@ class Archive:
                 raise ArchiveError(f"{self.path} is an archive of pathmap {stored.name} with other "
                                    f"collectors than {name}'s; write to a new file")
             self._db = _connect(self.path, readonly=False)
+            try:
+                _try_a_write(self._db)
+            except sqlite3.Error as exc:
+                self._db.close()
+                if "readonly" in str(exc):
+                    raise ArchiveError(f"{self.path} is read-only, so events cannot be appended to it; make it "
+                                       "writable (chmod u+w), or write to a new file") from None
+                raise ArchiveError(f"{self.path}: cannot append to this archive ({exc}); check that the file and "
+                                   "its directory are writable, or write to a new file") from None
         else:
             db = None
             try:
@@ -220,8 +233,11 @@ class Archive:
     def info(self) -> ArchiveInfo:
         with self._lock:
             meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        clock = None
+        if "clock_monotonic_ns" in meta and "clock_realtime_ns" in meta:
+            clock = WallClock(int(meta["clock_monotonic_ns"]), int(meta["clock_realtime_ns"]))
         return ArchiveInfo(str(self.path), meta["pathmap"], meta["created"], int(meta["tuples"]),
-                           int(meta["discarded"]), {k: v for k, v in meta.items() if k not in RESERVED})
+                           int(meta["discarded"]), {k: v for k, v in meta.items() if k not in RESERVED}, clock)
 
     def __len__(self) -> int:
         """Rows in `events`."""
@@ -267,6 +283,8 @@ class Archive:
         fields = dataclasses.fields(Entry)
         columns = ", ".join(_column(f) for f in fields)
         now = datetime.now(UTC).isoformat(timespec="seconds")
+        # Events are appended on the monitor's monotonic clock: this pairing dates them for exports.
+        clock = WallClock.now()
         with self._db:
             for statement in _SCHEMA:
                 self._db.execute(statement)
@@ -276,7 +294,8 @@ class Archive:
                 [dataclasses.astuple(e) for e in catalogue.entries])
             self._db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
                 ("format", FORMAT), ("version", str(VERSION)), ("pathmap", name), ("created", now),
-                ("tuples", "0"), ("discarded", "0")])
+                ("tuples", "0"), ("discarded", "0"), ("clock_monotonic_ns", str(clock.monotonic_ns)),
+                ("clock_realtime_ns", str(clock.realtime_ns))])
 
     def _load_catalogue(self) -> ArchivedCatalogue:
         what = "an SQLite file written by eventspace.archive.Archive"
@@ -300,6 +319,17 @@ class Archive:
             raise ArchiveError(f"{self.path} is a damaged EventSpace archive ({exc}); "
                                "its events cannot be read") from None
         return ArchivedCatalogue(meta["pathmap"], entries)
+
+
+def _try_a_write(db: sqlite3.Connection) -> None:
+    """Write to the archive and roll it back: SQLite opens a file it may not write (read-only, or
+    immutable) without a word, and says so only at the first write, when events would be lost.
+    The file is left as it was."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("UPDATE meta SET value = value WHERE key = 'tuples'")
+    finally:
+        db.execute("ROLLBACK")
 
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:

@@ -7,18 +7,19 @@ from functools import cached_property
 
 import numpy as np
 
-from paths import Pathmap, collector_points
+from paths import Pathmap
 
 from . import trace
 
-TRACE_PREFIX = "trace/"
+TRACE_PREFIX = "trace/"  # collector N writes into trace element trace/N (Entry.trace; see Catalogue.by_trace)
 
 
 @dataclass(frozen=True)
 class Entry:
     """One event collector.
 
-    `role` is where it sits (source, sink, contribute, arrival, departure, or stage for a
+    `id` is its id in the run (paths.CollectorPoint.id, from 1), the `collector` field of its
+    trace tuples. `role` is where it sits (source, sink, contribute, arrival, departure, or stage for a
     collector named by stage id or written into a path); `stage` the stage it is in front of
     (behind, for departure); `node` the node it runs on; `thread`, `path`, `element`, `tree`
     what it belongs to (None where that does not apply: a sink serves every thread using its
@@ -51,8 +52,10 @@ class Entry:
 class Catalogue:
     """Every collector of a pathmap, derived from the pathmap alone (so any process can build it).
 
-    Ids start at 1 in `paths.collector_points` order; trace element of collector i is
-    `trace/i`, kept on the collector's node unless the instrument section names a location.
+    Ids are those `Pathmap.collector_points()` gives (from 1, in its order); the trace element of
+    collector i is `trace/i`, kept on the collector's node unless the instrument section names a
+    location. Look a collector up by id (`catalogue[i]`) or by its trace element's name
+    (`by_trace`), never by taking the name apart.
     """
 
     def __init__(self, pathmap: Pathmap):
@@ -63,7 +66,7 @@ class Catalogue:
         cluster_of = {n.name: n.cluster for n in pm.nodes}
         location = pm.instrument.location
         entries = []
-        for cid, point in enumerate(collector_points(pm), 1):
+        for point in pm.collector_points():
             path = pm.path(point.path) if point.path else None
             element = path.element if path else None
             if element is None and point.role in ("sink", "stage"):
@@ -80,9 +83,9 @@ class Catalogue:
             else:
                 element_id, flags = element_index.get(element, 0), 0
             trace_node = point.node if location == "local" else location
-            entries.append(Entry(cid, point.role, point.stage, point.node, cluster_of[point.node],
+            entries.append(Entry(point.id, point.role, point.stage, point.node, cluster_of[point.node],
                                  thread, path.name if path else None, element, point.tree,
-                                 element_id, flags, f"{TRACE_PREFIX}{cid}", trace_node))
+                                 element_id, flags, f"{TRACE_PREFIX}{point.id}", trace_node))
         self.entries: tuple[Entry, ...] = tuple(entries)
 
     def __len__(self) -> int:
@@ -97,6 +100,17 @@ class Catalogue:
             raise KeyError(f"pathmap {self.pathmap.name} has no collector {cid!r} "
                            f"(ids 1..{len(self.entries)})")
         return self.entries[cid - 1]
+
+    def by_trace(self, name: str) -> Entry:
+        """The collector whose trace element is `name`; KeyError if there is none."""
+        try:
+            return self._by_trace[name]
+        except KeyError:
+            raise KeyError(f"pathmap {self.pathmap.name} has no collector with trace element {name!r}") from None
+
+    @cached_property
+    def _by_trace(self) -> dict[str, Entry]:
+        return {entry.trace: entry for entry in self.entries}
 
     def on_node(self, node: str) -> tuple[Entry, ...]:
         """The collectors whose trace elements live on `node`."""

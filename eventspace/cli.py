@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from importlib.metadata import entry_points
 
@@ -29,7 +30,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Stderr(logging.Handler):
+    """Log records as plain lines on the current sys.stderr (a live rich display captures it then)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr, flush=True)
+
+
+def _announce_runs() -> None:
+    """Print the line `paths.launch` logs for every run it starts: its name and run file."""
+    logger = logging.getLogger("paths.launch")
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        logger.addHandler(_Stderr())
+    logger.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _announce_runs()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -42,8 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # one clear line for the user; the traceback is behind --debug
         if args.debug:
             raise
-        print(f"eventspace {args.command}: {exc}", file=sys.stderr)
+        print(f"eventspace {args.command}: {_message(exc)}", file=sys.stderr)
         return 2
+
+
+def _message(exc: Exception) -> str:
+    """The exception's message; never empty (a MemoryError, for one, has none)."""
+    text = str(exc).strip()
+    if text:
+        return text
+    if isinstance(exc, MemoryError):
+        return "ran out of memory (MemoryError); give it a smaller input, or run with --debug to see where"
+    return f"{type(exc).__name__} without a message; run with --debug to see where"
 
 
 if __name__ == "__main__":

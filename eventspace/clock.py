@@ -1,4 +1,4 @@
-"""Clock synchronisation: each node's clock offset from the monitor's, estimated NTP-style."""
+"""Node clocks: what collectors time with, and each node's offset from the monitor's, estimated NTP-style."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from pastset import PastSetError
 from pastset import protocol as p
 from pastset.fanout import Fanout
 
-from .space import CLOCK
+CLOCK = "eventspace.clock"              # hosted: () -> this node's clock, ns
+
+
+def monotonic_clock(offset_ns: int):
+    """The node's clock: CLOCK_MONOTONIC in nanoseconds, shifted by `offset_ns` (for testing clock sync)."""
+    if not offset_ns:
+        return time.monotonic_ns
+    base = time.monotonic_ns
+    return lambda: base() + offset_ns
 
 
 @dataclass(frozen=True)
@@ -67,3 +75,25 @@ def relative_to(estimates: dict[str, ClockEstimate], reference: str) -> dict[str
     """Offsets relative to node `reference`'s clock instead of the monitor's."""
     base = estimates[reference].offset_ns
     return {node: e.offset_ns - base for node, e in estimates.items()}
+
+
+@dataclass(frozen=True)
+class WallClock:
+    """The wall-clock time of one moment on the monitor's clock: `monotonic_ns` (CLOCK_MONOTONIC,
+    the clock merged events are on) and `realtime_ns` (CLOCK_REALTIME, nanoseconds since the Unix
+    epoch), read together. Exporters use it to say when a run was recorded."""
+
+    monotonic_ns: int
+    realtime_ns: int
+
+    @classmethod
+    def now(cls) -> WallClock:
+        """Both clocks now: the wall clock read between two monotonic reads, paired with their middle."""
+        before = time.monotonic_ns()
+        realtime = time.time_ns()
+        after = time.monotonic_ns()
+        return cls((before + after) // 2, realtime)
+
+    def realtime(self, monotonic_ns: int) -> int:
+        """The wall-clock time (ns since the epoch) of `monotonic_ns` on the monitor's clock."""
+        return self.realtime_ns + (int(monotonic_ns) - self.monotonic_ns)

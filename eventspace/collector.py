@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 from paths import Wrapper
 from paths import operation as op
@@ -23,7 +22,8 @@ class Collector(Wrapper):
     `arg` is the tuple index a move got or an observe read; for a collective it is the
     collector's own count of the collectives it has seen (so a member's contribute records
     number the tree's rounds, and an arrival's count divided by the join's fan-in does); 0 for
-    other operations. `nbytes` is the payload size of the tuple moved or observed; times are
+    other operations. `nbytes` is the size of the tuple moved or observed as it crosses the wire (its msgpack
+    encoding, or its record for a binary template; see pastset.Template.sizer); times are
     the node's monotonic clock in nanoseconds. An operation that raises is recorded with flag trace.ERROR, then re-raised.
     While an operation is under way, the node's in-flight table holds its start time under the
     collector's id (0 otherwise): a thread blocked in an observe or a collective shows there,
@@ -86,30 +86,13 @@ class Collector(Wrapper):
 
 
 def _payload_size(pathmap, element: str | None):
-    """A function giving the payload bytes of one tuple of `element` (its bytes and str fields)."""
+    """A function giving the bytes one tuple of `element` takes on the wire (pastset.Template.sizer):
+    its record size for a binary template, its msgpack encoding's length for a typed one."""
     if element is None:
         return _zero
     spec = pathmap.element(element).template
-    template = Template.of(spec if isinstance(spec, str) else list(spec))
-    if template.is_binary:
-        size = template.record_size
-        return lambda values: size
-    positions = [i for i, f in enumerate(template.fields) if f in ("bytes", "str")]
-    if not positions:
-        return _zero
-    if len(positions) == 1:
-        p = positions[0]
-        return lambda values: len(values[p])
-    return lambda values: sum(len(values[p]) for p in positions)
+    return Template.of(spec if isinstance(spec, str) else list(spec)).sizer()
 
 
 def _zero(values) -> int:
     return 0
-
-
-def monotonic_clock(offset_ns: int):
-    """The node's clock: CLOCK_MONOTONIC in nanoseconds, shifted by `offset_ns` (for testing clock sync)."""
-    if not offset_ns:
-        return time.monotonic_ns
-    base = time.monotonic_ns
-    return lambda: base() + offset_ns

@@ -39,10 +39,12 @@ def _scope(args) -> int:
     from rich.table import Table
 
     from paths import RunFile
+    from paths.runfile import run_ended
 
     from .scope import EventScope
 
     run = RunFile.find(args.run).check_live()
+    ended = None
     with EventScope(run, args.view, mode=args.mode, tree=args.tree, placement=args.placement,
                     concurrency=args.concurrency, stages=args.stage or (), max_rate=args.max_rate) as scope:
         records = []
@@ -50,6 +52,8 @@ def _scope(args) -> int:
         for _ in range(args.pulls):
             pulled = scope.pull()
             records = pulled.records
+            if pulled.missing and (ended := run_ended(run)):
+                break  # no use pulling a run that has ended (each pull would wait out its timeout)
         wall = time.monotonic() - started
         stats = scope.stats()
     figures = {"view": args.view, "trace_elements": len(scope.entries), "tree": args.tree, "placement": args.placement,
@@ -58,6 +62,8 @@ def _scope(args) -> int:
                "bytes_in_per_pull": stats.bytes_in / max(1, stats.pulls), "discarded": stats.discarded,
                "missing": sorted(pulled.missing),
                "seconds_per_level": {str(k): v[0] / max(1, stats.pulls) for k, v in sorted(stats.levels.items())}}
+    if ended:
+        figures["ended"] = ended
     if args.json:
         print(json.dumps(figures))
         return 0
@@ -72,6 +78,8 @@ def _scope(args) -> int:
 
         for event in scope.catalogue.label(records[-args.show:]):
             console.print(escape(str(event)))
+    if ended:
+        console.print(f"run {run.name} ended: {ended}; {stats.pulls} pulls")
     return 0
 
 

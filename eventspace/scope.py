@@ -12,21 +12,23 @@ import networkx as nx
 import numpy as np
 
 from paths import Pathmap, RunFile, Shape
-from paths.shapes import Join as TreeJoin
+from paths.shapes import LayoutJoin as TreeJoin
 from paths.shapes import Member, lay_out
+import pastset
 from pastset import PastSetError
 from pastset import protocol as p
 from pastset.fanout import Fanout
 
-from . import trace
 from .catalogue import Catalogue
-from .gather import INSTALL, MODES, REMOVE, RENEW, Join, JoinSpec, Pulled
+from .gather import INSTALL, MODES, PULL, REMOVE, RENEW, Join, JoinSpec, Pulled
+from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
 from .space import INFLIGHT, Mark
 from .stages import ScopeStage
 from .view import View
 
 PLACEMENTS = ("monitor", "near")
 CONCURRENCY = ("concurrent", "sequential")
+PLACE_TIMEOUT = 10.0   # seconds a node may take to place a near join
 
 
 class ScopeError(ValueError):
@@ -91,19 +93,29 @@ class ScopeStats:
 @dataclass
 class Pull:
     """One pull's result: `records` (a trace.DTYPE array, or dicts after convert:records),
-    `discarded` (stream mode), `missing` (nodes that did not answer within the timeout)."""
+    `discarded` (stream mode), `missing` (exactly the nodes that were asked and did not answer
+    within the timeout) and of those the `gone` ones (their connection closed: the process ended
+    or the host is out of reach; the others are `not_answering`: connected, but paused, swapping
+    or busy), `unreached` (nodes that were not asked because the join that would have asked them
+    did not answer: their events are absent, their state unknown)."""
 
     records: np.ndarray | list
     discarded: int
     missing: set[str]
     seconds: float
+    gone: set[str] = field(default_factory=set)
+    unreached: set[str] = field(default_factory=set)
+
+    @property
+    def not_answering(self) -> set[str]:
+        return self.missing - self.gone
 
 
 class EventScope:
     """A gather tree over a view of a live run's trace elements, pulled by its monitor.
 
-    `run` is a RunFile, a `paths.Run`, a run-file path or a pathmap name (looked up in
-    `.eventspace/runs`), or a Pathmap whose nodes have fixed ports. `mode`: `latest` (the newest
+    `run` is a RunFile, a `paths.Run`, a run-file path or a run name (looked up in
+    `paths.runfile.run_dir()`), or a Pathmap whose nodes have fixed ports. `mode`: `latest` (the newest
     tuple of every trace element in the view), `stream` (everything since the last pull, and
     how many were discarded before being read), `backlog` (everything still kept).
 
@@ -111,13 +123,18 @@ class EventScope:
     at a time. Joins placed `near` hold a lease on their node server, renewed by every pull and
     by a background thread; a monitor that dies leaves nothing behind once its leases expire.
     `close()` removes them at once.
+
+    Every scope reports itself, as `name`, to the run's roster (eventspace.roster: an element on
+    the run's first node) about once a second, so that a dashboard anywhere shows every active
+    scope of every monitor: its view, tree, observe rate and cost.
     """
 
     def __init__(self, run, view: str | View = "all", *, mode: str = "latest", tree: str = "flat",
                  placement: str = "monitor", concurrency: str = "concurrent", stages=(),
                  max_rate: float | None = None, timeout: float = 2.0, lease: float = 10.0,
-                 clock_offsets: dict[str, int] | None = None):
-        self.pathmap, self.endpoints = _resolve(run)
+                 clock_offsets: dict[str, int] | None = None, name: str = "scope"):
+        self.name = name
+        self.pathmap, self.endpoints = resolve(run)
         self.catalogue = Catalogue(self.pathmap)
         self.view = View.parse(view)
         self.entries = self.view.select(self.catalogue)
@@ -131,10 +148,14 @@ class EventScope:
         self.clock_offsets = dict(clock_offsets or {})
         self._fanout = Fanout(self.endpoints)
         self._id = uuid.uuid4().hex[:12]
+        self._monitor = monitor_name()
         self._generation = 0
         self._stats = ScopeStats()
         self._last_pull = 0.0
-        self._cursors: dict[str, int] = {}
+        # Stream mode: "node/trace element" -> the next index to read. A stream starts at what
+        # each ring holds when the scope is made (its first pull delivers that backlog), and
+        # counts as discarded only what the rings drop after that.
+        self._cursors: dict[str, int] = self._ring_starts() if mode == "stream" else {}
         self._mutex = threading.Lock()      # held while the tree is pulled, swapped or renewed
         self._closed = False
         self._installed: list[tuple[str, str]] = []   # (node, key) of near joins
@@ -155,6 +176,9 @@ class EventScope:
         graph = lay_out(Shape.parse(settings.shape), members, node_of, cluster_of, [n.name for n in pm.nodes])
         root = graph.graph["root"]
         depth = nx.shortest_path_length(graph.reverse(copy=False), root)
+        # The nodes whose trace elements each join's subtree reads (edges lead up: its ancestors).
+        reads = {v: {node_of[m.name] for m in nx.ancestors(graph, v) if isinstance(m, Member)}
+                 for v in graph if isinstance(v, TreeJoin)}
         prefix = f"{self._id}.{self._generation}"
         near = settings.placement == "near"
         keys = {v: f"{prefix}/{v.label}" for v in graph if isinstance(v, TreeJoin)}
@@ -167,10 +191,11 @@ class EventScope:
                 if isinstance(child, Member):
                     leaves.setdefault(node_of[child.name], []).append(child.name)
                 else:
-                    children.append([graph.nodes[child]["node"] if near else None, keys[child]])
+                    children.append([graph.nodes[child]["node"] if near else None, keys[child],
+                                     sorted(reads[child])])
             stages = [s for s in settings.stages if not s.startswith("convert")]
-            cursors = {f"{n}/{name}": self._cursors.get(f"{n}/{name}", 0)
-                       for n, names in leaves.items() for name in names} if self.mode == "stream" else {}
+            cursors = {key: self._cursors[key] for key in (f"{n}/{name}" for n, names in leaves.items()
+                                                           for name in names) if key in self._cursors}
             # A join waits less than its parent does, so that a node that does not answer is
             # reported by the join that asked it, and the parent still hears from that join.
             levels = max(depth.values()) + 1
@@ -179,9 +204,26 @@ class EventScope:
                                   settings.concurrency, timeout, dict(self.endpoints), cursors))
         return specs
 
+    def _ring_starts(self) -> dict[str, int]:
+        """The first index each trace element of the view holds now, by "node/element" (a node
+        that does not answer is left out: its stream starts where its rings are at the first read)."""
+        names: dict[str, list[str]] = {}
+        for entry in self.entries:
+            names.setdefault(entry.trace_node, []).append(entry.trace)
+        starts = {}
+        for node, mine in names.items():
+            try:
+                with pastset.connect(self.endpoints[node], timeout=self.timeout) as client:
+                    held = client.range_many(mine, [0] * len(mine), 0)
+            except PastSetError:
+                continue
+            starts.update((f"{node}/{name}", start) for name, (start, _) in zip(mine, held))
+        return starts
+
     def _build(self) -> None:
         specs = self.plan()
         self._root = specs[-1]
+        self._bypass = None
         self._joins: dict[str, Join] = {}
         installed = []
         try:
@@ -197,9 +239,12 @@ class EventScope:
         self._installed = installed
 
     def _call(self, node, name, *args):
-        replies, missing = self._fanout.request([(node, p.CALL, (name, list(args)))], self.timeout)
+        # Placing a join happens once per tree, not per pull: a busy node gets longer than a pull's
+        # timeout, since failing here fails the whole monitor.
+        wait = max(self.timeout, PLACE_TIMEOUT)
+        replies, missing = self._fanout.request([(node, p.CALL, (name, list(args)))], wait)
         if missing:
-            raise PastSetError(f"node {node} did not answer {name} within {self.timeout} s")
+            raise PastSetError(f"node {node} did not answer {name} within {wait} s")
         if isinstance(replies[0], PastSetError):
             raise replies[0]
         return replies[0]
@@ -220,7 +265,9 @@ class EventScope:
 
     def pull(self) -> Pull:
         """Pull the tree once: blocks at most about `timeout` seconds (nodes that do not answer are
-        listed in `missing`), and, with `max_rate`, until the rate allows another pull."""
+        listed in `missing`; when the root join's node is one of them, the joins below it are
+        asked directly, within about another `timeout`), and, with `max_rate`, until the rate
+        allows another pull."""
         if self._closed:
             raise ScopeError("the scope is closed")
         with self._mutex:
@@ -252,15 +299,25 @@ class EventScope:
                     mine[i] += v
             if self.settings.stages and self.settings.stages[-1].startswith("convert"):
                 records = self.catalogue.label(records)
-            return Pull(records, pulled.discarded, pulled.missing, seconds)
+            return Pull(records, pulled.discarded, pulled.missing, seconds, pulled.gone,
+                        pulled.unreached - pulled.missing)
 
     def _pull_remote_root(self, root: JoinSpec) -> Pulled:
-        replies, missing = self._fanout.request([(root.node, p.CALL, ("eventspace.scope.pull", [root.key]))],
-                                                self.timeout)
+        replies, missing = self._fanout.request([(root.node, p.CALL, (PULL, [root.key]))], self.timeout)
         reply = replies[0]
-        if reply is None or isinstance(reply, PastSetError):
-            return Pulled(trace.empty(), missing={root.node})
-        return Pulled.from_wire(reply)
+        if reply is not None and not isinstance(reply, PastSetError):
+            return Pulled.from_wire(reply)
+        # The root's node did not answer: ask the joins below it from here, so that a dead root
+        # node neither blinds the scope nor hides which other nodes answer. The root's own leaf
+        # reads are skipped (in stream mode their cursors live in the root): their nodes are
+        # unreached.
+        if self._bypass is None:
+            self._bypass = Join(replace(root, node=None, leaves={}), self.catalogue)
+        pulled = self._bypass.pull(self._fanout)
+        pulled.missing.add(root.node)
+        pulled.gone |= self._fanout.gone({root.node})
+        pulled.unreached |= set(root.leaves)
+        return pulled
 
     def _correct(self, records: np.ndarray) -> np.ndarray:
         """Timestamps on the monitor's clock: each node's estimated offset taken off its events."""
@@ -275,22 +332,28 @@ class EventScope:
         out["t_end"] = (out["t_end"].astype(np.int64) - shift).astype(np.uint64)
         return out
 
-    def in_flight(self) -> tuple[dict[int, int], set[str]]:
+    def gone(self, nodes) -> set[str]:
+        """Of `nodes` that did not answer this scope (a pull's or `in_flight`'s missing ones), those
+        whose connection is closed: gone, where the others are only not answering."""
+        return self._fanout.gone(nodes)
+
+    def in_flight(self, skip=()) -> tuple[dict[int, int], set[str]]:
         """The view's collectors timing an operation right now: ({collector id: its start, ns on
         the collector's node clock}, nodes that did not answer). A thread blocked in an observe
-        or a collective shows here before any record of that operation exists."""
-        rows, missing = self._in_flight_rows()
+        or a collective shows here before any record of that operation exists. Nodes in `skip`
+        (say, those the last pull found missing) are not asked."""
+        rows, missing = self._in_flight_rows(skip)
         return {row[0]: row[1] for row in rows}, missing
 
-    def in_flight_marks(self) -> tuple[dict[int, Mark], set[str]]:
+    def in_flight_marks(self, skip=()) -> tuple[dict[int, Mark], set[str]]:
         """As `in_flight`, for the collectors that mark what they are timing (MPI collectors):
         ({collector id: Mark(t_start, op, flags, element, arg, nbytes)}, nodes that did not
         answer); the fields are the record's as known when the operation began."""
-        rows, missing = self._in_flight_rows()
+        rows, missing = self._in_flight_rows(skip)
         return {row[0]: Mark(*row[1:7]) for row in rows if len(row) == 7}, missing
 
-    def _in_flight_rows(self) -> tuple[list[list[int]], set[str]]:
-        nodes = sorted({e.node for e in self.entries})
+    def _in_flight_rows(self, skip=()) -> tuple[list[list[int]], set[str]]:
+        nodes = sorted({e.node for e in self.entries} - set(skip))
         with self._mutex:
             replies, missing = self._fanout.request([(n, p.CALL, (INFLIGHT, [])) for n in nodes], self.timeout)
         mine = {e.id for e in self.entries}
@@ -348,9 +411,24 @@ class EventScope:
         """(node, key) of the joins this scope has placed in node servers."""
         return list(self._installed)
 
+    def roster_entry(self, open: bool = True) -> ScopeEntry:
+        """This scope's report to the run's roster, as of now."""
+        s, stats = self.settings, self._stats
+        return ScopeEntry(self._id, self.name, self._monitor, str(self.view), s.shape, s.placement, self.mode,
+                          len(self.entries), float(s.max_rate or 0.0), stats.pulls, stats.seconds, stats.tuples,
+                          stats.bytes_in, stats.bytes_out, time.time(), open)
+
     def _renew_loop(self) -> None:
+        """Renews the near joins' leases every third of a lease, and reports to the roster."""
         fanout = None
-        while not self._closing.wait(max(0.05, self.lease / 3)):
+        roster = RosterWriter(self.endpoints[roster_node(self.pathmap)], self.timeout)
+        every = max(0.05, self.lease / 3)
+        renewed = time.monotonic()
+        while not self._closing.wait(min(every, REPORT_EVERY)):
+            roster.write(self.roster_entry())
+            if time.monotonic() - renewed < every:
+                continue
+            renewed = time.monotonic()
             with self._mutex:
                 installed = list(self._installed)
             if not installed:
@@ -364,6 +442,9 @@ class EventScope:
                            self.timeout)
         if fanout is not None:
             fanout.close()
+        if roster.wrote:  # gone from dashboards at once, not after STALE_AFTER
+            roster.write(self.roster_entry(open=False))
+        roster.close()
 
     def close(self) -> None:
         """Remove every join this scope placed on node servers; the scope cannot pull after."""
@@ -384,8 +465,8 @@ class EventScope:
         self.close()
 
 
-def _resolve(run) -> tuple[Pathmap, dict[str, str]]:
-    """(pathmap, node endpoints) of what `run` names."""
+def resolve(run) -> tuple[Pathmap, dict[str, str]]:
+    """(pathmap, node endpoints) of what `run` names (what EventScope accepts as its run)."""
     if isinstance(run, Pathmap):
         missing = [n.name for n in run.nodes if not n.port]
         if missing:

@@ -11,14 +11,15 @@ from pastset.fanout import Fanout
 
 from . import trace
 from .catalogue import Catalogue
+from .clock import CLOCK, monotonic_clock
 from .gather import INSTALL, LIST, PULL, REMOVE, RENEW, Join, JoinSpec
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]
-CLOCK = "eventspace.clock"              # hosted: () -> this node's clock, ns
 CURSORS = "eventspace.scope.cursors"    # hosted: (key) -> a near join's stream cursors
 INFLIGHT = "eventspace.inflight"        # hosted: () -> [[collector id, start ns, *mark], ...] of operations under way
 MAX_JOINS = 10_000                      # scope joins one node server holds at once
+_SWEEP_EVERY = 0.25                     # seconds between looks for scope joins whose lease ended
 SINGLE_THREAD_ROLES = frozenset({"source", "contribute"})  # collectors only their thread calls
 
 
@@ -54,8 +55,6 @@ class NodeSpace:
         return space
 
     def __init__(self, node):
-        from .collector import monotonic_clock
-
         self.node = node
         self.catalogue = Catalogue(node.pathmap)
         self.clock = monotonic_clock(node.clock_offset_ns)
@@ -188,9 +187,17 @@ class NodeSpace:
         return join
 
     def _sweep(self) -> None:
-        while not self._closing.wait(0.25):
+        last = time.monotonic()
+        while not self._closing.wait(_SWEEP_EVERY):
             now = time.monotonic()
+            # Woken long after it slept: this process was stopped (SIGSTOP, swapped out), and no
+            # renewal could reach it meanwhile. Its leases run on from now, not from before.
+            stopped = now - last - _SWEEP_EVERY
+            last = now
             with self._joins_mutex:
+                if stopped > _SWEEP_EVERY:
+                    for join in self._joins.values():
+                        join.lease_until += stopped
                 for key in [k for k, j in self._joins.items() if j.lease_until < now]:
                     del self._joins[key]
 

@@ -15,6 +15,7 @@ from .catalogue import Catalogue
 
 GROUPS = ("all", "collector", "thread", "node", "cluster", "element", "path", "tree", "role")
 NUMERIC = ("op", "flags", "collector", "element", "arg", "nbytes", "t_start", "t_end")
+SYMBOLS = {"op": trace.OP_CODES}   # filters may name ops: op == move, op in ("observe", move)
 
 
 class StageError(ValueError):
@@ -47,7 +48,7 @@ class ScopeStage:
             return cls(text, kind)
         if kind == "filter":
             try:
-                Expression(rest, NUMERIC)
+                Expression(rest, NUMERIC, SYMBOLS)
             except ExpressionError as exc:
                 raise StageError(f"stage {text!r}: {exc}") from None
             return cls(text, kind, rest)
@@ -84,7 +85,7 @@ def compile_stages(stages, catalogue: Catalogue) -> Callable[[np.ndarray], np.nd
         if stage.kind == "latest":
             steps.append(lambda r: _pick(r, r["collector"].astype(np.int64), r["t_end"], True))
         elif stage.kind == "filter":
-            expression = Expression(stage.arg, NUMERIC)
+            expression = Expression(stage.arg, NUMERIC, SYMBOLS)
             steps.append(lambda r, e=expression: r[e.mask(r)] if len(r) else r)
         elif stage.kind == "sort":
             steps.append(lambda r, f=stage.arg: r[np.argsort(r[f], kind="stable")])

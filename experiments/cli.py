@@ -45,7 +45,7 @@ def _run(args) -> int:
         results = []
         for name in names:
             task = progress.add_task(f"experiment {name}", total=work(name, scale, sizes))
-            result = EXPERIMENTS[name](scale, sizes=sizes, run_dir=out / "runs",
+            result = EXPERIMENTS[name](scale, sizes=sizes,
                                        progress=lambda task=task: progress.advance(task))
             written = report.write(result, out)
             results.append(result)

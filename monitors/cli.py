@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -24,7 +25,8 @@ def register(subparsers) -> None:
     ge = monitors.add_parser("getevent", help="stream raw events to a trace file or archive, or print them live")
     _run_options(ge, interval=0.2)
     ge.add_argument("--view", default="all", help="the collectors to stream (default: all)")
-    ge.add_argument("--out", help="trace.json (Perfetto/Chrome), trace.otf2 (OTF2 dir) or archive.sqlite")
+    ge.add_argument("--out", help="trace.pftrace (Perfetto), trace.json (Perfetto/Chrome JSON), trace.otf2 "
+                                  "(OTF2 dir) or archive.sqlite")
     ge.add_argument("--live", action="store_true", help="print events as they arrive")
     ge.add_argument("--tree", default="flat", help="the scope's tree shape (default %(default)s)")
     ge.add_argument("--placement", default="monitor", help="near or monitor (default %(default)s)")
@@ -37,12 +39,14 @@ def register(subparsers) -> None:
 
     board = subparsers.add_parser("dashboard", help="a live view of a run: heartbeat, scopes, collectives, cost")
     _run_options(board, interval=1.0)
+    board.add_argument("--tree", action="append", help="a tree for the collectives panel (repeatable; default: "
+                                                       "every instrumented tree)")
     board.set_defaults(func=_dashboard)
 
     demo = subparsers.add_parser("demo", help="the wind tunnel under three monitors and the live dashboard")
     demo.add_argument("--duration", type=float, default=30.0, help="seconds (default %(default)s)")
-    demo.add_argument("--trace", default="demo-trace.json", help="where getevent writes the Perfetto trace "
-                                                                 "(default %(default)s)")
+    demo.add_argument("--trace", default="demo-trace.pftrace", help="where getevent writes the Perfetto trace "
+                                                                    "(.pftrace, or .json; default %(default)s)")
     demo.add_argument("--pathmap", default=str(_default_demo_pathmap()), help="the pathmap (default: %(default)s)")
     demo.add_argument("--size", default="small", help="the wind tunnel's size (default %(default)s)")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON too")
@@ -57,10 +61,11 @@ def register(subparsers) -> None:
     query.add_argument("--json", action="store_true", help="print the rows as a JSON array of objects")
     query.set_defaults(func=_query)
 
-    export = commands.add_parser("export", help="write an archive's events as Perfetto JSON or OTF2")
+    export = commands.add_parser("export", help="write an archive's events as a Perfetto trace or OTF2")
     export.add_argument("db", help="the archive file")
-    export.add_argument("--perfetto", metavar="OUT.json",
-                        help="Perfetto / Chrome trace JSON (open it in ui.perfetto.dev)")
+    export.add_argument("--perfetto", metavar="OUT.pftrace",
+                        help="a Perfetto trace (open it in ui.perfetto.dev): OUT.pftrace, Perfetto's own "
+                             "format, or OUT.json, Perfetto / Chrome trace JSON")
     export.add_argument("--otf2", metavar="DIR", help="an OTF2 archive in a new directory (needs eventspace[otf2])")
     export.set_defaults(func=_export)
 
@@ -93,14 +98,26 @@ def _export(args) -> int:
     from .archive import Archive
 
     if not args.perfetto and not args.otf2:
-        raise ValueError("say what to write: --perfetto OUT.json and/or --otf2 DIR")
+        raise ValueError("say what to write: --perfetto OUT.pftrace (or OUT.json) and/or --otf2 DIR")
+    suffix = Path(args.perfetto).suffix.lower() if args.perfetto else None
+    if args.perfetto and suffix not in (".pftrace", ".json"):
+        raise ValueError(f"{args.perfetto}: --perfetto writes OUT.pftrace (Perfetto's own format) or OUT.json "
+                         "(Perfetto / Chrome JSON); give one of those suffixes")
     if args.otf2:
         from .otf2_export import INSTALL_HINT, Otf2Unavailable, available
         if not available():   # before any output is written
             raise Otf2Unavailable(f"--otf2 needs the otf2 package: {INSTALL_HINT}")
     with Archive.open(args.db) as archive:
-        records, catalogue = archive.records(), archive.catalogue
-    if args.perfetto:
+        records, catalogue, recorded = archive.records(), archive.catalogue, archive.info.clock
+    if recorded is None:
+        print(f"note: {args.db} does not say when its events were recorded (written before archives kept "
+              "it); the trace carries no wall-clock time", file=sys.stderr)
+    if suffix == ".pftrace":
+        from .pftrace import write_pftrace
+        written = write_pftrace(args.perfetto, records, catalogue, recorded=recorded)
+        print(f"wrote {args.perfetto}: {written.slices} events on {written.tracks} tracks, {written.flows} flows, "
+              f"{written.nbytes:,} bytes")
+    elif args.perfetto:
         from .perfetto import write_perfetto
         doc = write_perfetto(args.perfetto, records, catalogue)
         phases = [e["ph"] for e in doc["traceEvents"]]
@@ -109,7 +126,7 @@ def _export(args) -> int:
               f"{phases.count('s')} flows")
     if args.otf2:
         from .otf2_export import write_otf2
-        anchor = write_otf2(args.otf2, records, catalogue)
+        anchor = write_otf2(args.otf2, records, catalogue, recorded=recorded)
         print(f"wrote {anchor}: {len(records)} events")
     return 0
 
@@ -128,21 +145,20 @@ def _dashboard(args) -> int:
 
     from .dashboard import Dashboard, render
 
-    run_file = live_run(args.run)
+    run_file = live_run(args.run, "dashboard")
     run = attach(run_file)
-    board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}")
-    nodes = set(run.endpoints)
+    board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}", trees=args.tree)
+    console = Console()
     try:
-        with Live(render(board.update()), console=Console(), auto_refresh=False) as view:
-            def step():
-                state = board.update()
-                view.update(render(state), refresh=True)
-                return not state.heartbeat or state.heartbeat.gone != nodes
-
-            _loop(args, step)
+        with Live(render(board.update()), console=console, auto_refresh=False) as view:
+            why = _loop(args, run_file, board.update, lambda state: view.update(render(state), refresh=True))
     finally:
         board.close()
         run.close_clients()
+    if why:
+        if not console.is_terminal:
+            console.line()  # rich ends a live display with a newline only on a terminal
+        console.print(ended_line(run_file, why, board.summary()))
     return 0
 
 
@@ -156,56 +172,88 @@ def _demo(args) -> int:
 
 
 def _run_options(parser, interval: float) -> None:
-    parser.add_argument("--run", required=True, help="the live run: its run file, or its pathmap's name "
-                                                     "(looked up in .eventspace/runs)")
+    parser.add_argument("--run", required=True, help="the live run: its name (`eventspace runs` lists them) "
+                                                     "or its run file")
     parser.add_argument("--interval", type=float, default=interval, help="seconds between pulls (default %(default)s)")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C "
                                                        "or the run ends)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per interval")
 
 
-def live_run(run: str):
-    """The run file of a live run; RunError (one clear line) if it is missing or stale."""
+def live_run(run: str, monitor: str):
+    """The run file of a live run; RunError (one clear line) if it is missing or stale. This process
+    is listed as a `monitor` of the run (`eventspace runs`) until it exits."""
+    import atexit
+
     from paths import RunFile
 
-    return RunFile.find(run).check_live()
+    run_file = RunFile.find(run).check_live()
+    atexit.register(run_file.attach_monitor(monitor).close)
+    return run_file
 
 
-def _loop(args, step) -> int:
-    """Call step() every --interval until --duration, Ctrl-C, or step() returns False."""
+def ended_line(run_file, why: str, summary: str) -> str:
+    """The one line a monitor ends with when its run ends."""
+    return f"run {run_file.name} ended: {why}; {summary}"
+
+
+def _loop(args, run_file, pull, show) -> str | None:
+    """Every --interval, `show(pull())`, until --duration passes, Ctrl-C, or the run ends.
+
+    The run has ended when `paths.runfile.run_ended` says so (its launcher removed the run file,
+    or every node is gone), checked after every pull, before its result is shown (a pull of a
+    run that has just ended shows nothing worth seeing). Returns why it ended, or None.
+    """
+    from pastset import PastSetError
+    from paths.runfile import run_ended
+
     deadline = None if args.duration is None else time.monotonic() + args.duration
     try:
         while deadline is None or time.monotonic() < deadline:
             started = time.monotonic()
-            if step() is False:
-                break
+            try:
+                result = pull()
+            except PastSetError:
+                why = run_ended(run_file)
+                if why:
+                    return why
+                raise
+            why = run_ended(run_file)
+            if why:
+                return why
+            show(result)
             time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
     except KeyboardInterrupt:
         pass
-    return 0
+    return None
 
 
 def _heartbeat(args) -> int:
     from rich.console import Console
 
     from .heartbeat import Heartbeat
-    from .render import heartbeat_summary, heartbeat_table
+    from .render import heartbeat_summary, heartbeat_table, status_counts
 
     console = Console()
-    with Heartbeat(live_run(args.run), args.view, tree=args.tree, placement=args.placement) as hb:
-        nodes = {t.node for t in hb.scope.pathmap.threads}
+    run_file = live_run(args.run, "heartbeat")
+    with Heartbeat(run_file, args.view, tree=args.tree, placement=args.placement) as hb:
+        shown = []
 
-        def step():
-            report = hb.beat()
+        def show(report):
+            shown.append(report)
             if args.json:
                 print(json.dumps(report.as_dict()), flush=True)
             elif args.all:
                 console.print(heartbeat_table(report, f"heartbeat {time.strftime('%H:%M:%S')}"))
             else:
                 console.print(heartbeat_summary(report, time.strftime("%H:%M:%S")))
-            return report.gone != nodes  # every node gone: the run has ended
 
-        return _loop(args, step)
+        why = _loop(args, run_file, hb.beat, show)
+    if why:
+        last = (", the last: " + ", ".join(f"{n} {status}" for status, n in status_counts(shown[-1]))
+                if shown else "")
+        console.print(ended_line(run_file, why, f"{len(shown)} beat{'s' if len(shown) != 1 else ''}{last}"))
+    return 0
 
 
 def _getevent(args) -> int:
@@ -215,11 +263,11 @@ def _getevent(args) -> int:
     from .render import events_table
 
     console = Console(stderr=args.json)
-    mon = GetEventMon(live_run(args.run), args.view, args.out, tree=args.tree, placement=args.placement)
-    nodes = set(mon.scope.endpoints)
+    run_file = live_run(args.run, "getevent")
+    mon = GetEventMon(run_file, args.view, args.out, tree=args.tree, placement=args.placement)
+    why = None
     try:
-        def step():
-            records = mon.poll()
+        def show(records):
             if args.json:
                 print(json.dumps({"events": len(records), "total": mon.stats.tuples,
                                   "discarded": mon.stats.discarded, "rate": mon.stats.rate}), flush=True)
@@ -227,14 +275,16 @@ def _getevent(args) -> int:
                 console.print(events_table(records, mon.catalogue))
                 console.print(f"[dim]{mon.stats.tuples:,} events, {mon.stats.rate:,.0f} events/s of pulling, "
                               f"{mon.stats.discarded:,} discarded before read[/dim]")
-            return mon.missing != nodes
 
-        _loop(args, step)
+        why = _loop(args, run_file, mon.poll, show)
     finally:
         out = mon.close()
-    console.print(f"{mon.stats.tuples:,} events streamed in {mon.stats.pulls} pulls, "
-                  f"{mon.stats.discarded:,} discarded before they were read"
-                  + (f"; wrote {out}" if out else ""))
+    lost = [f"node {node} {'gone' if gone else 'not answering'} since {time.strftime('%H:%M:%S', time.localtime(since))}"
+            for node, (gone, since) in sorted(mon.lost.items(), key=lambda item: (item[1][1], item[0]))]
+    summary = (f"{mon.stats.tuples:,} events streamed in {mon.stats.pulls} pulls, "
+               f"{mon.stats.discarded:,} discarded before they were read" + (f"; wrote {out}" if out else "")
+               + "".join(f"; {line}" for line in lost))
+    console.print(ended_line(run_file, why, summary) if why else summary)
     return 0
 
 
@@ -242,25 +292,38 @@ def _colop(args) -> int:
     from rich.console import Console
 
     from .colop import ColOpMon
-    from .render import colop_tables
+    from .render import colop_tables, open_round
 
     console = Console()
-    with ColOpMon(live_run(args.run), args.tree) as mon:
-        nodes = set(mon.scope.endpoints)
+    run_file = live_run(args.run, "colop")
+    with ColOpMon(run_file, args.tree) as mon:
+        shown = {"rounds": -1, "report": None}
 
-        def step():
+        def pull():
             mon.poll()
-            report = mon.report()
+            return mon.report()
+
+        def show(report):
+            shown["report"] = report
             if args.json:
                 print(json.dumps(report.as_dict()), flush=True)
-            else:
+                return
+            if report.rounds != shown["rounds"]:  # the tables again only when rounds were added
+                shown["rounds"] = report.rounds
                 console.print(colop_tables(report))
-            return mon.missing != nodes
+            if report.open is not None and report.open.open_for_s >= args.interval:
+                console.print(open_round(report))
 
-        return _loop(args, step)
+        why = _loop(args, run_file, pull, show)
+    if why:
+        report = shown["report"]
+        summary = f"tree {mon.tree}: {report.rounds if report else 0:,} complete rounds"
+        if report is not None and report.open is not None and report.open.open_for_s >= args.interval:
+            summary += (f"; round {report.open.round} was open at the last look, waiting for "
+                        f"{', '.join(report.open.waiting_for) or 'no member'}")
+        console.print(ended_line(run_file, why, summary))
+    return 0
 
 
 def _default_demo_pathmap():
-    from pathlib import Path
-
     return Path(__file__).resolve().parents[1] / "pathmaps" / "windtunnel-4node.yaml"

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eventspace import clock, trace
-from eventspace.scope import EventScope
+from eventspace.catalogue import Catalogue
+from eventspace.scope import EventScope, resolve
+
+TREE_ROLES = ("contribute", "arrival", "departure")
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,9 @@ class OpStats:
     costs), median and 95th percentile, microseconds. `in_op`: a member's time inside the call
     (waiting for the others included). `slowest`: the member that arrived last most often, in
     `slowest_share` of the rounds, `lateness_us` after the median of the other members (mean over
-    the rounds it was last). Microseconds on the monitor's clock (clocks synchronised)."""
+    the rounds it was last). `worst_*`: the round whose last member was latest (one outlier that
+    the mean over many rounds would dilute), that member, and its lateness. Microseconds on the
+    monitor's clock (clocks synchronised)."""
 
     op: str
     rounds: int
@@ -29,6 +34,22 @@ class OpStats:
     slowest: str
     slowest_share: float
     lateness_us: float
+    worst_round: int = -1
+    worst_member: str = ""
+    worst_lateness_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class OpenRound:
+    """A round under way at the last poll: the members inside the collective now (`arrived`), the
+    ones it waits for (not in it yet), and for how long its first member has been in it
+    (seconds, monitor clock). Members enter and leave a round within microseconds when all is
+    well; a round open for long is blocked on `waiting_for`."""
+
+    round: int
+    arrived: list[str]
+    waiting_for: list[str]
+    open_for_s: float
 
 
 @dataclass(frozen=True)
@@ -54,10 +75,17 @@ class ColOpReport:
     joins: list[JoinStats] = field(default_factory=list)
     lateness_us: dict[str, float] = field(default_factory=dict)   # member -> mean lateness, all rounds
     events: int = 0
+    open: OpenRound | None = None
+
+    @property
+    def rounds(self) -> int:
+        """Complete rounds seen, over every op."""
+        return sum(o.rounds for o in self.ops)
 
     def as_dict(self) -> dict:
         return {"tree": self.tree, "events": self.events, "ops": [o.__dict__ for o in self.ops],
-                "joins": [j.__dict__ for j in self.joins], "lateness_us": self.lateness_us}
+                "joins": [j.__dict__ for j in self.joins], "lateness_us": self.lateness_us,
+                "open": self.open.__dict__ if self.open else None}
 
 
 class ColOpMon:
@@ -69,9 +97,10 @@ class ColOpMon:
 
     def __init__(self, run, tree: str | None = None, *, scope_tree: str = "per-node", placement: str = "near",
                  sync_clocks: bool = True, timeout: float = 2.0, keep_rounds: int = 10_000):
-        probe = EventScope(run, "role:contribute | role:arrival | role:departure", timeout=timeout)
-        trees = sorted({e.tree for e in probe.entries if e.tree})
-        probe.close()
+        trees = instrumented_trees(run)
+        if not trees:
+            raise ValueError("the run's trees carry no collectors: instrument them "
+                             "(`eventspace pathmap instrument FILE --all`)")
         if tree is None:
             if len(trees) != 1:
                 raise ValueError(f"the run has trees {', '.join(trees)}; name one")
@@ -80,7 +109,7 @@ class ColOpMon:
             raise ValueError(f"tree {tree!r} carries no collectors; instrumented trees: {', '.join(trees) or 'none'}")
         self.tree = tree
         self.scope = EventScope(run, f"tree:{tree}", mode="stream", tree=scope_tree, placement=placement,
-                                timeout=timeout)
+                                timeout=timeout, name=f"colop {tree}")
         pm = self.scope.pathmap
         self.members = list(pm.tree(tree).members)
         self.fan_in = {e.stage: pm.fan_in(tree, e.stage) for e in self.scope.entries if e.role == "arrival"}
@@ -91,21 +120,48 @@ class ColOpMon:
         self.keep_rounds = keep_rounds
         self._records: list[np.ndarray] = []
         self.missing: set[str] = set()
+        self._contribute = {e.id: e for e in self.scope.entries if e.role == "contribute"}
+        self._done: dict[str, int] = {}       # member -> the highest round it has finished
+        self._open: OpenRound | None = None
 
     def poll(self) -> int:
-        """Pull the events written since the last poll; how many arrived."""
+        """Pull the events written since the last poll, and see which members are inside the
+        tree's collective right now (the open round); how many events arrived."""
         pulled = self.scope.pull()
         self.missing = pulled.missing
         records = pulled.records
         if len(records):
             self._records.append(records)
+            mine = records[np.isin(records["collector"], list(self._contribute))]
+            for cid, r in zip(mine["collector"].tolist(), mine["arg"].tolist()):
+                member = self._contribute[cid].thread
+                self._done[member] = max(self._done.get(member, -1), r)
+        self._open = self._open_round(pulled.missing)
         return len(records)
+
+    def _open_round(self, missing: set[str]) -> OpenRound | None:
+        """The lowest round a member is inside now, from the collectors timing a contribution."""
+        in_flight, _ = self.scope.in_flight(skip=missing)
+        inside = {}   # member -> (round it is in, since when: ns on the monitor's clock)
+        for cid, t0 in in_flight.items():
+            entry = self._contribute.get(cid)
+            if entry is not None:
+                since = t0 - self.scope.clock_offsets.get(entry.node, 0)
+                inside[entry.thread] = (self._done.get(entry.thread, -1) + 1, since)
+        if not inside:
+            return None
+        current = min(r for r, _ in inside.values())
+        arrived = [m for m in self.members if (m in inside and inside[m][0] == current)
+                   or self._done.get(m, -1) >= current]
+        first = min(since for r, since in inside.values() if r == current)
+        return OpenRound(current, arrived, [m for m in self.members if m not in arrived],
+                         max(0.0, (time.monotonic_ns() - first) / 1e9))
 
     def report(self) -> ColOpReport:
         records = np.concatenate(self._records) if self._records else trace.empty()
         self._records = [records] if len(records) else []
         catalogue = self.scope.catalogue
-        report = ColOpReport(self.tree, events=len(records))
+        report = ColOpReport(self.tree, events=len(records), open=self._open)
         if not len(records):
             return report
         roles = np.array([catalogue[int(c)].role for c in records["collector"]])
@@ -137,18 +193,20 @@ class ColOpMon:
                 lateness[m].append((s - float(np.median([x for k, x in starts.items() if k != m] or [s]))) / 1e3)
             latency = (max(v[2] for v in got.values()) - starts[last]) / 1e3
             in_op = [(v[2] - v[1]) / 1e3 for v in got.values()]
-            by_op.setdefault(ops.pop(), []).append((latency, in_op, last, late))
+            by_op.setdefault(ops.pop(), []).append((latency, in_op, last, late, r))
         out = []
         for code, rows in sorted(by_op.items()):
             latencies = np.array([row[0] for row in rows])
             lasts = [row[2] for row in rows]
             slowest = max(set(lasts), key=lasts.count)
+            worst = max(rows, key=lambda row: row[3])
             out.append(OpStats(
                 op=trace.OP_NAMES.get(code, str(code)), rounds=len(rows),
                 latency_median_us=float(np.median(latencies)), latency_p95_us=float(np.percentile(latencies, 95)),
                 in_op_median_us=float(np.median(np.concatenate([row[1] for row in rows]))),
                 slowest=slowest, slowest_share=lasts.count(slowest) / len(rows),
                 lateness_us=float(np.mean([row[3] for row in rows if row[2] == slowest])),
+                worst_round=worst[4], worst_member=worst[2], worst_lateness_us=worst[3],
             ))
         return out, {m: float(np.mean(v)) for m, v in lateness.items() if v}
 
@@ -183,6 +241,12 @@ class ColOpMon:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def instrumented_trees(run) -> list[str]:
+    """The trees of a run (what EventScope accepts) with collectors at their points, by name."""
+    catalogue = Catalogue(resolve(run)[0])
+    return sorted({e.tree for e in catalogue if e.tree and e.role in TREE_ROLES})
 
 
 def wait_for(mon: ColOpMon, rounds: int, timeout: float = 30.0, interval: float = 0.05) -> ColOpReport:

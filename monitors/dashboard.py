@@ -12,20 +12,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .colop import ColOpMon, ColOpReport
+from eventspace.roster import ActiveScope, Roster, roster_node
+from eventspace.scope import resolve
+from pastset import PastSetError
+
+from .colop import ColOpMon, ColOpReport, instrumented_trees
 from .heartbeat import Heartbeat, HeartbeatReport
-from .render import heartbeat_grid
-
-
-@dataclass
-class ScopeFigures:
-    """One active scope, as the dashboard shows it."""
-
-    name: str
-    settings: str
-    observe_rate: float      # pulls per second of pulling
-    tuples_per_s: float      # over the dashboard's last period
-    bytes_per_s: float
+from .render import heartbeat_grid, open_round, status_counts, worst_round
 
 
 @dataclass
@@ -35,8 +28,8 @@ class DashboardState:
     title: str
     elapsed: float
     heartbeat: HeartbeatReport | None = None
-    colop: ColOpReport | None = None
-    scopes: list[ScopeFigures] = field(default_factory=list)
+    colops: list[ColOpReport] = field(default_factory=list)   # one per tree shown
+    scopes: list[ActiveScope] = field(default_factory=list)   # every active scope of the run
     cpu_seconds: float = 0.0            # this monitoring process, user + system
     steps: int = 0                      # the application's slowest thread
     steps_per_s: float = 0.0
@@ -44,72 +37,83 @@ class DashboardState:
 
 
 class Dashboard:
-    """Runs a heartbeat and a collective-operation monitor against a live run (plus any other
-    monitors' scopes handed to `watch`), and turns them into a DashboardState every `update()`.
-    `progress` is a callable giving {thread: {"step": n}} (e.g. a paths.Run's `progress`)."""
+    """Runs a heartbeat and a collective-operation monitor per instrumented tree (or the `trees`
+    named) against a live run, reads the run's roster of scopes (every monitor's, wherever it
+    runs), and turns them into a DashboardState every `update()`. `progress` is a callable
+    giving {thread: {"step": n}} (e.g. a paths.Run's `progress`)."""
 
     def __init__(self, run, *, progress=None, title: str | None = None, heartbeat: bool = True,
-                 colop: bool = True):
+                 colop: bool = True, trees: list[str] | None = None):
         self.started = time.monotonic()
+        pathmap, endpoints = resolve(run)
+        self.roster = Roster(endpoints[roster_node(pathmap)])
         self.heartbeat = Heartbeat(run) if heartbeat else None
-        self.colop = None
-        if colop:
-            try:
-                self.colop = ColOpMon(run)
-            except ValueError:
-                self.colop = None  # no instrumented tree: nothing to show there
+        if not colop:
+            trees = []
+        elif trees is None:
+            trees = instrumented_trees(run)  # none instrumented: nothing to show there
+        self.colops = [ColOpMon(run, tree) for tree in trees]
         self.title = title or "EventSpace"
         self.progress = progress
-        self._watched: list[tuple[str, object]] = []
-        if self.heartbeat:
-            self.watch("heartbeat", self.heartbeat.scope)
-        if self.colop:
-            self.watch("colop", self.colop.scope)
-        self._last_counts: dict[str, tuple[float, int, int]] = {}
         self._last_step: tuple[float, int] | None = None
+        self._scopes_seen: set[str] = set()
         self.state = DashboardState(self.title, 0.0)
 
-    def watch(self, name: str, scope) -> None:
-        """Show this scope's figures too (several monitors' scopes may share one dashboard)."""
-        self._watched.append((name, scope))
-
     def update(self, beat: bool = True) -> DashboardState:
+        """Pull every monitor once (with `beat`; else only the figures that cost nothing) and
+        return the new state. Never raises for a node that does not answer: the heartbeat says so,
+        and the other panels keep their last figures."""
         now = time.monotonic()
-        state = DashboardState(self.title, now - self.started, self.state.heartbeat, self.state.colop)
+        state = DashboardState(self.title, now - self.started, self.state.heartbeat, self.state.colops,
+                               self.state.scopes, steps=self.state.steps, steps_per_s=self.state.steps_per_s)
         if beat and self.heartbeat:
             state.heartbeat = self.heartbeat.beat()
-        if beat and self.colop:
-            self.colop.poll()
-            state.colop = self.colop.report()
-        for name, scope in self._watched:
-            stats = scope.stats()
-            before = self._last_counts.get(name, (self.started, 0, 0))
-            period = max(1e-6, now - before[0])
-            s = scope.settings
-            state.scopes.append(ScopeFigures(
-                name, f"{s.shape}/{s.placement}", stats.observe_rate,
-                (stats.tuples - before[1]) / period, (stats.bytes_in - before[2]) / period))
-            self._last_counts[name] = (now, stats.tuples, stats.bytes_in)
+        if beat and self.colops:
+            for mon in self.colops:
+                mon.poll()
+            state.colops = [mon.report() for mon in self.colops]
+        try:
+            state.scopes = self.roster.active()
+            self._scopes_seen.update(a.entry.scope for a in state.scopes)
+        except PastSetError:
+            pass
         usage = resource.getrusage(resource.RUSAGE_SELF)
         state.cpu_seconds = usage.ru_utime + usage.ru_stime
         if self.progress is not None:
-            progress = self.progress()
-            step = min((p.get("step", 0) for p in progress.values()), default=0)
-            state.steps = step
-            if self._last_step is not None and now > self._last_step[0]:
-                state.steps_per_s = (step - self._last_step[1]) / (now - self._last_step[0])
-            else:
-                state.steps_per_s = self.state.steps_per_s
-            self._last_step = (now, step)
+            try:
+                progress = self.progress()
+            except PastSetError:
+                progress = None
+            if progress is not None:
+                step = min((p.get("step", 0) for p in progress.values()), default=0)
+                state.steps = step
+                if self._last_step is not None and now > self._last_step[0]:
+                    state.steps_per_s = (step - self._last_step[1]) / (now - self._last_step[0])
+                self._last_step = (now, step)
         state.notes = list(self.state.notes)
         self.state = state
         return state
 
+    def summary(self) -> str:
+        """One line of what the dashboard saw."""
+        state = self.state
+        parts = [f"watched {state.elapsed:.0f} s"]
+        if self.progress is not None:
+            parts.append(f"the application reached step {state.steps:,}")
+        if state.heartbeat:
+            counts = ", ".join(f"{n} {status}" for status, n in status_counts(state.heartbeat))
+            parts.append(f"last heartbeat: {counts}")
+        for report in state.colops:
+            parts.append(f"tree {report.tree}: {report.rounds:,} rounds")
+        parts.append(f"{len(self._scopes_seen)} scopes seen; monitors' CPU {state.cpu_seconds:.1f} s")
+        return "; ".join(parts)
+
     def close(self) -> None:
         if self.heartbeat:
             self.heartbeat.close()
-        if self.colop:
-            self.colop.close()
+        for mon in self.colops:
+            mon.close()
+        self.roster.close()
 
 
 def render(state: DashboardState) -> Layout:
@@ -122,21 +126,29 @@ def render(state: DashboardState) -> Layout:
     subtitle = f"stalled: {', '.join(flagged)}" if flagged else "no thread stalled"
     layout["heartbeat"].update(Panel(beat, title="heartbeat per node / thread", subtitle=subtitle))
     scopes = Table(box=None, padding=(0, 1))
-    for column in ("scope", "tree", "Hz", "events/s", "KiB/s"):
-        scopes.add_column(column, justify="left" if column in ("scope", "tree") else "right", no_wrap=True)
-    for s in state.scopes:
-        scopes.add_row(s.name, s.settings, f"{s.observe_rate:,.0f}", f"{s.tuples_per_s:,.0f}", f"{s.bytes_per_s / 1024:,.1f}")
+    for column in ("scope", "monitor", "view", "tree", "Hz", "events/s", "KiB/s", "busy"):
+        scopes.add_column(column, justify="left" if column in ("scope", "monitor", "view", "tree") else "right",
+                          no_wrap=True, overflow="ellipsis", max_width=24 if column == "view" else None)
+    for a in state.scopes:
+        e = a.entry
+        scopes.add_row(e.name, e.monitor, e.view, f"{e.shape}/{e.placement}", f"{e.observe_rate:,.0f}",
+                       f"{a.tuples_per_s:,.0f}", f"{a.bytes_per_s / 1024:,.1f}", f"{a.busy:.0%}")
     pace = Text.assemble(("application: ", "bold"), f"step {state.steps:,}, {state.steps_per_s:,.1f} steps/s    ",
                          ("monitors' CPU: ", "bold"), f"{state.cpu_seconds:.1f} s in {state.elapsed:.0f} s "
                          f"({state.cpu_seconds / max(state.elapsed, 1e-6):.0%} of a core)")
     layout["scopes"].update(Panel(Group(scopes, Text(""), pace), title="scopes and cost"))
     ops = Table(box=None)
-    for column in ("op", "rounds", "latency median µs", "p95 µs", "slowest contributor"):
-        ops.add_column(column, justify="left" if column in ("op", "slowest contributor") else "right")
-    if state.colop:
-        for o in state.colop.ops:
-            ops.add_row(o.op, str(o.rounds), f"{o.latency_median_us:,.0f}", f"{o.latency_p95_us:,.0f}",
-                        f"{o.slowest} (+{o.lateness_us:,.0f} µs)")
-    layout["bottom"].update(Panel(ops, title=f"collective operations{' on ' + state.colop.tree if state.colop else ''}"))
+    for column in ("tree", "op", "rounds", "latency median µs", "p95 µs", "slowest contributor", "worst round"):
+        ops.add_column(column, justify="left" if column in ("tree", "op", "slowest contributor", "worst round")
+                       else "right")
+    open_rounds = []
+    for report in state.colops:
+        for o in report.ops:
+            ops.add_row(report.tree, o.op, str(o.rounds), f"{o.latency_median_us:,.0f}", f"{o.latency_p95_us:,.0f}",
+                        f"{o.slowest} (+{o.lateness_us:,.0f} µs)", worst_round(o))
+        if report.open is not None and report.open.open_for_s >= 1.0:
+            open_rounds.append(open_round(report))
+    trees = ", ".join(r.tree for r in state.colops)
+    layout["bottom"].update(Panel(Group(ops, *open_rounds), title=f"collective operations{' on ' + trees if trees else ''}"))
     layout["notes"].update(Panel(Text("\n".join(state.notes[-4:]) or " "), title=f"{state.title} — {state.elapsed:.0f} s"))
     return layout

@@ -33,7 +33,7 @@ class Phase:
         return self.pulls / self.pull_seconds if self.pull_seconds else 0.0
 
 
-def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.json", pathmap=DEFAULT_PATHMAP,
+def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.pftrace", pathmap=DEFAULT_PATHMAP,
              size: str = "small", console: Console | None = None, live: bool = True) -> dict:
     """Launch the wind tunnel, attach heartbeat, getevent (to `trace`) and colop, show the dashboard,
     reshape getevent's scope from flat/monitor to per-node/near halfway, stop everything; returns
@@ -52,7 +52,6 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.json", path
         # The monitors attach first (clock synchronisation takes a moment), then the run starts.
         getevent = GetEventMon(run, "all", trace, tree="flat", placement="monitor")
         board = Dashboard(run, progress=run.progress, title=f"EventSpace demo: wind tunnel on {pm.name}")
-        board.watch("getevent", getevent.scope)
         run.start("windtunnel", {"size": size, "steps": 10_000_000, "until": time.time() + duration})
         board.state.notes.append(f"getevent streams every event to {trace.name} through a flat tree in this process")
         started = time.monotonic()
@@ -102,7 +101,8 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.json", path
     console.print(table)
     console.print(f"{steps} steps of {len(pm.threads)} threads on {len(pm.nodes)} nodes; "
                   f"{summary['events']:,} events streamed, {summary['discarded']:,} discarded before they were read.")
-    console.print(f"trace: {trace} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    viewers = "https://ui.perfetto.dev" + (" or chrome://tracing" if trace.suffix == ".json" else "")
+    console.print(f"trace: {trace} (open it in {viewers})")
     return summary
 
 

@@ -12,15 +12,18 @@ import numpy as np
 from eventspace import clock, trace
 from eventspace.scope import EventScope
 
-FORMATS = {".json": "perfetto", ".otf2": "otf2", ".sqlite": "archive", ".db": "archive", ".sqlite3": "archive"}
+FORMATS = {".pftrace": "pftrace", ".json": "perfetto", ".otf2": "otf2", ".sqlite": "archive", ".db": "archive",
+           ".sqlite3": "archive"}
 
 
 def format_of(out: str | os.PathLike) -> str:
-    """perfetto, otf2 or archive, by the file name's suffix; ValueError naming the choices."""
+    """pftrace (Perfetto's protobuf), perfetto (Perfetto / Chrome JSON), otf2 or archive, by the
+    file name's suffix; ValueError naming the choices."""
     suffix = Path(out).suffix.lower()
     if suffix not in FORMATS:
-        raise ValueError(f"{out}: unknown output format {suffix or '(no suffix)'}; write trace.json "
-                         "(Perfetto / Chrome trace), trace.otf2 (an OTF2 directory) or archive.sqlite")
+        raise ValueError(f"{out}: unknown output format {suffix or '(no suffix)'}; write trace.pftrace "
+                         "(Perfetto), trace.json (Perfetto / Chrome JSON), trace.otf2 (an OTF2 directory) "
+                         "or archive.sqlite")
     return FORMATS[suffix]
 
 
@@ -44,7 +47,11 @@ class GetEventMon:
     streamed, and the events discarded before they could be read are counted and recorded.
 
     Perfetto and OTF2 files are written by `close()` (they need every event); an archive grows
-    with every poll, so it is useful while the run goes on.
+    with every poll, so it is useful while the run goes on. `lost` names the nodes that did not
+    answer the last poll: node -> (gone, since), `gone` True if its connection closed (its
+    process ended), False if it is only not answering (paused, busy), `since` the wall-clock time
+    (seconds since the epoch) of the poll that first missed it so. Traces are dated by the
+    wall-clock time of the monitor's clock read when monitoring began (`recorded`).
     """
 
     def __init__(self, run, view: str = "all", out: str | os.PathLike | None = None, *, tree: str = "flat",
@@ -57,18 +64,25 @@ class GetEventMon:
             if not available():
                 raise Otf2Unavailable(f"OTF2 output needs the otf2 package: {INSTALL_HINT}")
         self.scope = EventScope(run, view, mode="stream", tree=tree, placement=placement,
-                                concurrency=concurrency, timeout=timeout)
+                                concurrency=concurrency, timeout=timeout, name="getevent")
         if sync_clocks:
             nodes = {e.node for e in self.scope.entries} | {e.trace_node for e in self.scope.entries}
             estimates = clock.estimate({n: self.scope.endpoints[n] for n in sorted(nodes)},
                                        samples=self.scope.pathmap.clock.samples)
             self.scope.clock_offsets = {n: e.offset_ns for n, e in estimates.items()}
+        self.recorded = clock.WallClock.now()
         self.stats = GetEventStats()
+        self.missing: set[str] = set()
+        self.lost: dict[str, tuple[bool, float]] = {}
         self._kept: list[np.ndarray] = []
         self._archive = None
         if self.format == "archive":
             from .archive import Archive
-            self._archive = Archive(self.out, self.scope.catalogue)
+            try:
+                self._archive = Archive(self.out, self.scope.catalogue)
+            except BaseException:
+                self.scope.close()
+                raise
 
     @property
     def catalogue(self):
@@ -88,6 +102,9 @@ class GetEventMon:
             self._kept.append(records)
         self.stats.seconds += time.perf_counter() - started
         self.missing = pulled.missing
+        now = time.time()
+        self.lost = {node: self.lost[node] if self.lost.get(node, (None,))[0] == (node in pulled.gone)
+                     else (node in pulled.gone, now) for node in pulled.missing}
         return records
 
     def events(self) -> np.ndarray:
@@ -97,12 +114,15 @@ class GetEventMon:
     def close(self) -> Path | None:
         """Write the output (Perfetto, OTF2), close the archive and the scope; the output's path."""
         try:
-            if self.format == "perfetto":
+            if self.format == "pftrace":
+                from .pftrace import write_pftrace
+                write_pftrace(self.out, self.events(), self.catalogue, recorded=self.recorded)
+            elif self.format == "perfetto":
                 from .perfetto import write_perfetto
                 write_perfetto(self.out, self.events(), self.catalogue, title=f"EventSpace: {self.catalogue.pathmap.name}")
             elif self.format == "otf2":
                 from .otf2_export import write_otf2
-                write_otf2(self.out, self.events(), self.catalogue)
+                write_otf2(self.out, self.events(), self.catalogue, recorded=self.recorded)
             elif self._archive is not None:
                 self._archive.close()
         finally:

@@ -1,4 +1,4 @@
-"""Heartbeat: which threads make progress, which one stopped first, and which nodes are gone."""
+"""Heartbeat: which threads make progress, which one stopped first, and which nodes are gone or not answering."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ SLOW = "slow"          # no progress for an interval, outside any operation: sta
 QUIET = "quiet"        # no event seen yet
 IDLE = "idle"          # no progress, like every other thread, and none is waiting: the application
                        # is not communicating at all (it ended, or is between phases)
-GONE = "gone"          # its node does not answer
+GONE = "gone"          # its node is gone: its process ended, or its connection closed
+NOT_ANSWERING = "not answering"   # its node keeps its connection but does not answer: paused, swapping, busy
+UNSEEN = "unseen"      # none of its events reached this beat, though its node is not known to be gone
+                       # (a join between its node and the monitor did not answer): nothing is known
 
 
 @dataclass(frozen=True)
@@ -33,12 +36,16 @@ class ThreadBeat:
 
 @dataclass
 class HeartbeatReport:
-    """One beat: every thread of the view, the nodes that did not answer, and the pull's figures."""
+    """One beat: every thread of the view, the nodes that are gone and those that did not answer
+    (but keep their connection), those not asked because a join above them did not answer
+    (`unreached`), and the pull's figures."""
 
     at: float
     threads: list[ThreadBeat]
     gone: set[str] = field(default_factory=set)
     pull_seconds: float = 0.0
+    not_answering: set[str] = field(default_factory=set)
+    unreached: set[str] = field(default_factory=set)
 
     def by_status(self, status: str) -> list[str]:
         return [b.thread for b in self.threads if b.status == status]
@@ -49,7 +56,8 @@ class HeartbeatReport:
         return self.by_status(STALLED)
 
     def as_dict(self) -> dict:
-        return {"at": self.at, "gone": sorted(self.gone), "pull_seconds": self.pull_seconds,
+        return {"at": self.at, "gone": sorted(self.gone), "not_answering": sorted(self.not_answering),
+                "unreached": sorted(self.unreached), "pull_seconds": self.pull_seconds,
                 "threads": [b.__dict__ for b in self.threads]}
 
 
@@ -63,14 +71,17 @@ class Heartbeat:
     WAITING inside that operation, on another thread; otherwise it is STALLED: stuck outside
     communication, in its own code, the thread a user looks for (seen so at two beats running,
     so it is flagged within three intervals of stopping); when every thread has stopped
-    and none waits, they are IDLE (the application ended or pauses). Threads of nodes that do
-    not answer are GONE.
+    and none waits, they are IDLE (the application ended or pauses). Threads of nodes that are
+    gone (process ended, connection closed) are GONE; of nodes that keep their connection but
+    do not answer in time (paused, swapping, busy), NOT_ANSWERING. A thread is only ever ALIVE
+    (or any status that says what it does) on the strength of a record that reached this beat:
+    without one it is GONE, NOT_ANSWERING, QUIET or UNSEEN.
     """
 
     def __init__(self, run, view: str = "role:source | role:contribute | role:stage", *, tree: str = "per-node",
                  placement: str = "near", timeout: float = 2.0):
         self.scope = EventScope(run, view, mode="latest", tree=tree, placement=placement,
-                                stages=["reduce:max_t_end@thread"], timeout=timeout)
+                                stages=["reduce:max_t_end@thread"], timeout=timeout, name="heartbeat")
         catalogue = self.scope.catalogue
         order = [t.name for t in catalogue.pathmap.threads]
         self.threads = sorted({e.thread for e in self.scope.entries if e.thread}, key=order.index)
@@ -90,11 +101,10 @@ class Heartbeat:
             thread = catalogue[int(record["collector"])].thread
             if thread is not None:
                 newest[thread] = max(newest.get(thread, 0), int(record["t_end"]))
-        gone = set(pulled.missing)
+        missing, gone = set(pulled.missing), set(pulled.gone)
+        seen = [t for t in self.threads if t in newest and self.node_of[t] not in missing]
         still = []
-        for thread in self.threads:
-            if self.node_of[thread] in gone or thread not in newest:
-                continue
+        for thread in seen:
             if newest[thread] != self._last.get(thread):
                 self._last[thread] = newest[thread]
                 self._moved_at[thread] = now
@@ -102,24 +112,29 @@ class Heartbeat:
                 still.append(thread)
         blocked: dict[str, str] = {}
         if still:
-            in_flight, missing = self.scope.in_flight()
-            gone |= missing
+            in_flight, late = self.scope.in_flight(skip=missing)
+            missing |= late
+            gone |= self.scope.gone(late)
             for cid in sorted(in_flight, key=in_flight.get):
                 entry = catalogue[cid]
                 if entry.thread is not None and entry.thread not in blocked:
                     blocked[entry.thread] = entry.describe()
         # A thread stopped outside communication is the one others wait on, unless nobody waits or
         # moves at all: then the application as a whole is quiet, and no thread is to blame.
-        everyone_idle = not blocked and len(still) == len([t for t in self.threads if t in self._last
-                                                          and self.node_of[t] not in gone])
+        seen = [t for t in seen if self.node_of[t] not in missing]
+        everyone_idle = not blocked and len(still) == len(seen)
         beats = []
         suspects = set()
         for thread in self.threads:
             node = self.node_of[thread]
-            if node in gone:
-                beats.append(ThreadBeat(thread, node, GONE, self._last.get(thread, 0), 0.0))
-            elif thread not in self._last:
-                beats.append(ThreadBeat(thread, node, QUIET, 0, 0.0))
+            if node in missing:
+                status = GONE if node in gone else NOT_ANSWERING
+                beats.append(ThreadBeat(thread, node, status, self._last.get(thread, 0), 0.0))
+            elif thread not in newest:
+                # No record reached us: say so, never ALIVE on an old record (nor QUIET when the
+                # join that reads its node did not answer).
+                quiet = thread not in self._last and node not in pulled.unreached
+                beats.append(ThreadBeat(thread, node, QUIET if quiet else UNSEEN, self._last.get(thread, 0), 0.0))
             elif thread in still:
                 status = WAITING if thread in blocked else (IDLE if everyone_idle else STALLED)
                 if status == STALLED and thread not in self._suspects:
@@ -131,7 +146,8 @@ class Heartbeat:
             else:
                 beats.append(ThreadBeat(thread, node, ALIVE, self._last[thread], 0.0))
         self._suspects = suspects
-        return HeartbeatReport(time.time(), beats, gone, pulled.seconds)
+        return HeartbeatReport(time.time(), beats, gone, pulled.seconds, not_answering=missing - gone,
+                               unreached=pulled.unreached - missing)
 
     def close(self) -> None:
         self.scope.close()

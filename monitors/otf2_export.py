@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from eventspace import trace
 from eventspace.catalogue import Catalogue
+from eventspace.clock import WallClock
 
 from .tracks import layout
 
@@ -30,7 +32,7 @@ def available() -> bool:
 
 
 def write_otf2(directory: str | os.PathLike, records: np.ndarray, catalogue: Catalogue, *,
-               title: str | None = None) -> Path:
+               title: str | None = None, recorded: WallClock | None = None) -> Path:
     """Write `records` (trace.DTYPE) as an OTF2 archive in `directory`; return its anchor file.
 
     The system tree is `title` (default: the pathmap's name) > node, with one location group
@@ -40,6 +42,11 @@ def write_otf2(directory: str | os.PathLike, records: np.ndarray, catalogue: Cat
     (collectives get OTF2's collective region roles), with attributes collector, role, element,
     tree, arg (the tuple index for move and observe), nbytes and error; timestamps are the
     records' nanoseconds (timer resolution 1e9) and never decrease on a location.
+
+    The clock properties date the recording, not the export: the global offset is the earliest
+    timestamp, and its wall-clock time (`realtime_timestamp`, ns since the epoch) comes from
+    `recorded`, the monitor's clock read against the wall clock while the events were recorded
+    (GetEventMon and the archive keep one). Without it the wall-clock time is OTF2's UNDEFINED.
 
     Otf2Unavailable if `otf2` is not installed; FileExistsError if `directory` already holds an
     OTF2 archive (nothing is overwritten).
@@ -102,7 +109,25 @@ def write_otf2(directory: str | os.PathLike, records: np.ndarray, catalogue: Cat
             while open_:
                 end, reg = open_.pop()
                 writer.leave(end, reg)
+        _date(archive, records, recorded, otf2)
     return directory / ANCHOR
+
+
+def _date(archive, records: np.ndarray, recorded: WallClock | None, otf2) -> None:
+    """Make the archive's clock properties carry the recording's wall-clock time.
+
+    The otf2 writer stamps the wall clock of the moment the first event is written (the export)
+    as the time of the global offset, through `_realtime_timestamp` (seconds, multiplied by 1e9
+    when the definitions are written at close). Overwriting it is the only way the package
+    offers; a Fraction keeps the nanoseconds exact.
+    """
+    if not len(records):
+        return   # no events: the writer records no offset and an undefined wall-clock time
+    if recorded is None:
+        realtime = otf2.Undefined.TIMESTAMP.value
+    else:
+        realtime = recorded.realtime(int(records["t_start"].min()))
+    archive._realtime_timestamp = Fraction(realtime, 1_000_000_000)
 
 
 def _attributes(attr: dict, r, entries) -> dict:

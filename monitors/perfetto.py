@@ -13,14 +13,11 @@ import numpy as np
 from eventspace import trace
 from eventspace.catalogue import Catalogue
 
+from .slices import READ, collector_args, flows_by_record, record_args, slice_name, tuple_flows
 from .tracks import Layout, layout
 
 CATEGORY = "eventspace"   # every slice and flow: a flow binds to a slice of its own category
 FLOW_NAME = "tuple"
-ROLE_RANK = {"source": 0, "stage": 1, "sink": 2}   # a flow joins the outermost record of an operation
-
-_MOVE, _OBSERVE = trace.OP_CODES["move"], trace.OP_CODES["observe"]
-_NO_MATCH = trace.ERROR | trace.TREE | trace.SUMMARY
 
 
 class InvalidTrace(ValueError):
@@ -39,9 +36,10 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
     collector, role, element or tree, path, index (move, observe) or arg, nbytes. Timestamps
     are microseconds from the earliest t_start (`otherData.t0_ns`), each in the middle of its
     nanosecond, so that ts * 1000 truncated is the record's nanosecond. Each `move` gets a flow
-    arrow (`s` on the move, `f` with `bp: "e"` on the observe) to every observe that read its
-    tuple (`tuple_flows`); flow ids count from 1. `title` (default: the pathmap's name) goes in
-    `otherData.title`.
+    arrow to every observe that read its tuple (`tuple_flows`; flow ids count from 1): `s` at
+    the move's start, and `f` (`bp: "e"`) on a `read` instant where the observe returned, so
+    that no arrow points back to an observe that began blocking before the move. `title`
+    (default: the pathmap's name) goes in `otherData.title`.
     """
     records = np.asarray(records, dtype=trace.DTYPE)
     title = catalogue.pathmap.name if title is None else title
@@ -59,11 +57,7 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
     tid_of = [len(lay.nodes) + 1 + i for i in range(len(lay.tracks))]
 
     events: list[dict] = _metadata(lay, pid_of, tid_of)
-    out_flows: dict[int, list[int]] = {}
-    in_flows: dict[int, list[int]] = {}
-    for fid, (move, observe) in enumerate(tuple_flows(records, catalogue), 1):
-        out_flows.setdefault(move, []).append(fid)
-        in_flows.setdefault(observe, []).append(fid)
+    out_flows, in_flows = flows_by_record(tuple_flows(records, catalogue))
 
     entries = catalogue.entries
     rows = records.tolist()   # tuples in trace.FIELDS order: plain ints are much faster to read
@@ -73,7 +67,8 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
     for t, members in enumerate(by_track):
         pid, tid = pid_of[lay.tracks[t].node], tid_of[t]
         # Parents before children at one start, and each slice's flow events right after it, so
-        # that a reader binding a flow to the innermost open slice binds it to this one.
+        # that a reader binding a flow to the innermost open slice binds it to this one (and an
+        # `f` to the `read` instant just before it).
         for i in sorted(members, key=lambda i: (starts[i], -ends[i], i)):
             op, flags, cid, _, arg, nbytes, _, _ = rows[i]
             entry = entries[cid - 1] if 1 <= cid <= len(entries) else None
@@ -81,9 +76,14 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
             for fid in out_flows.get(i, ()):
                 events.append({"ph": "s", "name": FLOW_NAME, "cat": CATEGORY, "id": fid,
                                "ts": ts[i], "pid": pid, "tid": tid})
-            for fid in in_flows.get(i, ()):
-                events.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": CATEGORY, "id": fid,
-                               "ts": ts[i], "pid": pid, "tid": tid})
+            if i in in_flows:
+                # At the slice's end as a reader sees it (start + duration, in whole nanoseconds).
+                read = (starts[i] + _ns(dur[i]) + 0.5) / 1000.0
+                events.append({"ph": "i", "s": "t", "name": READ, "cat": CATEGORY, "ts": read,
+                               "pid": pid, "tid": tid})
+                for fid in in_flows[i]:
+                    events.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": CATEGORY, "id": fid,
+                                   "ts": read, "pid": pid, "tid": tid})
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
@@ -115,53 +115,6 @@ def write_perfetto(path: str | os.PathLike, records: np.ndarray, catalogue: Cata
         tmp.unlink(missing_ok=True)
         raise
     return doc
-
-
-def tuple_flows(records: np.ndarray, catalogue: Catalogue) -> list[tuple[int, int]]:
-    """(move, observe) pairs of record positions: the observe read the tuple the move put in.
-
-    A `move` records the index its tuple got (`arg`), an `observe` the index it read, so the two
-    match on (element name, index). Records flagged ERROR, TREE or SUMMARY match nothing. One
-    operation may be seen by several collectors (a source and a sink): the move is the outermost
-    record (source, then stage, then sink; then the earliest); the observes are, for each reading
-    thread, its outermost records, and sink records only where no thread's record exists. Pairs
-    come in order of move position, then observe start. A move nobody observed gets no pair.
-    """
-    entries = catalogue.entries
-    moves: dict[tuple[str, int], list[int]] = {}
-    observes: dict[tuple[str, int], list[int]] = {}
-    ops, flags, cids, args = (records[f].tolist() for f in ("op", "flags", "collector", "arg"))
-    for i, (op, flag, cid, arg) in enumerate(zip(ops, flags, cids, args)):
-        if op not in (_MOVE, _OBSERVE) or flag & _NO_MATCH or not 1 <= cid <= len(entries):
-            continue
-        element = entries[cid - 1].element
-        if element is None:
-            continue
-        (moves if op == _MOVE else observes).setdefault((element, arg), []).append(i)
-
-    t_start = records["t_start"].tolist()
-
-    def rank(i):
-        return ROLE_RANK.get(entries[cids[i] - 1].role, 1)
-
-    pairs = []
-    for key, movers in moves.items():
-        readers = observes.get(key)
-        if not readers:
-            continue
-        move = min(movers, key=lambda i: (rank(i), t_start[i], i))
-        by_thread: dict[str | None, list[int]] = {}
-        for i in readers:
-            by_thread.setdefault(entries[cids[i] - 1].thread, []).append(i)
-        if len(by_thread) > 1:
-            by_thread.pop(None, None)
-        chosen = []
-        for group in by_thread.values():
-            best = min(rank(i) for i in group)
-            chosen.extend(i for i in group if rank(i) == best)
-        pairs.extend((move, i) for i in chosen)
-    pairs.sort(key=lambda p: (p[0], t_start[p[1]], p[1]))
-    return pairs
 
 
 def validate(doc) -> list[str]:
@@ -249,29 +202,11 @@ def validate(doc) -> list[str]:
 
 def _slice(op: int, flags: int, cid: int, arg: int, nbytes: int, entry, ts: float, dur: float,
            pid: int, tid: int) -> dict:
-    name = trace.OP_NAMES.get(op, f"op {op}")
-    args: dict = {"collector": cid}
-    if entry is not None:
-        args["role"] = entry.role
-        if entry.tree:
-            args["tree"] = entry.tree
-        if entry.element:
-            args["element"] = entry.element
-        if entry.path:
-            args["path"] = entry.path
-    if flags & trace.SUMMARY:
-        args["summary_of"] = arg
-    elif op in (_MOVE, _OBSERVE):
-        args["index"] = arg
-    else:
-        args["arg"] = arg
-    args["nbytes"] = nbytes
-    event = {"ph": "X", "name": name, "cat": CATEGORY, "ts": ts, "dur": dur, "pid": pid, "tid": tid,
-             "args": args}
+    args = collector_args(cid, entry) | record_args(op, flags, arg, nbytes)
+    event = {"ph": "X", "name": slice_name(op, flags), "cat": CATEGORY, "ts": ts, "dur": dur, "pid": pid,
+             "tid": tid, "args": args}
     if flags & trace.ERROR:
-        event["name"] = f"{name} [error]"
         event["cname"] = "terrible"   # trace viewer's reserved red
-        args["error"] = True
     return event
 
 

@@ -9,9 +9,11 @@ from rich.text import Text
 from eventspace import trace
 
 from .colop import ColOpReport
-from .heartbeat import ALIVE, GONE, IDLE, QUIET, SLOW, STALLED, WAITING, HeartbeatReport
+from .heartbeat import (ALIVE, GONE, IDLE, NOT_ANSWERING, QUIET, SLOW, STALLED, UNSEEN, WAITING,
+                        HeartbeatReport)
 
-STATUS_STYLE = {ALIVE: "green", WAITING: "yellow", STALLED: "bold red", QUIET: "dim", GONE: "magenta", IDLE: "blue", SLOW: "orange3"}
+STATUS_STYLE = {ALIVE: "green", WAITING: "yellow", STALLED: "bold red", QUIET: "dim", GONE: "magenta", IDLE: "blue",
+                SLOW: "orange3", NOT_ANSWERING: "bold magenta", UNSEEN: "grey50"}
 
 
 def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:
@@ -22,21 +24,35 @@ def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:
     for beat in report.threads:
         table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
                       f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
-    if report.gone:
-        table.caption = f"nodes not answering: {', '.join(sorted(report.gone))}"
+    lost = _lost_nodes(report)
+    if lost:
+        table.caption = lost
     return table
+
+
+def _lost_nodes(report: HeartbeatReport) -> str:
+    """"nodes not answering: B; nodes gone: C; nodes not reached: D", or "" when every node answered."""
+    return "; ".join(f"nodes {what}: {', '.join(sorted(nodes))}"
+                     for what, nodes in (("not answering", report.not_answering), ("gone", report.gone),
+                                         ("not reached", report.unreached)) if nodes)
+
+
+def status_counts(report: HeartbeatReport) -> list[tuple[str, int]]:
+    """(status, threads with it), the most common first."""
+    counts: dict[str, int] = {}
+    for beat in report.threads:
+        counts[beat.status] = counts.get(beat.status, 0) + 1
+    return sorted(counts.items(), key=lambda kv: -kv[1])
 
 
 def heartbeat_summary(report: HeartbeatReport, clock: str) -> Group:
     """One line of counts per status, then a row for each thread that is not alive."""
-    counts: dict[str, int] = {}
-    for beat in report.threads:
-        counts[beat.status] = counts.get(beat.status, 0) + 1
     line = Text(f"{clock}  {len(report.threads)} threads: ")
-    for i, (status, n) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1])):
+    for i, (status, n) in enumerate(status_counts(report)):
         line.append(("" if i == 0 else ", ") + f"{n} {status}", style=STATUS_STYLE[status])
-    if report.gone:
-        line.append(f"; nodes not answering: {', '.join(sorted(report.gone))}", style=STATUS_STYLE[GONE])
+    lost = _lost_nodes(report)
+    if lost:
+        line.append(f"; {lost}", style=STATUS_STYLE[GONE])
     others = [b for b in report.threads if b.status != ALIVE]
     if not others:
         return Group(line)
@@ -69,12 +85,12 @@ def heartbeat_grid(report: HeartbeatReport) -> Table:
 def colop_tables(report: ColOpReport) -> Group:
     ops = Table(title=f"collective operations on tree {report.tree}", title_justify="left")
     for column in ("op", "rounds", "latency median µs", "latency p95 µs", "in call median µs",
-                   "slowest contributor", "late by µs"):
-        ops.add_column(column, justify="left" if column in ("op", "slowest contributor") else "right")
+                   "slowest contributor", "late by µs", "worst round"):
+        ops.add_column(column, justify="left" if column in ("op", "slowest contributor", "worst round") else "right")
     for o in report.ops:
         ops.add_row(o.op, str(o.rounds), f"{o.latency_median_us:,.0f}", f"{o.latency_p95_us:,.0f}",
                     f"{o.in_op_median_us:,.0f}", f"{o.slowest} ({o.slowest_share:.0%} of rounds)",
-                    f"{o.lateness_us:,.0f}")
+                    f"{o.lateness_us:,.0f}", worst_round(o))
     joins = Table(title="per tree node", title_justify="left")
     for column in ("join", "node", "fan-in", "rounds", "total median µs", "imbalance median µs", "up median µs"):
         joins.add_column(column, justify="left" if column in ("join", "node") else "right")
@@ -82,6 +98,23 @@ def colop_tables(report: ColOpReport) -> Group:
         joins.add_row(j.stage, j.node, str(j.fan_in), str(j.rounds), f"{j.total_median_us:,.0f}",
                       f"{j.imbalance_median_us:,.0f}", f"{j.up_median_us:,.0f}")
     return Group(ops, joins)
+
+
+def worst_round(o) -> str:
+    """`T5 +10,012,345 µs (round 17)`: the latest last arrival of one op, and its round."""
+    return f"{o.worst_member} +{o.worst_lateness_us:,.0f} µs (round {o.worst_round})" if o.worst_member else ""
+
+
+def open_round(report: ColOpReport) -> Text:
+    """`tree ops: round 41 open for 3.2 s, 15 of 16 members in it, waiting for T5`."""
+    o = report.open
+    if o is None:
+        return Text(f"tree {report.tree}: no round open")
+    waits = ", ".join(o.waiting_for) if len(o.waiting_for) <= 8 else \
+        f"{', '.join(o.waiting_for[:8])} and {len(o.waiting_for) - 8} more"
+    return Text.assemble(f"tree {report.tree}: round {o.round} open for {o.open_for_s:.1f} s, "
+                         f"{len(o.arrived)} of {len(o.arrived) + len(o.waiting_for)} members in it, ",
+                         (f"waiting for {waits}" if o.waiting_for else "every member in it", "bold yellow"))
 
 
 def events_table(records, catalogue, most: int = 20) -> Table:

@@ -2,7 +2,7 @@
 
 from .client import Client, RemoteElement, connect
 from .element import Element, ElementInfo
-from .errors import (AuthError, BadArgument, Expired, LimitExceeded, PastSetError, ProtocolError,
+from .errors import (AuthError, BadArgument, Expired, LimitExceeded, NotAnswering, PastSetError, ProtocolError,
                      Refused, ServerGone, TemplateMismatch, Timeout, UnknownElement)
 from .linda import ANY, Linda
 from .protocol import Limits
@@ -14,5 +14,5 @@ __all__ = [
     "TupleServer", "connect", "Client", "Element", "RemoteElement", "ElementInfo", "Template",
     "Limits", "Linda", "ANY", "Security",
     "PastSetError", "UnknownElement", "TemplateMismatch", "Expired", "Timeout", "ServerGone",
-    "ProtocolError", "LimitExceeded", "BadArgument", "AuthError", "Refused",
+    "NotAnswering", "ProtocolError", "LimitExceeded", "BadArgument", "AuthError", "Refused",
 ]

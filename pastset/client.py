@@ -9,28 +9,38 @@ from time import monotonic
 
 import msgpack
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from . import protocol as p
-from .element import ElementInfo, _check_timeout
-from .errors import BadArgument, LimitExceeded, PastSetError, Refused, ServerGone, UnknownElement
+from .connection import Connection
+from .element import MAX_TIMEOUT, ElementInfo, _check_timeout
+from .errors import BadArgument, LimitExceeded, NotAnswering, PastSetError, Refused, ServerGone, UnknownElement
 from .security import Security, resolve
 from .template import Template
 
 _unpackb = msgpack.unpackb
 
+# Seconds a server whose connection is open may stay silent before a waiting caller gives up on
+# it (NotAnswering): long enough for a GC pause, swapping or a busy host.
+GRACE = 30.0
 
-def connect(endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0,
+
+def connect(endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0, grace: float = GRACE,
             security: Security | None = None) -> Client:
     """A client of the node server at `endpoint` (e.g. "tcp://127.0.0.1:5555").
 
-    Raises ServerGone if nothing answers within `timeout` seconds, or Refused (a ServerGone)
-    as soon as the server refuses the security handshake. Afterwards a server that answers
-    neither a request nor a liveness ping for `gone_after` seconds is reported as ServerGone
-    to every caller waiting on it; no call hangs on a dead server. `security` holds the CURVE
-    keys to speak with (None: the process's, see `pastset.security.default`).
+    Raises ServerGone if nothing answers within `timeout` seconds (NotAnswering, a ServerGone,
+    if something accepted the connection but did not answer), or Refused (a ServerGone) as soon
+    as the server refuses the security handshake.
+
+    Afterwards a caller whose server answers neither its request nor a liveness ping is told
+    what the connection says (see `pastset.connection.Connection`): a server whose connection
+    is closed (its process ended, the connection was reset, connecting is refused) is gone,
+    ServerGone after `gone_after` seconds of silence; one whose connection is still open is
+    paused, swapping or overloaded, and is waited for until it has been silent for `grace`
+    seconds, then NotAnswering. No call hangs. `security` holds the CURVE keys to speak with
+    (None: the process's, see `pastset.security.default`).
     """
-    return Client(endpoint, timeout=timeout, gone_after=gone_after, security=security)
+    return Client(endpoint, timeout=timeout, gone_after=gone_after, grace=grace, security=security)
 
 
 class Client:
@@ -44,14 +54,15 @@ class Client:
     # Silence after which a waiting caller pings the server to learn whether it is alive.
     _PING_AFTER = 0.25
     # How long past an operation's own timeout we wait for the server's Timeout reply.
-    _GRACE = 0.5
+    _SLACK = 0.5
 
-    def __init__(self, endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0,
+    def __init__(self, endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0, grace: float = GRACE,
                  limits: p.Limits = p.Limits(), security: Security | None = None):
         self.endpoint = endpoint
         self.limits = limits
         self.security = resolve(security)
         self._gone_after = gone_after
+        self.grace = check_grace(grace)
         self._ctx = zmq.Context()
         self._local = threading.local()
         # The sockets mutex must be held whenever the set of sockets changes.
@@ -59,11 +70,16 @@ class Client:
         self._sockets: set[zmq.Socket] = set()
         self._rids = itertools.count(1)
         self._closed = False
+        self.name = "?"   # the server's, once it answered
         try:
             self.name, max_frame = self._hello(timeout)
         except Refused as exc:
             self.close()
             raise Refused(f"node server at {endpoint} refused this client: {exc}") from None
+        except NotAnswering:
+            self.close()
+            raise NotAnswering(f"something at {endpoint} accepts connections but did not answer within "
+                               f"{timeout:g} s (a node server that is paused, swapping or overloaded?)") from None
         except ServerGone:
             self.close()
             raise ServerGone(f"no node server answers at {endpoint} (waited {timeout}s)") from None
@@ -107,13 +123,14 @@ class Client:
         refs = [e if isinstance(e, str) else e.id for e in elements]
         return [_batch(reply) for reply in self._call(p.RANGE_MANY, (refs, list(los), hi))]
 
-    def call(self, name: str, *args, timeout: float | None = None):
+    def call(self, name: str, *args, timeout: float | None = None, grace: float | None = None):
         """Run the callable the server hosts as `name` (see `TupleServer.host`); returns its result.
 
         `timeout` is how long the callable may take before ServerGone; None waits as long as
-        the server answers liveness pings.
+        the server answers liveness pings. `grace` overrides the client's for this call: how
+        long a server whose connection is open may stay silent before NotAnswering.
         """
-        return self._call(p.CALL, (name, list(args)), timeout)
+        return self._call(p.CALL, (name, list(args)), timeout, grace)
 
     def ping(self) -> str:
         """The server's name; raises ServerGone if it does not answer."""
@@ -149,7 +166,7 @@ class Client:
         return sock
 
     def _open(self) -> zmq.Socket:
-        """A new socket for this thread, configured and registered, not connected yet."""
+        """A new socket for this thread, configured, registered and watched, not connected yet."""
         if self._closed:
             raise PastSetError(f"client of {self.endpoint} is closed")
         sock = self._ctx.socket(zmq.DEALER)
@@ -159,34 +176,30 @@ class Client:
         with self._sockets_mutex:
             self._sockets.add(sock)
         self._local.sock = sock
+        self._local.connection = Connection(sock, self.security)
         # A Packer of its own per thread: packb would build one for every request.
         self._local.pack = msgpack.Packer(use_bin_type=True).pack
         return sock
 
     def _hello(self, timeout):
-        """The first request: a ping, with the connection's handshake watched, so that a server
-        that refuses it is told apart from silence (and at once, not after `timeout`)."""
+        """The first request: a ping, with the connection watched, so that a server that refuses
+        the handshake is told apart from silence (and at once, not after `timeout`)."""
         sock = self._open()
-        # Watched from before it connects: libzmq may not retry after a mechanism mismatch, so
-        # a failure missed here would never be seen again.
-        watch = _Handshake(sock, self.security)
-        try:
-            sock.connect(self.endpoint)
-            rid = next(self._rids)
-            _send_unless_unconnected(sock, p.pack([rid, p.PING]))
-            raw = self._wait(sock, rid, p.PING, timeout, timeout, watch=watch)
-        finally:
-            watch.close()
+        sock.connect(self.endpoint)
+        rid = next(self._rids)
+        _send_unless_unconnected(sock, p.pack([rid, p.PING]))
+        raw = self._wait(sock, rid, p.PING, timeout, timeout, timeout)
         reply = _unpackb(raw, raw=False)
         if reply[1] == p.OK:
             return reply[2]
         p.raise_error(reply[2], reply[3])
 
-    def _call(self, op, args, wait=None, gone_after=None):
+    def _call(self, op, args, wait=None, grace=None):
         """Send one request from this thread and wait for its reply.
 
         `wait` is how long the server may legitimately take (the operation's own timeout;
-        None for as long as it keeps answering pings).
+        None for as long as it keeps answering pings); `grace` how long it may be silent with
+        its connection open (None: the client's).
         """
         sock = self._socket()
         rid = next(self._rids)
@@ -203,45 +216,50 @@ class Client:
             try:
                 raw = sock.recv()  # the common case: an answer within _PING_AFTER
             except zmq.Again:
-                raw = self._wait(sock, rid, op, wait, gone_after or self._gone_after)
+                raw = self._wait(sock, rid, op, wait, self._gone_after, grace or self.grace)
         except zmq.ZMQError as exc:
             raise PastSetError(f"client of {self.endpoint} is closed ({exc})") from None
         reply = _unpackb(raw, raw=False) if raw else None
         if reply is None or reply[0] != rid:
-            raw = self._wait(sock, rid, op, wait, gone_after or self._gone_after, early=reply)
+            raw = self._wait(sock, rid, op, wait, self._gone_after, grace or self.grace, early=reply)
             reply = _unpackb(raw, raw=False)
         if reply[1] == p.OK:
             return reply[2]
         p.raise_error(reply[2], reply[3])
 
-    def _wait(self, sock, rid, op, wait, gone_after, early=None, watch=None) -> bytes:
-        # `early` is a reply the fast path already read that was not ours (None: a probe);
-        # `watch` the handshake of a first request.
-        """The slow path of a reply: ping a quiet server, drop stale replies, give up if it is gone."""
+    def _wait(self, sock, rid, op, wait, gone_after, grace, early=None) -> bytes:
+        """The slow path of a reply: ping a quiet server, drop stale replies, and tell a server
+        that is gone (connection closed, `gone_after` of silence) from one that is not answering
+        (connection open, `grace` of silence). `early` is a reply the fast path already read
+        that was not ours (None: none)."""
+        connection = self._local.connection
         start = monotonic()
-        deadline = None if wait is None else start + _check_timeout(wait) + self._GRACE
+        deadline = None if wait is None else start + _check_timeout(wait) + self._SLACK
         ping_rid = None
         heard = start  # when the server last showed it is alive
         while True:
             if early is None:
                 now = monotonic()
                 if deadline is not None and now >= deadline:
-                    self._give_up(sock, f"no reply to {p.OP_NAMES[op]} within {wait + self._GRACE:.2f}s")
-                if now - heard >= gone_after:
-                    self._give_up(sock, f"no reply for {gone_after:.2f}s")
-                if ping_rid is None and now - heard >= self._PING_AFTER:
+                    self._give_up(sock, f"no reply to {p.OP_NAMES[op]} within {wait + self._SLACK:.2f}s")
+                silent = now - heard
+                if connection.refused:
+                    self._drop_socket(sock)
+                    raise Refused(connection.refused)
+                if not connection.up and silent >= gone_after:
+                    self._give_up(sock, f"no reply for {silent:.2f}s, and its connection is closed (its process "
+                                        "ended, the connection was reset, or its host cannot be reached)")
+                if connection.up and silent >= grace:
+                    raise NotAnswering(f"node server {self.name} at {self.endpoint} did not answer for {grace:g} s "
+                                       "though its connection is open (paused, swapping or overloaded?)")
+                if ping_rid is None and silent >= self._PING_AFTER:
                     ping_rid = next(self._rids)
                     if not _send_unless_unconnected(sock, p.pack([ping_rid, p.PING])):
                         ping_rid = None  # tried again next time round
-                limit = heard + gone_after if deadline is None else min(deadline, heard + gone_after)
-                ms = max(1, int(min(limit - now, self._PING_AFTER) * 1000))
-                if watch is None:
-                    ready = sock.poll(ms)
-                else:
-                    ready = watch.poll(ms)
-                    if watch.refused:
-                        self._drop_socket(sock)
-                        raise Refused(watch.refused)
+                limit = heard + (grace if connection.up else gone_after)
+                if deadline is not None:
+                    limit = min(deadline, limit)
+                ready = connection.poll(max(1, int(min(limit - now, self._PING_AFTER) * 1000)))
                 if not ready:
                     continue
                 raw = sock.recv()
@@ -261,13 +279,15 @@ class Client:
 
     def _give_up(self, sock, why):
         self._drop_socket(sock)
-        raise ServerGone(f"node server at {self.endpoint} is gone: {why}")
+        raise ServerGone(f"node server {self.name} at {self.endpoint} is gone: {why}")
 
     def _drop_socket(self, sock):
-        # Close the socket so that requests still queued in it are never delivered later.
+        # Close the socket so that requests still queued in it are never delivered later (a
+        # server not answering keeps its socket: what it was sent is in its kernel already).
         with self._sockets_mutex:
             self._sockets.discard(sock)
         self._local.sock = None
+        self._local.connection.close()
         sock.close(linger=0)
 
 
@@ -280,51 +300,6 @@ def _send_unless_unconnected(sock: zmq.Socket, frame: bytes) -> bool:
     except zmq.Again:
         return False
     return True
-
-
-class _Handshake:
-    """Watches a socket's connection handshakes (a ZeroMQ socket monitor) to learn whether the
-    server refused it: a mechanism mismatch (CURVE on one side only, or a wrong server key)
-    or a client key the server's authenticator does not accept."""
-
-    _FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-               | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
-
-    def __init__(self, sock: zmq.Socket, security: Security):
-        self._sock = sock
-        self._security = security
-        self._events = sock.get_monitor_socket(self._FAILED)
-        self._poller = zmq.Poller()
-        self._poller.register(sock, zmq.POLLIN)
-        self._poller.register(self._events, zmq.POLLIN)
-        self.refused: str | None = None   # why, once a handshake failed
-
-    def poll(self, ms: int) -> bool:
-        """Wait up to `ms` for a message on the socket (True) or a failed handshake (sets `refused`)."""
-        ready = dict(self._poller.poll(ms))
-        if self._events in ready:
-            event = recv_monitor_message(self._events)["event"]
-            self.refused = self._why(event)
-        return self._sock in ready
-
-    def _why(self, event) -> str:
-        sec = self._security
-        if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            key = f" ({sec.keys}/client.key)" if sec.keys else ""
-            return (f"it does not authorise this client's CURVE key{key}; copy the client's public "
-                    "key file into the server's authorized_clients directory, or use the run's own "
-                    "key directory")
-        if not sec.connects:
-            return ("the security handshake failed: the server uses CURVE and this client has no "
-                    "keys; set EVENTSPACE_KEYS to the run's key directory (see `eventspace keys generate`)")
-        key = f" (this client expects the one in {sec.keys}/server.key)" if sec.keys else ""
-        return (f"the CURVE handshake failed: the server does not use CURVE, or uses another server "
-                f"key{key}")
-
-    def close(self) -> None:
-        if not self._sock.closed:
-            self._sock.disable_monitor()
-        self._events.close(linger=0)
 
 
 class RemoteElement:
@@ -387,6 +362,13 @@ class RemoteElement:
 
     def __repr__(self):
         return f"<RemoteElement {self.name} {self.template} at {self._client.endpoint}>"
+
+
+def check_grace(grace) -> float:
+    """The grace in seconds, if it is a number above 0 and at most a year; BadArgument otherwise."""
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 < grace <= MAX_TIMEOUT:
+        raise BadArgument(f"grace must be a positive number of seconds (at most {MAX_TIMEOUT}), got {grace!r}")
+    return float(grace)
 
 
 class _Unsendable(BadArgument):

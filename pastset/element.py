@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import mmap
 import textwrap
 import threading
 from collections import deque
 from dataclasses import dataclass
+from itertools import islice
 from struct import error as struct_error
 from time import monotonic
 
-from .errors import BadArgument, Expired, TemplateMismatch, Timeout, UnknownElement
+from .budget import MemoryBudget
+from .errors import BadArgument, Expired, LimitExceeded, TemplateMismatch, Timeout, UnknownElement
 from .template import Template
 
 # Returned by the `_try_*` forms when the operation would have to wait.
 WOULD_BLOCK = object()
 # Marks a slot whose tuple a Linda `in_` removed out of order.
 _TAKEN = object()
+# What one element costs besides its data: the object, its mutex and conditions, its table entries
+# (measured with tracemalloc: about 2.3 KB); its template is counted apart (Template.nbytes).
+_ELEMENT_BYTES = 2048
+# A typed element takes its tuples' bytes from the memory budget ahead of need, in steps of at least
+# this many, and gives back only what it holds twice over: most moves touch no shared lock.
+_GRAIN = 4096
 
 
 @dataclass(frozen=True)
@@ -52,16 +61,26 @@ class Element:
     `UnknownElement`.
 
     Variants differ only in their storage hooks (`_init_storage`, `_put`, `_get`, `_drop_to`,
-    `_read`, `_nbytes`), as in `queue.Queue`.
+    `_read`, `_span_bytes`, `_nbytes`), as in `queue.Queue`.
+
+    Memory: an element takes what it holds from its server's `MemoryBudget` before allocating it
+    (its own objects when made, a ring when made or resized, a typed element's tuples as they are
+    moved) and gives it all back when deleted; what would pass the budget raises LimitExceeded and
+    changes nothing.
     """
 
     def __init__(self, name: str, template: Template, keep: int | None = None,
-                 delta: int | None = None, eid: int = 0):
+                 delta: int | None = None, eid: int = 0, budget: MemoryBudget | None = None):
         self.name = name
         self.template = template
         self.keep = keep
         self.id = eid
         self._delta = delta
+        self._budget = budget if budget is not None else MemoryBudget()
+        self._charged = 0       # bytes this element holds of the budget
+        # Of them, the bytes for its data (a typed element's tuples, a binary one's ring): also an
+        # upper bound of the data one read of it returns, which the server checks replies against.
+        self._held_charge = 0
         # The mutex must be held whenever first, last or the storage is read or mutated, with
         # one exception: a binary element's single-writer appender (see BinaryElement.appender).
         # Both conditions below share it.
@@ -75,7 +94,12 @@ class Element:
         self._first = 0
         self._last = 0
         self._deleted = False
-        self._init_storage()
+        self._take(_ELEMENT_BYTES + template.nbytes, f"element {name}")
+        try:
+            self._init_storage()
+        except BaseException:
+            self._give(self._charged)
+            raise
 
     # -- the public API ----------------------------------------------------------------------
 
@@ -194,11 +218,11 @@ class Element:
         if self._deleted:
             raise UnknownElement(f"element {self.name} was deleted")
         # A tuple that can never be moved is refused now, not after waiting for room.
-        values = self.template.check(values)
+        values, nbytes = self.template.checked(values)
         last = self._last
         if self._delta is not None and last - self._first >= self._delta:
             return WOULD_BLOCK
-        self._put(values, last)
+        self._put(values, last, nbytes)
         self._last = last + 1
         if self.keep is not None and last + 1 - self._first > self.keep:
             self._drop_to(last + 1 - self.keep)
@@ -237,6 +261,19 @@ class Element:
             items = self._read(start, max(start, last if hi is None else min(hi, last)))
             if start >= self._first:
                 return start, items
+
+    def _read_size(self, lo: int = 0, hi: int | None = None, newest: int | None = None) -> int:
+        """About the bytes of data `_read_held` with the same arguments would return now (what a
+        reply of it will carry); LimitExceeded-free, Expired for an index that is not valid."""
+        for index in (lo, hi, newest):
+            if index is not None:
+                _check_index(index)
+        with self.mutex:
+            last = self._last
+            if newest is not None:
+                lo = last - newest
+            start = min(max(lo, self._first), last)
+            return self._span_bytes(start, max(start, last if hi is None else min(hi, last)))
 
     def _peek(self, index):
         """(index, tuple) for `observe(index)` without consuming anything."""
@@ -302,6 +339,18 @@ class Element:
         with self.mutex:
             self._deleted = True
             self._signal_change()
+            self._free_storage()
+            self._give(self._charged)
+
+    # -- the memory budget (mutex held, or the element not yet shared) -----------------------------
+
+    def _take(self, nbytes: int, what: str) -> None:
+        self._budget.take(nbytes, what)
+        self._charged += nbytes
+
+    def _give(self, nbytes: int) -> None:
+        self._budget.give(nbytes)
+        self._charged -= nbytes
 
     def _check_alive(self):
         if self._deleted:
@@ -311,9 +360,35 @@ class Element:
 
     def _init_storage(self):
         self._items = deque()
+        self._sizes = deque()       # the bytes each held tuple costs: its payload and its objects
+        self._held_bytes = 0        # their sum
+        # The objects a held tuple costs besides its payload (Template.checked): the tuple, one
+        # object of up to 9 bytes of payload per field, two deque slots.
+        self._tuple_bytes = 64 + 41 * len(self.template.fields)
 
-    def _put(self, values, index):
-        self._items.append(values)  # checked by _try_move
+    def _put(self, values, index, nbytes):
+        # checked by _try_move; the budget is asked first, so that a refused move changes nothing
+        nbytes += self._tuple_bytes
+        held = self._held_bytes + nbytes
+        if held > self._held_charge:
+            self._hold(held, f"a move into element {self.name}")
+        self._items.append(values)
+        self._sizes.append(nbytes)
+        self._held_bytes = held
+
+    def _hold(self, need: int, what: str) -> None:
+        """Make the budget cover `need` bytes of held data, with room for more if it has it (or
+        give back what is covered beyond that room)."""
+        target = need + (need >> 3) + _GRAIN
+        if target <= self._held_charge:
+            self._give(self._held_charge - target)
+        else:
+            try:
+                self._take(target - self._held_charge, what)
+            except LimitExceeded:
+                self._take(need - self._held_charge, what)   # no room to spare: just what it needs
+                target = need
+        self._held_charge = target
 
     def _get(self, index):
         item = self._items[index - self._first]
@@ -322,23 +397,39 @@ class Element:
         return item
 
     def _drop_to(self, new_first):
-        items = self._items
+        items, sizes = self._items, self._sizes
+        held = self._held_bytes
         for _ in range(new_first - self._first):
             items.popleft()
+            held -= sizes.popleft()
         # A slot taken out of order never becomes `first`.
         while items and items[0] is _TAKEN:
             items.popleft()
+            held -= sizes.popleft()
             new_first += 1
         self._first = new_first
+        self._held_bytes = held
+        if self._held_charge > 2 * held + 2 * _GRAIN:
+            self._hold(held, "")
 
     def _read(self, lo, hi):
         base = self._first
         return [None if item is _TAKEN else item
                 for item in (self._items[i - base] for i in range(lo, hi))]
 
+    def _span_bytes(self, lo, hi):
+        # the payload, and for each tuple a few bytes of msgpack framing and 9 for each field
+        held = sum(islice(self._sizes, lo - self._first, hi - self._first))
+        return held - (hi - lo) * (self._tuple_bytes - 2 - 9 * len(self.template.fields))
+
     def _nbytes(self):
         return sum(len(v) for item in self._items if item is not _TAKEN
                    for v in item if isinstance(v, (bytes, str)))
+
+    def _free_storage(self):
+        self._items.clear()
+        self._sizes.clear()
+        self._held_bytes = 0
 
     def _bound_to(self, capacity):
         pass  # a deque needs no preallocation
@@ -354,10 +445,10 @@ class BinaryElement(Element):
     _INITIAL_CAPACITY = 64
 
     def __init__(self, name: str, template: Template, keep: int | None = None, delta: int | None = None,
-                 eid: int = 0, slab: RingSlab | None = None, row: int = 0):
+                 eid: int = 0, slab: RingSlab | None = None, row: int = 0, budget: MemoryBudget | None = None):
         # A ring may be a row of a RingSlab shared with other elements (see RingSlab).
         self._slab, self._row = slab, row
-        super().__init__(name, template, keep, delta, eid)
+        super().__init__(name, template, keep, delta, eid, budget)
 
     def _init_storage(self):
         st = self.template._struct
@@ -369,8 +460,16 @@ class BinaryElement(Element):
         if self._slab is not None:
             self._cap = self._slab.slots
             self._ring = self._slab.ring(self._row)
+            # taken from the budget with the whole slab, by whoever made it (TupleServer.enter_rings)
+            self._held_charge = self._cap * self._size
+            self._charged += self._held_charge
         else:
-            self._ring = bytearray(self._cap * self._size)
+            nbytes = self._cap * self._size
+            if self._fixed:
+                self._budget.check_ring(nbytes, f"the ring of element {self.name}")
+            self._take(nbytes, f"the ring of element {self.name}")
+            self._held_charge = nbytes
+            self._ring = _new_ring(nbytes)
 
     def move(self, values, timeout: float | None = None) -> int:
         """Append one record; as `Element.move`. The common case runs inline: it is the hot path."""
@@ -474,23 +573,37 @@ class BinaryElement(Element):
             return bytes(ring[a:b])
         return bytes(ring[a:]) + bytes(ring[: b - len(ring)])
 
+    def _span_bytes(self, lo, hi):
+        return (hi - lo) * self._size
+
     def _nbytes(self):
         return (self._last - self._first) * self._size
 
+    def _free_storage(self):
+        pass  # an appender may still write to the ring: it goes with the element's last reference
+
     def _resize(self, capacity):
+        capacity = max(capacity, self._last - self._first)
+        nbytes, had = capacity * self._size, self._held_charge
+        if nbytes > had:   # asked first: a refused resize changes nothing
+            self._take(nbytes - had, f"the ring of element {self.name}")
         self._slab = None  # the ring leaves its slab, if it was in one
         held = self._read(self._first, self._last)
-        capacity = max(capacity, self._last - self._first)
         self._cap = capacity
-        self._ring = bytearray(capacity * self._size)
+        self._ring = _new_ring(nbytes)
         a = (self._first % capacity) * self._size
         split = min(len(held), len(self._ring) - a)
         self._ring[a:a + split] = held[:split]
         self._ring[: len(held) - split] = held[split:]
+        if nbytes < had:
+            self._give(had - nbytes)
+        self._held_charge = nbytes
 
     def _bound_to(self, capacity):
         # A bounded ring only grows: it is reallocated only when it could not hold the new bound.
         if not self._fixed or capacity > self._cap:
+            self._budget.check_ring(max(capacity, self._last - self._first) * self._size,
+                                    f"the ring of element {self.name}")
             self._resize(capacity)
         self._fixed = True
 
@@ -546,6 +659,17 @@ def _appender_maker(fields: int, single_writer: bool):
     return maker
 
 
+def _new_ring(nbytes: int):
+    """A ring of `nbytes` zero bytes. A big one is an anonymous map, whose pages the system zeroes
+    as they are first written: a bytearray would write all of them now, holding up the server's loop
+    for as long as that takes (tens of milliseconds a 64 MiB ring)."""
+    return bytearray(nbytes) if nbytes < _MAPPED_RING else mmap.mmap(-1, nbytes)
+
+
+# Rings of at least this many bytes are anonymous maps (see _new_ring).
+_MAPPED_RING = 1 << 20
+
+
 def ring_slots(keep: int | None, delta: int | None) -> int:
     """The slots of a bounded ring: `delta` when flow control bounds it first (a move waits
     before it could overwrite a held record), else `keep` plus a spare one, so that the slot an
@@ -555,15 +679,17 @@ def ring_slots(keep: int | None, delta: int | None) -> int:
     return keep + 1
 
 
-def make_element(name: str, template: Template, keep=None, delta=None, eid=0, slab=None, row=0) -> Element:
-    """The element variant for `template` (binary templates get a ring, a row of `slab` if given)."""
+def make_element(name: str, template: Template, keep=None, delta=None, eid=0, slab=None, row=0,
+                 budget: MemoryBudget | None = None) -> Element:
+    """The element variant for `template` (binary templates get a ring, a row of `slab` if given),
+    its memory taken from `budget` (LimitExceeded if it cannot be)."""
     if keep is not None:
         _check_bound("keep", keep)
     if delta is not None:
         _check_bound("delta", delta)
     if template.is_binary:
-        return BinaryElement(name, template, keep, delta, eid, slab, row)
-    return Element(name, template, keep, delta, eid)
+        return BinaryElement(name, template, keep, delta, eid, slab, row, budget)
+    return Element(name, template, keep, delta, eid, budget)
 
 
 class RingSlab:

@@ -25,12 +25,18 @@ class ServerGone(PastSetError):
     """The node server did not answer: it is down, unreachable, or stopped responding."""
 
 
+class NotAnswering(ServerGone):
+    """The node server's connection is open but it did not answer for the caller's grace: it may
+    be paused, swapping or overloaded rather than dead (a dead one is plain ServerGone, soon)."""
+
+
 class ProtocolError(PastSetError):
     """A request was malformed, too large, or named an unknown operation or bad arguments."""
 
 
 class LimitExceeded(ProtocolError):
-    """A server limit (frame size, element count, name length, parked requests) was reached."""
+    """A server limit (`pastset.Limits`: frame or reply size, element count, memory budget, parked
+    requests, a client's share) was reached; the message names it and says what to do."""
 
 
 class BadArgument(PastSetError, ValueError):
@@ -52,6 +58,6 @@ ERRORS_BY_NAME = {
     cls.__name__: cls
     for cls in (
         PastSetError, UnknownElement, TemplateMismatch, Expired, Timeout,
-        ServerGone, ProtocolError, LimitExceeded, BadArgument, AuthError,
+        ServerGone, NotAnswering, ProtocolError, LimitExceeded, BadArgument, AuthError,
     )
 }

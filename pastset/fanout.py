@@ -9,6 +9,7 @@ import msgpack
 import zmq
 
 from . import protocol as p
+from .connection import Connection
 from .errors import ERRORS_BY_NAME, ProtocolError, ServerGone
 from .security import Security, resolve
 
@@ -21,9 +22,11 @@ class Fanout:
     One DEALER socket per endpoint, all owned by the thread that uses the Fanout (it is not
     thread-safe: give each thread its own). `request` never blocks past its deadline: a server
     that does not answer in time is reported missing, and its late replies are recognised by
-    request id and dropped. Counts the bytes it sends and receives. `security` holds the CURVE
-    keys its sockets speak with (None: the process's, see `pastset.security.default`); a server
-    that refuses them never answers, so its node is reported missing.
+    request id and dropped. `gone(missing)` tells which of the missing nodes are gone (their
+    connection is closed) rather than not answering (connected, but paused, swapping or busy).
+    Counts the bytes it sends and receives. `security` holds the CURVE keys its sockets speak
+    with (None: the process's, see `pastset.security.default`); a server that refuses them
+    never answers, so its node is reported missing (and gone).
     """
 
     def __init__(self, endpoints: dict[str, str], context: zmq.Context | None = None,
@@ -32,6 +35,7 @@ class Fanout:
         self._security = resolve(security)
         self._endpoints = dict(endpoints)
         self._sockets: dict[str, zmq.Socket] = {}
+        self._connections: dict[str, Connection] = {}
         self._node_of: dict[zmq.Socket, str] = {}
         self._poller = zmq.Poller()
         self._rids = itertools.count(1)
@@ -64,6 +68,16 @@ class Fanout:
             self._round(requests, range(len(requests)), results, missing, deadline)
         return results, missing
 
+    def gone(self, nodes) -> set[str]:
+        """Of `nodes` (a request's missing ones), those that are gone: their connection is closed,
+        refused or was never made (the process ended, or its host cannot be reached). The others
+        are connected but did not answer in time: paused, swapping or overloaded."""
+        return {node for node in nodes if not self._reachable(node)}
+
+    def _reachable(self, node: str) -> bool:
+        connection = self._connections.get(node)
+        return connection is not None and connection.update() and not connection.refused
+
     def _round(self, requests, positions, results, missing, deadline) -> None:
         waiting: dict[int, tuple[int, str]] = {}  # request id -> (position, node)
         # Replies still owed per socket: a socket is read until it has paid them, not until a
@@ -77,9 +91,10 @@ class Fanout:
             frame = p.pack_request(rid, op, args)
             try:
                 sock.send(frame, zmq.NOBLOCK)
-            except zmq.Again:  # nothing connected (a dead peer): zmq would queue or block
+            except zmq.Again:  # nothing connected (a dead peer), or a queue full behind a paused one
                 missing.add(node)
-                self._drop(node)
+                if not self._reachable(node):
+                    self._drop(node)
                 continue
             self.bytes_sent += len(frame)
             waiting[rid] = (position, node)
@@ -114,7 +129,10 @@ class Fanout:
             late = {node for _, node in waiting.values()}
             missing.update(late)
             for node in late:
-                self._drop(node)  # a fresh socket next time: no stale queue behind a dead peer
+                if not self._reachable(node):
+                    self._drop(node)  # a fresh socket next time: no stale queue behind a dead peer
+                # A connected node keeps its socket: a new connection to a paused server would only
+                # wait in its kernel's accept queue; its late replies are dropped by request id.
 
     def _socket(self, node: str) -> zmq.Socket:
         sock = self._sockets.get(node)
@@ -126,6 +144,7 @@ class Fanout:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 1000)
             self._security.configure_client(sock)
+            self._connections[node] = Connection(sock, self._security)
             sock.connect(endpoint)
             self._sockets[node] = sock
             self._node_of[sock] = node
@@ -137,6 +156,7 @@ class Fanout:
         if sock is not None:
             self._poller.unregister(sock)
             del self._node_of[sock]
+            self._connections.pop(node).close()
             sock.close(linger=0)
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ the wire is ever pickled.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 import msgpack
@@ -48,15 +49,43 @@ OP_NAMES = {
 
 @dataclass(frozen=True)
 class Limits:
-    """What one node server accepts; each breach is answered with a `LimitExceeded` error."""
+    """What one node server accepts; each breach is answered with a `LimitExceeded` error that names
+    the limit, its value and what to do.
+
+    Memory: `max_memory` is one budget for everything the server holds on its callers' behalf, taken
+    before it is allocated: each element's own objects and template (about 2 KiB), the rings of binary
+    elements (record size x slots: keep + 1, or delta), the tuples typed elements hold (their payload,
+    plus some 64 + 32 bytes a field for the objects, and 64 bytes for every object in an `any`
+    field), and replies of a megabyte or more until ZeroMQ has sent them. Elements may use all of
+    it but the room of two of the biggest replies (2 x max_reply, at most a quarter), so that what
+    they hold can always be read. In-process callers are held to it as remote ones are (one table,
+    one process). Smaller replies and the request being decoded are not counted.
+
+    Shares: one client (one connection; `pastset.Client` opens one per thread) may park
+    `max_parked_per_client` blocked requests and create `max_elements_per_client` elements; the
+    last tenth of `max_parked` is kept for clients with few parked. See `TupleServer`.
+
+    The defaults hold the repository's workloads with room to spare. The largest: the paper layout
+    (pathmaps/windtunnel-paper.yaml) puts 1,841 trace rings of 201 x 36 bytes (13 MB) and 840 border-
+    row elements (delta 2, rows of at most 24 KB at the large size: 40 MB) on 8 nodes; a monitor's
+    backlog read of every trace element of one node is a reply of a few MB; benchmarks/pastset_bench.py
+    enters 1,952 elements from one client.
+    """
 
     max_frame: int = 16 * 1024 * 1024     # bytes in one request frame
     max_elements: int = 100_000           # elements hosted by one server
+    max_elements_per_client: int = 10_000  # of them, created by one client (connection) and not deleted
     max_name: int = 256                   # characters in an element name
     max_parked: int = 10_000              # blocked requests parked at once, per server
+    max_parked_per_client: int = 1_000    # of them, parked by one client (connection)
     max_batch: int = 100_000              # elements named in one latest_many
     max_calls: int = 512                  # hosted calls running at once (each holds a worker thread)
-    max_ring: int = 64 * 1024 * 1024      # bytes one binary element preallocates (record size x keep)
+    max_ring: int = 64 * 1024 * 1024      # bytes one bounded binary ring allocates (record size x slots)
+    max_memory: int = 1024 * 1024 * 1024  # bytes the server holds for elements and replies (see above)
+    max_reply: int = 64 * 1024 * 1024     # bytes in one reply frame
+
+
+_BIG_FRAME = 64 * 1024
 
 
 def pack(obj) -> bytes:
@@ -88,10 +117,18 @@ def unpack_request(frame: bytes, limits: Limits):
     """(rid, op, args) from a request frame; raises ProtocolError for anything malformed."""
     if len(frame) > limits.max_frame:
         raise LimitExceeded(f"request of {len(frame)} bytes exceeds the {limits.max_frame}-byte frame limit")
+    # Decoding a frame of many small lists or maps runs the cyclic garbage collector again and again
+    # (five times the decoding itself): it is off while a big frame is decoded, as msgpack advises.
+    pause = len(frame) > _BIG_FRAME and gc.isenabled()
+    if pause:
+        gc.disable()
     try:
         request = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises several unrelated types for bad input
         raise ProtocolError(f"request is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    finally:
+        if pause:
+            gc.enable()
     if not isinstance(request, list) or len(request) < 2 or not isinstance(request[0], int) \
             or not isinstance(request[1], int):
         raise ProtocolError("a request is a msgpack array [request_id, op, *args]")

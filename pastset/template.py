@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import struct
 from dataclasses import dataclass, field
@@ -22,6 +23,16 @@ _TYPE_NAMES = {int: "int", float: "float", str: "str", bytes: "bytes", bool: "bo
 _MSGPACK_INTS = range(-(2 ** 63), 2 ** 64)
 FIELD_NAMES = (*_FIELD_TYPES, "any")
 
+# A template's fields are objects of their own (a tuple with one entry per field, kept by every element
+# of the template): a struct format of a few bytes such as "=8388608Q" must not cost 64 MiB of them.
+# A record of many bytes is one field ("=65536s"), not many.
+MAX_FIELDS = 1024
+_MAX_FORMAT = 8 * MAX_FIELDS      # characters in a struct format, checked before it is parsed
+_TOKENS = re.compile(r"(\d*)([a-zA-Z?])")   # a struct format's (count, code) pairs
+# Bytes counted for each object inside an `any` field, besides its encoded size: an empty list is one
+# byte encoded and some 64 in memory, so a value of many small objects costs far more than it encodes.
+_OBJECT_BYTES = 64
+
 
 @dataclass(frozen=True)
 class Template:
@@ -40,6 +51,8 @@ class Template:
 
     @classmethod
     def typed(cls, *fields: str | type) -> Template:
+        if len(fields) > MAX_FIELDS:
+            raise TemplateMismatch(f"a template has at most {MAX_FIELDS} fields, not {len(fields)}")
         names = []
         for i, f in enumerate(fields):
             name = _TYPE_NAMES.get(f, f) if isinstance(f, type) else f
@@ -58,6 +71,13 @@ class Template:
             raise TemplateMismatch(
                 f"binary template {fmt!r}: a struct format in native byte order must start with '='"
             )
+        if len(fmt) > _MAX_FORMAT:
+            raise TemplateMismatch(f"binary template {fmt:.40}...: a struct format has at most {_MAX_FORMAT} "
+                                   f"characters, not {len(fmt)}")
+        count = sum(1 if code in "sp" else int(n or 1) for n, code in _TOKENS.findall(fmt) if code != "x")
+        if count > MAX_FIELDS:
+            raise TemplateMismatch(f"binary template {fmt!r} has {count} fields; a template has at most "
+                                   f"{MAX_FIELDS} (a record of many bytes is one field: '=65536s')")
         try:
             st = struct.Struct(fmt)
         except struct.error as exc:
@@ -89,6 +109,33 @@ class Template:
         """Bytes per record (binary templates only)."""
         return self._struct.size
 
+    def sizer(self):
+        """A function of one tuple of this template giving its size in bytes as it crosses the wire:
+        `record_size` for a binary template; for a typed one the length of its msgpack encoding
+        (array header, then each field's header and value), computed without encoding it.
+
+        The tuple must be one the template accepts (see `check`). Cheap, as it runs in every
+        collector: fixed sizes are summed once, here; an int's size depends on its magnitude, a
+        str's and a bytes' on their length; only `any` fields are encoded to be measured.
+        """
+        if self.is_binary:
+            size = self.record_size
+            return lambda values: size
+        count = len(self.fields)
+        fixed = 1 if count < 16 else 3 if count < 65536 else 5   # the array header
+        terms = []
+        for i, name in enumerate(self.fields):
+            if name == "bool":
+                fixed += 1
+            else:
+                terms.append(_FIELD_SIZE[name].format(i=i))
+        # One expression per template, as namedtuple and dataclasses build their methods: a call per
+        # field would cost more than the collector's whole write.
+        source = f"def size(v):\n    return {' + '.join([str(fixed), *terms])}\n"
+        scope = {"_text": _text_size, "_any": _any_size}
+        exec(source, scope)
+        return scope["size"]
+
     @property
     def spec(self):
         """Plain-data form for the wire and for display: the struct format, or the field list."""
@@ -97,8 +144,19 @@ class Template:
     def __str__(self) -> str:
         return self.fmt if self.fmt is not None else "[" + ", ".join(self.fields) + "]"
 
+    @property
+    def nbytes(self) -> int:
+        """About the bytes this template occupies in memory (its field names and format)."""
+        return 200 + 8 * len(self.fields) + len(self.fmt or "")
+
     def check(self, values) -> tuple:
         """The tuple, validated against this template; raises TemplateMismatch naming the field."""
+        return self.checked(values)[0]
+
+    def checked(self, values) -> tuple[tuple, int]:
+        """(the tuple, validated as by `check`, its payload in bytes): the bytes of its str and bytes
+        fields, and for an `any` field its msgpack-encoded size plus 64 for every list, tuple, dict
+        and value inside it (what holding it costs, about). Fields of fixed size count nothing."""
         if not isinstance(values, (tuple, list)):
             raise TemplateMismatch(
                 f"expected a tuple of {len(self.fields)} fields {self}, got {type(values).__name__}"
@@ -109,12 +167,13 @@ class Template:
             )
         if self.fmt is not None:
             self.pack(values)
-            return tuple(values)
+            return tuple(values), self._struct.size
+        nbytes = 0
         for i, (name, value) in enumerate(zip(self.fields, values)):
             if name == "any":
                 try:
                     # As deep as the deepest reply carries it (latest_many), so that it can be read back.
-                    msgpack.packb([[[[[value]]]]], use_bin_type=True)
+                    nbytes += len(msgpack.packb([[[[[value]]]]], use_bin_type=True)) + _OBJECT_BYTES * _objects(value)
                 except (TypeError, ValueError, OverflowError) as exc:
                     raise TemplateMismatch(
                         f"field {i} (any): {type(value).__name__} is not msgpack-encodable ({exc})"
@@ -129,12 +188,17 @@ class Template:
             if isinstance(value, int):
                 if value not in _MSGPACK_INTS:
                     raise TemplateMismatch(f"field {i} ({name}): {value} does not fit in 64 bits")
-            elif name == "str" and not value.isascii():
+            elif name == "bytes":
+                nbytes += len(value)
+            elif name == "str":
+                if value.isascii():
+                    nbytes += len(value)
+                    continue
                 try:
-                    value.encode()
+                    nbytes += len(value.encode())
                 except UnicodeEncodeError as exc:
                     raise TemplateMismatch(f"field {i} (str): {value!r:.40} is not valid text ({exc.reason})") from None
-        return tuple(values)
+        return tuple(values), nbytes
 
     def pack(self, values) -> bytes:
         """One binary record; raises TemplateMismatch naming the first field that does not fit."""
@@ -169,6 +233,31 @@ class Template:
         return TemplateMismatch(f"values {values!r:.80} do not fit {self.fmt}")
 
 
+# The msgpack size of one field value of each type, as an expression of the tuple `v` (see sizer),
+# with msgpack's header rules written out (msgpack-python packs an int >= 0 as the smallest uint,
+# one below 0 as the smallest int, a float as a float64): plain comparisons, no calls.
+_INT = ("1 if -32 <= {x} < 128 else 2 if -128 <= x < 256 else 3 if -32768 <= x < 65536 "
+        "else 5 if -2147483648 <= x < 4294967296 else 9")
+_STR_HEAD = "(1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)"
+_FIELD_SIZE = {
+    "int": "(" + _INT.format(x="(x := v[{i}])") + ")",
+    "float": "(9 if (x := v[{i}]).__class__ is float else " + _INT.format(x="x") + ")",  # or an int
+    "str": "((n := len(x)) + " + _STR_HEAD + " if (x := v[{i}]).isascii() else _text(x))",
+    "bytes": "((n := len(v[{i}])) + (2 if n < 256 else 3 if n < 65536 else 5))",
+    "any": "_any(v[{i}])",
+}
+
+
+def _text_size(text: str) -> int:
+    """msgpack bytes of a str that is not ASCII (its UTF-8 length, and the header for that length)."""
+    n = len(text.encode())
+    return n + (1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)
+
+
+def _any_size(value) -> int:
+    return len(msgpack.packb(value, use_bin_type=True))
+
+
 def _struct_fields(fmt: str) -> tuple[str, ...]:
     """One struct code per field: '=2I4sQ' -> ('I', 'I', '4s', 'Q'); pad bytes are no field."""
     fields: list[str] = []
@@ -178,3 +267,14 @@ def _struct_fields(fmt: str) -> tuple[str, ...]:
         elif code != "x":
             fields.extend([code] * int(count or 1))
     return tuple(fields)
+
+
+def _objects(value) -> int:
+    """How many objects `value` is made of: itself and, level by level, what its lists, tuples and
+    dicts hold (a dict's str keys are not counted). Each level is one call into the interpreter's C
+    code, however many objects it has."""
+    count, level = 0, [value]
+    while level:
+        count += len(level)
+        level = gc.get_referents(*level)
+    return count

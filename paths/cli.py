@@ -1,10 +1,13 @@
-"""The `pathmap` subcommands of `eventspace`: validate, show, generate."""
+"""The `paths` subcommands of `eventspace`: pathmap validate|show|generate|instrument, node, run, runs."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import shlex
 import sys
+import time
 from importlib.metadata import entry_points
 from pathlib import Path as FilePath
 
@@ -13,15 +16,16 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
 
+from . import runcommand, runfile
+from .__main__ import add_grace_option
 from .document import PathmapError, listing
 from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
-from .instrument import preset
-from .node import collector_points
+from .instrument import PRESETS, preset
 from .pathmap import Pathmap
+from .registry import is_module_name
+from .sections import DEFAULT_KEEP
 
-# Applications add `eventspace run NAME` through this entry-point group: `register(subparsers)`.
-RUN_COMMANDS = "eventspace.run"
 # Applications offer their application map for any thread count through this group.
 APPMAPS = "eventspace.appmaps"
 
@@ -49,7 +53,7 @@ def register(subparsers) -> None:
                           "or give --app")
     gen.add_argument("--app", help="application map (YAML)")
     gen.add_argument("--threads", type=int, help="thread count, with APP")
-    gen.add_argument("--instrument", default="none", choices=INSTRUMENT_CHOICES,
+    gen.add_argument("--instrument", default="none", choices=PRESETS,
                      help="collectors to add (default %(default)s): all = every path and tree point")
     gen.add_argument("--cluster", required=True, help="cluster map (YAML)")
     gen.add_argument("--mapping", required=True,
@@ -57,17 +61,20 @@ def register(subparsers) -> None:
     gen.add_argument("--tree-shape", default="flat",
                      help="flat, kary:K, knomial:K, per-node or per-cluster (default %(default)s)")
     gen.add_argument("--name", help="the pathmap's name (default: the output file's stem)")
+    gen.add_argument("--allow-module", action="append", default=[], metavar="MODULE",
+                     help="a module the pathmap may import programs, functions and wrappers from "
+                          "(allow_modules; repeatable)")
     gen.add_argument("-o", "--output", required=True, help="the pathmap file to write")
     gen.set_defaults(func=_generate)
 
     ins = commands.add_parser("instrument", help="add event collectors to a pathmap (writes its instrument section)")
     ins.add_argument("file", help="a pathmap (YAML)")
     which = ins.add_mutually_exclusive_group(required=True)
-    for choice in INSTRUMENT_CHOICES:
+    for choice in PRESETS:
         which.add_argument(f"--{choice}", dest="what", action="store_const", const=choice,
                            help=_INSTRUMENT_HELP[choice])
     ins.add_argument("--threads", help="only these threads (comma-separated), e.g. T0,T3")
-    ins.add_argument("--keep", type=int, default=200, help="trace element discard threshold (default %(default)s)")
+    ins.add_argument("--keep", type=int, default=DEFAULT_KEEP, help="trace element discard threshold (default %(default)s)")
     ins.add_argument("--location", default="local", help="where trace elements live: local or a node name")
     ins.add_argument("-o", "--output", help="write here (default: rewrite FILE)")
     ins.set_defaults(func=_instrument)
@@ -80,20 +87,28 @@ def register(subparsers) -> None:
     node.add_argument("--insecure", action="store_true",
                       help="allow a non-loopback address without CURVE (keys: the pathmap's "
                            "security section, or $EVENTSPACE_KEYS)")
+    node.add_argument("--path", action="append", default=[], metavar="DIR",
+                      help="a directory to import programs from (repeatable; the node also imports from "
+                           "its working directory and $PYTHONPATH)")
+    add_grace_option(node)
     node.set_defaults(func=_node)
 
-    run = subparsers.add_parser("run", help="launch a pathmap's nodes and run an application on them")
-    programs = run.add_subparsers(dest="program", metavar="PROGRAM", required=True)
-    for ep in sorted(entry_points(group=RUN_COMMANDS), key=lambda ep: ep.name):
-        ep.load()(programs)
+    runcommand.register(subparsers)
+
+    runs = subparsers.add_parser("runs", help="list the live runs (and remove the run files of runs whose "
+                                              "launcher is gone)")
+    runs.add_argument("--run-dir", help="the run files' directory (default: $EVENTSPACE_RUN_DIR, "
+                                        "$XDG_RUNTIME_DIR/eventspace/runs or ~/.eventspace/runs)")
+    runs.add_argument("--json", action="store_true", help="print the runs as one JSON array")
+    runs.set_defaults(func=_runs)
 
 
 def _validate(args) -> int:
     try:
         pathmap = Pathmap.load(args.file)
     except PathmapError as exc:
-        for problem in exc.problems:
-            print(problem)
+        for line in exc.lines():
+            print(line)
         count = len(exc.problems)
         print(f"{count} problem{'s' if count != 1 else ''} in {args.file}")
         return 1
@@ -146,9 +161,9 @@ def _stage_label(pathmap: Pathmap, stage_id: str, marks: tuple[str, ...] = ()) -
 def _collector_marks(pathmap: Pathmap) -> dict[tuple, list[str]]:
     """Where collectors sit, for drawing: (stage, path or member or None) -> ["collector 3 (source)", ...]."""
     marks: dict[tuple, list[str]] = {}
-    for cid, point in enumerate(collector_points(pathmap), 1):
+    for point in pathmap.collector_points():
         owner = point.path if point.role == "source" else (point.thread if point.role == "contribute" else None)
-        marks.setdefault((point.stage, owner), []).append(f"collector {cid} ({point.role})")
+        marks.setdefault((point.stage, owner), []).append(f"collector {point.id} ({point.role})")
     return marks
 
 
@@ -194,7 +209,6 @@ def _known(lookup, name: str, what: str, names: list[str]):
         raise ValueError(f"no {what} {name!r}; the pathmap has: {listing(names)}") from None
 
 
-INSTRUMENT_CHOICES = ("all", "paths", "trees", "sinks", "none")
 _INSTRUMENT_HELP = {
     "all": "a collector on every path and at every tree point", "paths": "a collector on every path",
     "trees": "collectors at every tree point (contribute, arrival, departure)",
@@ -226,6 +240,8 @@ def _generate(args) -> int:
     mapping = Placement(rule=args.mapping) if args.mapping in RULES else Placement.load(args.mapping)
     out = FilePath(args.output)
     pathmap = generate(app, cluster, mapping, args.tree_shape, name=args.name or out.stem)
+    if args.allow_module:
+        pathmap = dataclasses.replace(pathmap, allow_modules=_modules(args.allow_module)).validate()
     if args.instrument != "none":
         pathmap = dataclasses.replace(pathmap, instrument=preset(pathmap, args.instrument)).validate()
     command = ["eventspace", "pathmap", "generate", *source, "--cluster", args.cluster,
@@ -234,11 +250,22 @@ def _generate(args) -> int:
         command += ["--instrument", args.instrument]
     if args.name:
         command += ["--name", args.name]
+    for module in args.allow_module:
+        command += ["--allow-module", module]
     command += ["-o", args.output]
     pathmap.dump(out, header=f"Generated by: {shlex.join(command)}")
     totals = ", ".join(f"{what} {n}" for what, n in pathmap.summary().items())
     print(f"wrote {out}: {totals}", file=sys.stdout)
     return 0
+
+
+def _modules(names: list[str]) -> tuple[str, ...]:
+    """--allow-module values, checked, each once, in order."""
+    for name in names:
+        if not is_module_name(name):
+            raise ValueError(f"--allow-module {name!r}: not a module name; write a dotted name, e.g. mylib "
+                             "or mylib.programs")
+    return tuple(dict.fromkeys(names))
 
 
 def _node(args) -> int:
@@ -248,8 +275,14 @@ def _node(args) -> int:
     if args.node not in {n.name for n in pathmap.nodes}:
         raise ValueError(f"no node {args.node!r} in {args.pathmap}; its nodes: "
                          f"{listing([n.name for n in pathmap.nodes])}")
+    # As a launched node's PYTHONPATH does: --path first, then the working directory (a console
+    # script's sys.path starts with its own bin directory, not the directory it was started from).
+    for directory in reversed([*args.path, "."]):
+        if not os.path.isdir(directory):
+            raise ValueError(f"--path {directory}: no such directory")
+        sys.path.insert(0, os.path.abspath(directory))
     # The node refuses a non-loopback address without CURVE itself (NodeServer.serve).
-    return run_node(args.pathmap, args.node, args.bind, insecure=args.insecure)
+    return run_node(args.pathmap, args.node, args.bind, insecure=args.insecure, grace=args.grace)
 
 
 def _instrument(args) -> int:
@@ -273,3 +306,66 @@ def _first_comment_block(text: str) -> str | None:
             break
         lines.append(line[1:].removeprefix(" "))
     return "\n".join(lines) or None
+
+
+def _runs(args) -> int:
+    removed = runfile.prune(args.run_dir)
+    rows = [_run_row(run) for run in runfile.live_runs(args.run_dir)]
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    console = Console(highlight=False)
+    if rows:
+        console.print(_runs_table(rows, runfile.run_dir(args.run_dir)))
+    else:
+        console.print(f"no live runs in {runfile.run_dir(args.run_dir)}", soft_wrap=True)
+    for run in removed:
+        console.print(f"removed the run file of {run.name}: its launcher (pid {run.owner.pid}) is gone",
+                      soft_wrap=True)
+    return 0
+
+
+def _run_row(run: runfile.RunFile) -> dict:
+    """One live run as plain data: what `eventspace runs` shows (and prints with --json)."""
+    return {"name": run.name, "pathmap": run.pathmap_name, "source": run.source, "run_file": run.path,
+            "state": "starting" if run.starting else "live", "nodes": dict(run.endpoints), "pids": dict(run.pids),
+            "started": run.started, "launcher": run.owner.as_dict() if run.owner else None,
+            "monitors": [{"kind": m.kind, "pid": m.owner.pid, "host": m.owner.host, "started": m.started}
+                         for m in run.monitors()]}
+
+
+def _runs_table(rows: list[dict], directory) -> Table:
+    table = Table(title=f"live runs in {directory}")
+    for column in ("run", "pathmap", "nodes", "started", "launcher", "monitors"):
+        table.add_column(column, justify="right" if column == "nodes" else "left",
+                         overflow="fold", no_wrap=column != "pathmap")
+    now = time.time()
+    for row in rows:
+        kinds: dict[str, int] = {}
+        for monitor in row["monitors"]:
+            kinds[monitor["kind"]] = kinds.get(monitor["kind"], 0) + 1
+        launcher = row["launcher"]
+        table.add_row(
+            Text(row["name"]), Text(_shown_path(row["source"]) if row["source"] else row["pathmap"]),
+            "starting" if row["state"] == "starting" else str(len(row["nodes"])),
+            _ago(now - row["started"]),
+            Text(f"pid {launcher['pid']} on {launcher['host']}" if launcher else "unknown"),
+            ", ".join(kind if n == 1 else f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none")
+    return table
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def _shown_path(path: str) -> str:
+    """`path` as short as it reads unambiguously: relative under the current directory, ~ under home."""
+    if path.startswith("<"):
+        return path
+    for base, shown in ((os.getcwd(), ""), (os.path.expanduser("~"), "~/")):
+        if os.path.commonpath([base, path]) == base:
+            return shown + os.path.relpath(path, base)
+    return path

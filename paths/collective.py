@@ -37,7 +37,7 @@ def combine(code: int, how: str, values: list, function):
     return None
 
 
-class Join(Wrapper):
+class CollectiveJoin(Wrapper):
     """The inner stage of a joined tree (reduce, allreduce, barrier, broadcast, gather).
 
     Each round it waits for `fan_in` contributions (one per child: a member thread or a
@@ -139,16 +139,16 @@ def _unwrap(outcome):
     return value
 
 
-class Gather(Join):
+class Gather(CollectiveJoin):
     type_name = "gather"
 
 
-class Barrier(Join):
+class Barrier(CollectiveJoin):
     type_name = "barrier"
 
 
-class Broadcast(Join):
+class Broadcast(CollectiveJoin):
     type_name = "broadcast"
 
 
-BUILTIN = {cls.type_name: cls for cls in (Join, Gather, Barrier, Broadcast)}
+BUILTIN = {cls.type_name: cls for cls in (CollectiveJoin, Gather, Barrier, Broadcast)}

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import operation as op
 from .wrapper import PathsError
-
-if TYPE_CHECKING:
-    from .node import NodeServer
 
 # Which tree kinds a collective looks for when the caller names no tree.
 _KINDS_FOR = {
@@ -85,9 +80,11 @@ class Context:
     element; `ctx.allreduce`, `reduce`, `broadcast`, `barrier`, `gather` run a collective over
     one of the thread's trees (named by `tree=`, or the only one of a fitting kind). Moving a
     thread or an element is a pathmap edit: the program does not change.
+
+    `node` is the paths.NodeServer the thread runs in; `args` the program's arguments.
     """
 
-    def __init__(self, node: NodeServer, thread: str, args: dict):
+    def __init__(self, node, thread: str, args: dict):
         self._node = node
         self.thread = thread
         self.node = node.name

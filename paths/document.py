@@ -17,6 +17,20 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _NULL = "tag:yaml.org,2002:null"
 
+# Bounds on every YAML input (pathmaps, application, cluster and application-to-cluster maps),
+# checked before PyYAML builds anything, so that a hostile or mistaken file costs seconds, not
+# gigabytes. Reading a pathmap takes about 2.5 s and 70 MB per MiB of YAML (16 MiB: 42 s, 1.1 GiB
+# on a busy 2-core machine): the default size limit is 68 times pathmaps/windtunnel-paper.yaml
+# (240 KiB, 140 threads). Raise it with the environment variable.
+MAX_BYTES_ENV = "EVENTSPACE_YAML_MAX_BYTES"
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+# A pathmap nests 6 levels; PyYAML's C composer recurses per level and crashes near 30,000.
+MAX_DEPTH = 100
+# An alias (`*name`, or a merge `<<: *name`) stands for everything under its anchor, and PyYAML
+# copies merged entries: 556 bytes of nested merges expand to 43 million entries. All the aliases
+# of one file may stand for at most this many YAML nodes (scalars, lists, mappings).
+MAX_ALIAS_NODES = 100_000
+
 # A key path: mapping keys (str) and list indices (int) from the top of the document.
 Key = tuple
 
@@ -64,19 +78,62 @@ class Problem:
 class PathmapError(ValueError):
     """A pathmap, or an input of a generator, is invalid.
 
-    `problems` holds every problem found (not only the first), ordered by line; the message
-    is one `FILE:LINE: key.path: what is wrong; what to do` line per problem.
+    `problems` holds every problem found (not only the first), each once, ordered by line; the
+    message is one `FILE:LINE: key.path: what is wrong; what to do` line per problem, the first
+    SHOWN of them, then `… and N more problems`.
     """
 
+    SHOWN = 100
+
     def __init__(self, problems: Iterable[Problem]):
-        self.problems = tuple(sorted(problems, key=lambda p: p.line or 0))
-        super().__init__("\n".join(str(p) for p in self.problems))
+        # An alias repeats its anchor's problems at the anchor's line: tell each one once.
+        self.problems = tuple(sorted(dict.fromkeys(problems), key=lambda p: p.line or 0))
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        """The message's lines: the first SHOWN problems, then how many more there are."""
+        lines = [str(p) for p in self.problems[:self.SHOWN]]
+        hidden = len(self.problems) - self.SHOWN
+        if hidden > 0:
+            lines.append(f"… and {hidden:,} more problem{'s' if hidden != 1 else ''}")
+        return lines
+
+
+def max_bytes() -> int:
+    """The largest YAML input read, in bytes: $EVENTSPACE_YAML_MAX_BYTES, else DEFAULT_MAX_BYTES."""
+    value = os.environ.get(MAX_BYTES_ENV)
+    if value is None:
+        return DEFAULT_MAX_BYTES
+    try:
+        limit = int(value.replace("_", ""))
+    except ValueError:
+        limit = 0
+    if limit <= 0:
+        raise ValueError(f"{MAX_BYTES_ENV}={value!r} is not a positive whole number of bytes; "
+                         f"write e.g. {MAX_BYTES_ENV}={4 * DEFAULT_MAX_BYTES}")
+    return limit
+
+
+def _size_problem(size: int, source: str) -> Problem | None:
+    limit = max_bytes()
+    if size <= limit:
+        return None
+    return Problem(source, None, "(file)", f"{size:,} bytes, more than the {limit:,} bytes a YAML input may have; "
+                                           f"split it, or raise the limit with {MAX_BYTES_ENV}=BYTES")
 
 
 def read_text(file: str | os.PathLike) -> str:
-    """A YAML input's text. OSError if it cannot be read, also (EILSEQ, naming the file) if it is not UTF-8 text."""
+    """A YAML input's text. OSError if it cannot be read, also (EILSEQ, naming the file) if it is not UTF-8 text;
+    PathmapError, before reading it, if it is larger than `max_bytes()`."""
+    path = FilePath(file)
     try:
-        return FilePath(file).read_text(encoding="utf-8")
+        problem = _size_problem(path.stat().st_size, os.fspath(file))
+    except OSError:
+        problem = None  # read_text below says what is wrong with the file, in its own words
+    if problem is not None:
+        raise PathmapError([problem])
+    try:
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise OSError(errno.EILSEQ, f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
                                     "give a YAML file", os.fspath(file)) from None
@@ -121,7 +178,14 @@ class Document:
         return Origin(self.source, self.lines)
 
     def _compose(self, text: str) -> Node | None:
+        # A str's UTF-8 size is between 1 and 4 bytes per character: encode only when in doubt.
+        size = len(text) if len(text) * 4 <= max_bytes() else len(text.encode("utf-8", "surrogatepass"))
+        problem = _size_problem(size, self.source)
         try:
+            problem = problem or _bounds_problem(text, self.source)
+            if problem is not None:
+                self.problems.append(problem)
+                return None
             return yaml.compose(text, Loader=_LOADER)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
@@ -310,6 +374,57 @@ class Fields:
             else:
                 out[pname] = self.doc.scalar(pnode, pkey)
         return out
+
+
+def _bounds_problem(text: str, source: str) -> Problem | None:
+    """A Problem if the YAML nests deeper than MAX_DEPTH, if its aliases stand for more than
+    MAX_ALIAS_NODES nodes, or if an alias is inside what it names; None if it is within bounds.
+
+    Reads the parser's events (libyaml keeps its own stack: no recursion, no nodes built) and
+    counts what composing and reading would do, without doing it. YAMLError for bad syntax.
+    """
+    open_: list[list] = []          # per open list or mapping: [anchor, nodes under it, height]
+    closed: dict[str, tuple[int, int]] = {}   # anchor -> (nodes, height) of what it names
+    aliased = 0                     # nodes that aliases stand for, beyond the alias itself
+
+    def refuse(event, what: str) -> Problem:
+        return Problem(source, event.start_mark.line + 1, "(yaml)", what)
+
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(open_) >= MAX_DEPTH:
+                return refuse(event, f"nested more than {MAX_DEPTH} levels deep; a YAML input here needs a "
+                                     "handful of levels: remove the extra nesting")
+            open_.append([event.anchor, 1, 1])
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, nodes, height = open_.pop()
+            if anchor is not None:
+                closed[anchor] = (nodes, height)
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes, height = 1, 1
+            if event.anchor is not None:
+                closed[event.anchor] = (1, 1)
+        elif isinstance(event, yaml.AliasEvent):
+            if any(frame[0] == event.anchor for frame in open_):
+                return refuse(event, f"alias *{event.anchor} is inside what &{event.anchor} names, so it "
+                                     "contains itself; refer to it only after it ends")
+            nodes, height = closed.get(event.anchor, (1, 1))  # an unknown anchor: the composer tells
+            aliased += nodes - 1
+            if aliased > MAX_ALIAS_NODES:
+                return refuse(event, f"aliases (*name, <<: *name) stand for more than {MAX_ALIAS_NODES:,} "
+                                     "YAML nodes, each copying what its anchor names; write the entries "
+                                     "out, or nest fewer aliases inside aliases")
+            if len(open_) + height > MAX_DEPTH:
+                return refuse(event, f"alias *{event.anchor} nests more than {MAX_DEPTH} levels deep; "
+                                     "a YAML input here needs a handful of levels: remove the extra nesting")
+        else:
+            continue
+        if open_:
+            frame = open_[-1]
+            frame[1] += nodes
+            frame[2] = max(frame[2], height + 1)
+    return None
 
 
 def _kind(node: Node | None) -> str:

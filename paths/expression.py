@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import ast
+import difflib
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -20,6 +21,7 @@ _COMPARE = {
 _ARITH = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.BitAnd: operator.and_,
 }
 
 
@@ -27,26 +29,45 @@ class Expression:
     """A boolean expression over named fields, e.g. `op == 1 and t_end - t_start > 5000`.
 
     The language: field names, numbers, strings, bytes, True/False/None, arithmetic
-    (+ - * / // %), comparisons (== != < <= > >=, chained), `in` / `not in` a literal
-    tuple or list, and `and`, `or`, `not`. Anything else is an ExpressionError at
-    construction, naming the offending part and its column.
+    (+ - * / // %), bitwise and (&, to test flag bits), comparisons (== != < <= > >=,
+    chained), `in` / `not in` a literal tuple or list, and `and`, `or`, `not`. Anything else
+    is an ExpressionError at construction, naming the offending part and its column.
+
+    `symbols` names the values of some fields: {field: {name: value}}. Where such a field is
+    compared with a name, bare or quoted (`op == move`, `op == "move"`, `op in (move, observe)`),
+    the name stands for its value; a name it does not know is an ExpressionError listing the
+    known ones.
 
     `matches(row)` evaluates it on one tuple (fields by position); `mask(batch)` on a numpy
     structured array (fields by name), giving a boolean array.
     """
 
-    def __init__(self, text: str, fields: Sequence[str]):
+    def __init__(self, text: str, fields: Sequence[str], symbols: Mapping[str, Mapping[str, int]] | None = None):
         self.text = text
         self.fields = tuple(fields)
+        self.symbols = dict(symbols or {})
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
             raise ExpressionError(
-                f"filter {text!r}: does not parse at column {exc.offset}: {exc.msg}"
+                f"filter {text!r}: does not parse at column {exc.offset}: {exc.msg}; "
+                f"write e.g. {self.fields[0] if self.fields else 'f0'} > 0, over fields {', '.join(self.fields)}"
             ) from None
+        except RecursionError:
+            raise self._too_deep() from None
         self._tree = tree.body
-        self._row = self._compile(self._tree, vector=False)
+        for node in ast.walk(self._tree):
+            if isinstance(node, ast.Compare):
+                self._name_values(node)
+        try:
+            self._row = self._compile(self._tree, vector=False)
+        except RecursionError:
+            raise self._too_deep() from None
         self._vector = None
+
+    def _too_deep(self) -> ExpressionError:
+        return ExpressionError(f"filter {self.text[:60]!r}...: nested too deeply ({len(self.text)} characters); "
+                               "write a shorter expression, e.g. `f0 in (1, 2, 3)` for a chain of `or`s")
 
     def matches(self, row) -> bool:
         return bool(self._row(row))
@@ -59,6 +80,35 @@ class Expression:
 
     def __repr__(self):
         return f"Expression({self.text!r})"
+
+    def _name_values(self, node: ast.Compare) -> None:
+        """Replace, in place, the names compared with a field that has `symbols` by their values."""
+        operands = [node.left, *node.comparators]
+        for i in range(len(operands) - 1):
+            for mine, other in ((i, i + 1), (i + 1, i)):
+                field = operands[mine]
+                if isinstance(field, ast.Name) and field.id in self.symbols:
+                    operands[other] = self._value_of(operands[other], field.id)
+        node.left, node.comparators = operands[0], operands[1:]
+
+    def _value_of(self, node, field: str):
+        if isinstance(node, (ast.Tuple, ast.List)):
+            node.elts = [self._value_of(e, field) for e in node.elts]
+            return node
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            name = node.value
+        elif isinstance(node, ast.Name) and node.id not in self.fields:
+            name = node.id
+        else:
+            return node
+        names = self.symbols[field]
+        if name not in names:
+            close = difflib.get_close_matches(name, list(names), n=1)
+            raise ExpressionError(
+                f"filter {self.text!r}: unknown {field} {name!r} at column {node.col_offset + 1}"
+                f"{f' (did you mean {close[0]!r}?)' if close else ''}; {field} is one of {', '.join(names)}"
+                f" (or its number)")
+        return ast.copy_location(ast.Constant(names[name]), node)
 
     def _fail(self, node, what):
         raise ExpressionError(

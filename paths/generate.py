@@ -6,9 +6,10 @@ import networkx as nx
 
 from .document import PathmapError, Problem
 from .inputs import AppMap, AppTree, ClusterMap, Placement
-from .pathmap import ElementSpec, Path, Pathmap, Stage, Thread, Tree
+from .pathmap import Pathmap
 from .registry import JOIN_TYPE_OF_KIND
-from .shapes import Join, Member, Shape, lay_out
+from .sections import ElementSpec, Path, Stage, Thread, Tree
+from .shapes import LayoutJoin, Member, Shape, lay_out
 
 
 def generate(app: AppMap, cluster: ClusterMap, mapping: Placement, tree_shape: str | Shape = "flat",
@@ -90,14 +91,14 @@ def _tree(tree: AppTree, graph: nx.DiGraph, shape: str) -> tuple[list[Stage], Tr
     join_type = JOIN_TYPE_OF_KIND[tree.kind]
     root = graph.graph["root"]
 
-    def sid(join: Join) -> str:
+    def sid(join: LayoutJoin) -> str:
         return f"{tree.name}/{join.label}"
 
     def node(vertex) -> str:
         return graph.nodes[vertex]["node"]
 
     # Top-down (root first, then level by level), so the written pathmap reads like the tree.
-    order = [v for v in nx.bfs_tree(graph.reverse(copy=False), root) if isinstance(v, Join)]
+    order = [v for v in nx.bfs_tree(graph.reverse(copy=False), root) if isinstance(v, LayoutJoin)]
     stages = [Stage(sid(j), join_type, node(j), {"fan_in": graph.in_degree(j)}) for j in order]
     entries: dict[str, str] = {}
     edges: dict[str, str] = {}

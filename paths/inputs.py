@@ -8,28 +8,12 @@ from dataclasses import dataclass, field
 from yaml.nodes import ScalarNode, SequenceNode
 
 from .document import Document, Origin, PathmapError, read_text, suggest
-from .pathmap import Node
 from .registry import TREE_KINDS
-from .rules import count_problem, port_problem, template_problem
+from .rules.values import count_problem, port_problem, template_problem
+from .sections import Node
 
-# The formats are fixed (users and tests write their own); see DESIGN.md, section 2:
-#
-#   # cluster map: clusters, their nodes, and where each node runs (port 0: pick a free one)
-#   clusters:
-#     c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.1}}}
-#     c2: {nodes: {C: {host: 127.0.0.1, port: 0}}}
-#
-#   # application map: threads, the elements they use, the trees they join
-#   threads: 16                      # T0..T15, or a list of names
-#   elements:
-#     - {name: row_0_1, template: [bytes], delta: 2, users: [T0, T1]}
-#   trees:
-#     - {name: count, kind: allreduce, members: all}
-#
-#   # application-to-cluster map: a rule, or explicit placement (anything not listed follows the rule)
-#   rule: block                      # block | round-robin
-#   threads: {T0: A}
-#   elements: {row_0_1: B}           # default: the node of the element's first user
+# The formats are fixed (users and tests write their own): docs/pathmaps.md describes each, with an
+# example (examples/ownprogram/app.yaml, cluster.yaml and mapping.yaml).
 
 RULES = ("block", "round-robin")
 

@@ -1,12 +1,10 @@
-"""Instrumentation: which points of a pathmap carry event collectors, and where their traces go."""
+"""Instrumentation: which points of a pathmap carry event collectors, and the id of each."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
-if TYPE_CHECKING:
-    from .pathmap import Pathmap
+from .sections import DEFAULT_KEEP, Instrument, Selector
 
 # Where on a path a collector sits: `source` in front of the path's first stage, one per path
 # (it times the whole operation as the thread sees it); `sink` in front of the path's element
@@ -19,51 +17,26 @@ TREE_ROLES = ("contribute", "arrival", "departure")
 ROLES = PATH_ROLES + TREE_ROLES
 
 
-@dataclass(frozen=True)
-class Selector:
-    """One rule of the instrument section: which collector points it picks.
-
-    `at` names roles; path roles pick from the paths, tree roles from the trees. Each non-empty
-    name list narrows the choice (an item matches if it is in the list): `paths`, `threads`
-    (the path's thread, or the contributing member: a rule naming threads picks no arrival or
-    departure points), `elements`, `trees`, and `nodes` (the node the point's stage runs on).
-    `stages` instead names stage ids outright (role `stage`: a collector in front of that
-    stage) and stands alone. `at` defaults to `source` for a rule without trees and to every
-    tree role for a rule with them.
-    """
-
-    at: tuple[str, ...] = ()
-    paths: tuple[str, ...] = ()
-    threads: tuple[str, ...] = ()
-    nodes: tuple[str, ...] = ()
-    elements: tuple[str, ...] = ()
-    trees: tuple[str, ...] = ()
-    stages: tuple[str, ...] = ()
-
-    @property
-    def roles(self) -> tuple[str, ...]:
-        if self.stages:
-            return ("stage",)
-        if self.at:
-            return self.at
-        return TREE_ROLES if self.trees else ("source",)
-
-
-@dataclass(frozen=True)
-class Instrument:
-    """The instrument section. `keep` is each trace element's discard threshold (tuples);
-    `location` is where trace elements live: `local` (the collector's own node) or a node name."""
-
-    keep: int = 200
-    location: str = "local"
-    collectors: tuple[Selector, ...] = ()
+def roles_of(selector: Selector) -> tuple[str, ...]:
+    """The roles a rule picks: `stage` for a rule naming stages; else its `at`, by default
+    `source` for a rule without trees and every tree role for a rule with them."""
+    if selector.stages:
+        return ("stage",)
+    if selector.at:
+        return selector.at
+    return TREE_ROLES if selector.trees else ("source",)
 
 
 @dataclass(frozen=True)
 class CollectorPoint:
     """A place for one event collector: in front of `stage` (or, for `departure`, right after
     it), with what it belongs to. `path` is set for `source`, `tree` for tree roles, `thread`
-    for `source` and `contribute`."""
+    for `source` and `contribute`.
+
+    `id` is the collector's id in the run, from 1, given once by `collector_points` and carried
+    from there (into each trace tuple's `collector` field, the catalogue, the trace element's
+    name); 0 for a point `select` found and nobody has numbered yet.
+    """
 
     role: str
     stage: str
@@ -71,16 +44,27 @@ class CollectorPoint:
     path: str | None = None
     tree: str | None = None
     thread: str | None = None
+    id: int = 0
 
 
-def select(pathmap: Pathmap, selector: Selector) -> tuple[CollectorPoint, ...]:
-    """The collector points `selector` picks in `pathmap`, in pathmap order, without repeats.
+def collector_points(pathmap) -> tuple[CollectorPoint, ...]:
+    """Every event collector of a run on `pathmap` (a paths.Pathmap), numbered: the points the
+    instrument section selects, in the order of its rules and without repeats, then the stages
+    written into paths as collectors (role `stage`). Ids run from 1 in that order (0 means none)."""
+    selected = dict.fromkeys(p for selector in pathmap.instrument.collectors for p in select(pathmap, selector))
+    written = [CollectorPoint("stage", s.id, s.node) for s in pathmap.collectors]
+    return tuple(replace(p, id=cid) for cid, p in enumerate([*selected, *written], 1))
+
+
+def select(pathmap, selector: Selector) -> tuple[CollectorPoint, ...]:
+    """The collector points `selector` picks in `pathmap` (a paths.Pathmap), in pathmap order,
+    without repeats, not numbered (see `collector_points`).
 
     Names the pathmap does not know select nothing (validation reports them).
     """
     points: list[CollectorPoint] = []
-    roles = selector.roles
-    stages = pathmap._index.stages
+    roles = roles_of(selector)
+    stages = pathmap.index.stages
     if "stage" in roles:
         for sid in selector.stages:
             if sid in stages:
@@ -127,9 +111,12 @@ def _unique(points: list[CollectorPoint]) -> tuple[CollectorPoint, ...]:
     return tuple(dict.fromkeys(points))
 
 
-def preset(pathmap: Pathmap, what: str = "all", threads: tuple[str, ...] = (), keep: int = 200,
+PRESETS = ("all", "paths", "trees", "sinks", "none")
+
+
+def preset(pathmap, what: str = "all", threads: tuple[str, ...] = (), keep: int = DEFAULT_KEEP,
            location: str = "local") -> Instrument:
-    """An instrument section for users who would rather not write one.
+    """An instrument section for users who would rather not write one, over `pathmap` (a paths.Pathmap).
 
     `what`: `all` (a source collector on every path and every point of every tree), `paths`
     (source collectors only), `trees` (tree points only), `sinks` (one collector in front of
@@ -145,6 +132,6 @@ def preset(pathmap: Pathmap, what: str = "all", threads: tuple[str, ...] = (), k
                               at=("contribute",) if threads else ()))
     if what == "sinks":
         rules.append(Selector(at=("sink",), threads=threads))
-    if what not in ("all", "paths", "trees", "sinks", "none"):
-        raise ValueError(f"unknown instrumentation {what!r}; use all, paths, trees, sinks or none")
+    if what not in PRESETS:
+        raise ValueError(f"unknown instrumentation {what!r}; use {', '.join(PRESETS[:-1])} or {PRESETS[-1]}")
     return Instrument(keep=keep, location=location, collectors=tuple(rules))

@@ -5,26 +5,37 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import select
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path as FilePath
 
 import pastset
 from pastset.security import bind_problem
 
+from . import runfile
 from .node import INFO, JOIN, LINK, START, STOP
 from .pathmap import Pathmap, SecuritySpec
-from .runfile import DEFAULT_DIR, RunError, RunFile
+from .runfile import RunFile
 from .wrapper import PathsError
+
+# One INFO record per run started, naming its run file (the `eventspace` command prints it).
+log = logging.getLogger(__name__)
 
 
 class NodeDied(PathsError):
-    """A node server process ended (or stopped answering) while the run needed it."""
+    """A node server process ended, or its connection closed, while the run needed it."""
+
+
+class NodeNotAnswering(NodeDied):
+    """A node server kept its connection open but did not answer for the run's grace (paused,
+    swapping, a busy host), and the run could not wait longer. A NodeDied, so that one handler
+    covers every node a run loses."""
 
 
 class ProgramFailed(PathsError):
@@ -44,18 +55,35 @@ class Run:
     Made by `launch` (which owns the processes) or `attach` (nodes started elsewhere, e.g. with
     `eventspace node` on several hosts). `security`: the keys its clients speak CURVE with
     (None: the pathmap's, see `SecuritySpec.load`).
+
+    A node that is gone (its process ended, its connection closed) ends the run at once; one
+    whose connection stays open but who does not answer (paused, swapping, a busy host) is
+    waited for until it has been silent for `grace` seconds (the pathmap's `liveness.grace`).
     """
+
+    # How long `wait` and `progress` wait on a silent node before they look at the other nodes
+    # (and at the processes) again; the grace is counted over consecutive silent calls.
+    _PATIENCE = 1.0
+    # How long a hosted call may run (if the grace is not longer) before the node is given up on.
+    _CALL_TIMEOUT = 30.0
 
     def __init__(self, pathmap: Pathmap, run_file: RunFile, processes: dict[str, subprocess.Popen] | None = None,
                  logs: dict[str, FilePath] | None = None, security: pastset.Security | None = None):
         self.pathmap = pathmap
         self.security = security if security is not None else pathmap.security.load()
+        self.grace = pathmap.liveness.grace
         self.run_file = run_file
         self.endpoints = dict(run_file.endpoints)
         self._processes = processes or {}
         self._logs = logs or {}
         self._clients: dict[str, pastset.Client] = {}
+        self._silent: dict[str, float] = {}   # node -> when it stopped answering
         self._thread_node = {t.name: t.node for t in pathmap.threads}
+
+    @property
+    def name(self) -> str:
+        """The run's name: its pathmap's, or `NAME-2`, ... while another run of that name is live."""
+        return self.run_file.name
 
     @property
     def pids(self) -> dict[str, int]:
@@ -76,18 +104,23 @@ class Run:
             self._call(node, START, program, args or {})
 
     def progress(self) -> dict[str, dict]:
-        """What every running thread last reported with `ctx.report(...)`, by thread."""
+        """What every running thread last reported with `ctx.report(...)`, by thread. The threads
+        of a node that does not answer within a second are left out (see `wait` for the errors)."""
         out: dict[str, dict] = {}
         for node in self._nodes_with_threads():
-            out.update(self._call(node, INFO)["progress"])
+            info = self._call(node, INFO, patient=True)
+            if info is not None:
+                out.update(info["progress"])
         return out
 
     def wait(self, timeout: float | None = None, poll: float = 0.1, on_poll=None) -> dict[str, object]:
         """Every thread's result once all have ended: {thread: what program(ctx) returned}.
 
-        Raises ProgramFailed if a thread raised, NodeDied as soon as a node process ends or stops
-        answering (naming it and its exit code), pastset.Timeout after `timeout` seconds.
-        `on_poll(run)` is called every `poll` seconds while it waits (to show progress).
+        Raises ProgramFailed if a thread raised; NodeDied as soon as a node process ends or its
+        connection closes (naming it, and its exit code if launched here); NodeNotAnswering once
+        a node that keeps its connection has not answered for the run's grace (naming it);
+        pastset.Timeout after `timeout` seconds. `on_poll(run)` is called every `poll` seconds
+        while it waits (to show progress).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = set(self._nodes_with_threads())
@@ -95,8 +128,8 @@ class Run:
         while pending:
             self.check_nodes()
             for node in sorted(pending):
-                joined = self._call(node, JOIN, 0)
-                if not joined["running"]:
+                joined = self._call(node, JOIN, 0, patient=True)
+                if joined is not None and not joined["running"]:
                     outcomes.update(joined["outcomes"])
                     pending.discard(node)
             if not pending:
@@ -134,12 +167,28 @@ class Run:
         """Send `sig` to a launched node's process (fault injection)."""
         self._processes[node].send_signal(sig)
 
-    def _call(self, node, name, *args):
+    def _call(self, node, name, *args, patient: bool = False):
+        """One hosted call to `node`'s server. NodeDied if the node is gone; NodeNotAnswering once
+        it has been silent, with its connection open, for the run's grace. A `patient` call (one
+        that may be repeated: JOIN(0), INFO) returns None after _PATIENCE of silence instead, so
+        that the caller can look at the other nodes meanwhile."""
+        grace = min(self._PATIENCE, self.grace) if patient else self.grace
+        asked = time.monotonic()
         try:
-            return self.client(node).call(name, *args, timeout=30)
-        except pastset.ServerGone:
+            result = self.client(node).call(name, *args, timeout=max(self._CALL_TIMEOUT, self.grace + 1),
+                                            grace=grace)
+        except pastset.NotAnswering:
+            since = self._silent.setdefault(node, asked)
+            if not patient or time.monotonic() - since >= self.grace:
+                raise NodeNotAnswering(f"node {node} at {self.endpoints[node]} did not answer for {self.grace:g} s "
+                                       "though its connection is open (paused, swapping or overloaded?); to wait "
+                                       "longer, raise the pathmap's liveness.grace (or --grace)") from None
+            return None
+        except pastset.ServerGone as exc:
             self.check_nodes()
-            raise NodeDied(f"node {node} at {self.endpoints[node]} stopped answering") from None
+            raise NodeDied(f"node {node} at {self.endpoints[node]} is gone: {exc}") from None
+        self._silent.pop(node, None)
+        return result
 
     def _nodes_with_threads(self) -> list[str]:
         return [n.name for n in self.pathmap.nodes if self.pathmap.threads_on(n.name)]
@@ -159,7 +208,7 @@ class Run:
         self._clients.clear()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop every launched node (asked first, killed if it lingers) and remove the run file."""
+        """Stop every launched node (asked first, killed if it lingers) and remove the run's own files."""
         for node, proc in self._processes.items():
             if proc.poll() is None:
                 with contextlib.suppress(pastset.PastSetError):
@@ -167,29 +216,41 @@ class Run:
         self.close_clients()
         _stop_processes(self._processes, timeout)
         if self._processes:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.run_file.path)
+            self.run_file.unregister()
 
 
 @contextlib.contextmanager
 def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike | None = None,
            start_timeout: float | None = None, env: dict[str, str] | None = None,
-           insecure: bool = False) -> Iterator[Run]:
+           path: Iterable[str | os.PathLike] = (), insecure: bool = False,
+           grace: float | None = None) -> Iterator[Run]:
     """Start one node server process per pathmap node on this machine; stop them all on exit.
 
-    Waits until every node answers (PathsError naming a node that does not within
-    `start_timeout` seconds, by default 60, or 10 per node if more, after stopping the others),
-    tells each where the others listen, and writes a run file (`run_dir`/<pathmap name>.json, default .eventspace/runs) that monitors use to
-    find the run; it is removed on exit. Exiting, also by an exception or Ctrl-C, stops every
-    node; a node also stops by itself if the launcher dies (its stdin closes). `env` adds
-    environment variables for the node processes.
+    Registers the run (`paths.runfile.register`: its name is the pathmap's, or `NAME-2`, ... while
+    another run of that name is live), waits until every node answers (PathsError naming a node
+    that does not within `start_timeout` seconds, by default 60, or 10 per node if more, after
+    stopping the others), tells each where the others listen, and publishes the run file in
+    `run_dir` (default `paths.runfile.run_dir()`: $EVENTSPACE_RUN_DIR, $XDG_RUNTIME_DIR/eventspace/runs
+    or ~/.eventspace/runs) that monitors find the run by. It logs one INFO record on the
+    `paths.launch` logger naming the run and its run file (the `eventspace` command prints it;
+    a library caller sees it with `logging.basicConfig(level=logging.INFO)`, or reads
+    `run.run_file.path`). Exiting, also by an exception or Ctrl-C, stops every node and removes
+    the run's own files; a node also stops by itself if the launcher dies (its stdin closes).
+
+    Node processes import programs (`module:function`) from the launcher's working directory,
+    from each directory in `path` (first), and from $PYTHONPATH. `env` adds environment variables
+    for the node processes (its PYTHONPATH comes after those directories).
 
     Security: the nodes serve CURVE with the keys of the pathmap's `security` section, else
     with those in $EVENTSPACE_KEYS (the node processes inherit the environment); the launcher
     speaks CURVE to them with the same keys. A node whose host is not loopback is refused
     (PathsError, before anything starts) unless CURVE is on or `insecure`.
+
+    `grace` (seconds) replaces the pathmap's `liveness.grace`, for the launcher and the nodes:
+    how long a node that keeps its connection but does not answer is waited for.
     """
     pathmap = Pathmap.load(pathmap) if not isinstance(pathmap, Pathmap) else pathmap.validate()
+    pathmap = pathmap.with_grace(grace)
     if start_timeout is None:  # 8 nodes importing numpy at once on 2 busy cores take a while
         start_timeout = max(60.0, 10.0 * len(pathmap.nodes))
     security = pathmap.security.load()
@@ -199,50 +260,63 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
         node, problem = exposed[0]
         raise PathsError(f"node {node}: {problem} (launch(..., insecure=True))")
     if pathmap.security.keys is not None:
-        # The snapshot is read from run_dir: a relative key directory must still name the same one.
+        # The snapshot is read from the run directory: a relative key directory must name the same one.
         pathmap = dataclasses.replace(pathmap, security=SecuritySpec(os.path.abspath(pathmap.security.keys)))
-    run_dir = FilePath(run_dir or DEFAULT_DIR)
-    run_path = run_dir / f"{pathmap.name}.json"
-    _refuse_live(run_path, security)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    snapshot = run_dir / f"{pathmap.name}.pathmap.yaml"
-    snapshot.write_text(pathmap.dumps(header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
-                                             "for a live run; written by paths.launch"))
-    logs = {n.name: run_dir / f"{pathmap.name}.{n.name}.log" for n in pathmap.nodes}
+    node_env = node_environment(env, path)
+    source = pathmap.source if pathmap.source.startswith("<") else os.path.abspath(pathmap.source)
+    run_file = runfile.register(pathmap.name, run_dir, source=source)
+    snapshot = FilePath(run_file.pathmap_file)
+    logs = {n.name: run_file.log(n.name) for n in pathmap.nodes}
     processes: dict[str, subprocess.Popen] = {}
     run = None
     try:
+        snapshot.write_text(pathmap.dumps(header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
+                                                 f"for run {run_file.name}; written by paths.launch"))
         for node in pathmap.nodes:
-            with open(logs[node.name], "wb") as log:
+            with open(logs[node.name], "wb") as node_log:
                 processes[node.name] = subprocess.Popen(
                     [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--node", node.name, "--launched",
                      *(["--insecure"] if insecure else [])],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                    env={**os.environ, **(env or {})},
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=node_log, env=node_env,
                 )
         endpoints = _await_endpoints(processes, logs, start_timeout)
-        run_file = RunFile(os.fspath(snapshot.resolve()), endpoints,
-                           {n: p.pid for n, p in processes.items()}, time.time()).write(run_path)
+        run_file = run_file.ready(endpoints, {n: p.pid for n, p in processes.items()})
         run = Run(pathmap, run_file, processes, logs, security)
         for node in endpoints:
             run.client(node).call(LINK, endpoints, timeout=10)
+        renamed = f" (a run named {pathmap.name} is live already)" if run_file.name != pathmap.name else ""
+        log.info("run %s%s: run file %s", run_file.name, renamed, run_file.path)
         yield run
     finally:
         if run is not None:
             run.stop()
         else:
             _stop_processes(processes, 2.0)
-        for done in (run_path, snapshot):
-            with contextlib.suppress(FileNotFoundError):
-                done.unlink()
-        for log in logs.values():  # a log worth keeping tells why a node failed
-            with contextlib.suppress(OSError):
-                if log.stat().st_size == 0:
-                    log.unlink()
+        run_file.unregister()
+        run_file.drop_empty_logs(logs)
+
+
+def node_environment(env: dict[str, str] | None = None, path: Iterable[str | os.PathLike] = ()) -> dict[str, str]:
+    """The environment of a node process: this one's, plus `env`, with PYTHONPATH = the `path`
+    directories, this process's working directory, then the PYTHONPATH already set (`env`'s, else
+    this process's). PathsError for a `path` entry that is not a directory."""
+    merged = {**os.environ, **(env or {})}
+    dirs = []
+    for entry in path:
+        if not os.path.isdir(entry):
+            raise PathsError(f"--path {os.fspath(entry)}: no such directory (it lists where node "
+                             "processes import programs from)")
+        dirs.append(os.path.abspath(entry))
+    dirs.append(os.getcwd())
+    if merged.get("PYTHONPATH"):
+        dirs.append(merged["PYTHONPATH"])
+    merged["PYTHONPATH"] = os.pathsep.join(dirs)
+    return merged
 
 
 def attach(run: str | os.PathLike | RunFile, run_dir: str | os.PathLike | None = None) -> Run:
-    """A Run over nodes that are already live (a run file, or a pathmap name in `run_dir`).
+    """A Run over nodes that are already live (a run file, or a run name in `run_dir`, default
+    `paths.runfile.run_dir()`).
 
     RunError if the run file is missing or stale. Stopping an attached run stops nothing.
     """
@@ -256,17 +330,6 @@ def attach(run: str | os.PathLike | RunFile, run_dir: str | os.PathLike | None =
     for node in run_file.endpoints:
         attached.client(node).call(INFO, timeout=5)
     return attached
-
-
-def _refuse_live(run_path: FilePath, security: pastset.Security) -> None:
-    if not run_path.exists():
-        return
-    try:
-        RunFile.read(run_path).check_live(timeout=1.0, security=security)
-    except RunError:
-        return  # stale or unreadable: the new run replaces it
-    raise RunError(f"a run of this pathmap is already live ({run_path}); stop it first, "
-                   "or launch with another run_dir")
 
 
 def _await_endpoints(processes: dict[str, subprocess.Popen], logs: dict[str, FilePath],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import traceback
@@ -14,6 +15,7 @@ from pastset import AuthError, PastSetError, TupleServer
 from pastset.security import check_bind
 
 from . import operation as op
+from .context import Context
 from .instrument import CollectorPoint
 from .pathmap import Pathmap
 from .registry import NODE_SERVICES, PROGRAMS, load_reference, wrapper_class
@@ -30,13 +32,6 @@ STOP = "paths.stop"        # ()                              -> None; the node's
 CLOCK_OFFSET_ENV = "EVENTSPACE_CLOCK_OFFSET_NS"
 
 
-def collector_points(pathmap: Pathmap) -> tuple[CollectorPoint, ...]:
-    """The collector points of a run in catalogue order: the instrument section's points, then the
-    collector stages written into paths. Collector id = position + 1 (0 means none)."""
-    explicit = tuple(CollectorPoint("stage", s.id, s.node) for s in pathmap.collectors)
-    return pathmap.collector_points() + explicit
-
-
 class NodeServer:
     """One node of a pathmap: a pastset TupleServer holding the node's elements, plus its stages.
 
@@ -51,6 +46,10 @@ class NodeServer:
 
     `security` holds the CURVE keys the node serves with and connects to the other nodes with
     (None: the pathmap's `security` section, else the process's keys, see `SecuritySpec.load`).
+
+    A stage reaching another node waits for it, while its connection stays open, for the
+    pathmap's `liveness.grace` seconds of silence (pastset.NotAnswering after that); a node
+    whose connection closed is pastset.ServerGone within about two seconds.
     """
 
     def __init__(self, pathmap: Pathmap, name: str, endpoints: Mapping[str, str] | None = None,
@@ -76,10 +75,9 @@ class NodeServer:
             template = spec.template if isinstance(spec.template, str) else list(spec.template)
             self.server.enter(spec.name, template, keep=spec.keep, delta=spec.delta)
         self._index = {s.id: i for i, s in enumerate(pathmap.stages)}
-        points = collector_points(pathmap)
-        # A collector stage written into a path learns its catalogue id from its position.
-        ids = {p.stage: cid for cid, p in enumerate(points, 1) if p.role == "stage"
-               and pathmap.stage(p.stage).type == "collector"}
+        points = pathmap.collector_points()
+        # A collector stage written into a path is built with the others; its id is its point's.
+        ids = {p.stage: p.id for p in points if p.role == "stage" and pathmap.stage(p.stage).type == "collector"}
         self.stages: dict[str, Wrapper] = {}
         for stage in pathmap.stages_on(name):
             cls = _wrapper_class(stage.type, pathmap)
@@ -99,10 +97,10 @@ class NodeServer:
 
     # -- building ----------------------------------------------------------------------------
 
-    def _collector(self, cid: int, point: CollectorPoint) -> Wrapper:
+    def _collector(self, point: CollectorPoint) -> Wrapper:
         cls = _wrapper_class("collector", self.pathmap)
-        collector = cls(f"collector/{cid}", {"id": cid, "role": point.role}, self)
-        self.collectors[cid] = collector
+        collector = cls(f"collector/{point.id}", {"id": point.id, "role": point.role}, self)
+        self.collectors[point.id] = collector
         return collector
 
     def _build_collectors(self, points) -> None:
@@ -111,13 +109,13 @@ class NodeServer:
         self._departures: dict[str, Wrapper] = {}
         per_path: dict[str, list] = {}
         per_member: dict[tuple[str, str], list] = {}
-        for cid, point in enumerate(points, 1):
+        for point in points:
             if point.node != self.name:
                 continue
             if point.role == "stage" and self.pathmap.stage(point.stage).type == "collector":
-                self.collectors[cid] = self.stages[point.stage]  # a stage of its own, already built
+                self.collectors[point.id] = self.stages[point.stage]  # a stage of its own, already built
                 continue
-            collector = self._collector(cid, point)
+            collector = self._collector(point)
             if point.role == "source":
                 per_path.setdefault(point.path, []).append(collector)
             elif point.role == "contribute":
@@ -182,7 +180,7 @@ class NodeServer:
                             spec.params.get("element") if spec.type == "element"
                             and stage_id not in self._fronted else None)
 
-    # -- the Node protocol of wrappers -----------------------------------------------------------
+    # -- what a stage may ask of its node (paths.wrapper.StageHost) ------------------------------
 
     def element(self, name: str):
         return self.server.element(name)
@@ -201,7 +199,9 @@ class NodeServer:
                 client = self._clients.get(node)
                 if client is None:
                     endpoint = self.endpoints.get(node) or _pathmap_endpoint(self.pathmap, node)
-                    client = pastset.connect(endpoint, security=self.security)
+                    # A first contact may find the node paused too: it gets the same grace.
+                    grace = self.pathmap.liveness.grace
+                    client = pastset.connect(endpoint, security=self.security, timeout=grace, grace=grace)
                     self._clients[node] = client
         return client
 
@@ -261,14 +261,16 @@ class NodeServer:
         `program` is a name registered in the `eventspace.programs` entry-point group, or
         `module:function` from a module in the pathmap's allow_modules.
         """
-        from .context import Context
-
         if any(t.is_alive() for t in self._threads.values()):
             raise PathsError(f"node {self.name} is still running a program; join it first")
         try:
             fn = load_reference(program, self.pathmap.allow_modules, PROGRAMS, "program")
-        except (LookupError, ImportError) as exc:
-            raise PathsError(str(exc)) from None
+        except ImportError as exc:  # the module, or something it imports
+            raise PathsError(f"node {self.name} cannot import program {program!r}: {exc}; sys.path: "
+                             f"{os.pathsep.join(sys.path)} (launch with --path DIR, or set PYTHONPATH, so that "
+                             "every node finds the module)") from None
+        except (LookupError, AttributeError) as exc:
+            raise PathsError(f"node {self.name}: {exc}") from None
         self._threads, self._outcomes = {}, {}
         self.progress.clear()
         for thread in self.pathmap.threads_on(self.name):
@@ -382,8 +384,7 @@ def _timeout_of(code, args):
 
 def _fronted_stages(pathmap: Pathmap) -> frozenset[str]:
     """Stages with a collector in front of them (so a remote hop must enter through the stage call)."""
-    return frozenset(p.stage for p in collector_points(pathmap)
-                     if p.role in ("sink", "arrival", "stage"))
+    return frozenset(p.stage for p in pathmap.collector_points() if p.role in ("sink", "arrival", "stage"))
 
 
 def _wrapper_class(type_name: str, pathmap: Pathmap):

@@ -1,9 +1,11 @@
-"""The wrapper type names a pathmap may use: built-ins, entry points, and allowed user modules."""
+"""What a pathmap may name as code: built-in wrapper types, entry points, and `module:name` from allowed modules."""
 
 from __future__ import annotations
 
 import functools
+import importlib
 import re
+import types
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 
@@ -24,6 +26,12 @@ TREE_KINDS = tuple(JOIN_TYPE_OF_KIND)
 JOIN_TYPES = frozenset(JOIN_TYPE_OF_KIND.values())
 
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+# What may follow the ':' of a reference: one plain name. No dots, because `json:codecs.sys` would
+# walk from an allowed module into any module it imported; no dunder names (`__builtins__`,
+# `__loader__`), which every module has and none defines for a pathmap.
+_NAME = re.compile(r"(?!__)[A-Za-z_]\w*\Z")
+# The one way to write a reference, for messages.
+REFERENCE_FORM = "module:name (pkg.sub:name for a submodule), one name defined in that module"
 
 
 def registered_types() -> frozenset[str]:
@@ -40,16 +48,43 @@ def is_module_name(text: str) -> bool:
 
 
 def split_reference(reference: str) -> tuple[str, str] | None:
-    """`('pkg.mod', 'Name')` for a user reference `pkg.mod:Name`, None if it is not one."""
-    module, sep, attr = reference.partition(":")
-    if not sep or not is_module_name(module) or not is_module_name(attr):
+    """`('pkg.mod', 'name')` for a user reference `pkg.mod:name`, None if it is not one.
+
+    `name` is one plain name: `json:codecs.sys` and `json:__builtins__` are not references.
+    """
+    module, sep, name = reference.partition(":")
+    if not sep or not is_module_name(module) or not _NAME.match(name):
         return None
-    return module, attr
+    return module, name
 
 
 def module_allowed(module: str, allow_modules: Iterable[str]) -> bool:
-    """True if `module`, or a package it belongs to, is listed in `allow_modules`."""
-    return any(module == m or module.startswith(m + ".") for m in allow_modules)
+    """True if `module` itself is listed in `allow_modules`.
+
+    Listing a package does not allow its submodules: each module a pathmap names is listed.
+    """
+    return module in tuple(allow_modules)
+
+
+def reference_problem(reference: str, allow_modules: Iterable[str], what: str) -> str | None:
+    """What is wrong with the user reference `module:name` (and what to do), or None.
+
+    The check a pathmap's validation makes: it looks at the text only and imports nothing.
+    """
+    parts = split_reference(reference)
+    if parts is None:
+        name = reference.partition(":")[2]
+        if "." in name:
+            return (f"{reference!r} follows a chain of attributes ({name!r}); name a {what} defined in "
+                    f"the module itself: write {REFERENCE_FORM}, and list that module in allow_modules")
+        return f"{reference!r} is not a {what} reference; write {REFERENCE_FORM}"
+    module = parts[0]
+    if module_allowed(module, allow_modules):
+        return None
+    listed = [m for m in allow_modules if module.startswith(m + ".")]
+    hint = f" (listing its package {listed[0]!r} does not allow its submodules)" if listed else ""
+    return (f"module {module!r} is not listed in allow_modules{hint}, and a pathmap imports no other; "
+            f"add `allow_modules: [{module}]` if you trust it")
 
 
 # Programs (what a node runs in each application thread) register under this group by name;
@@ -61,9 +96,18 @@ NODE_SERVICES = "eventspace.node_services"
 
 
 def load_reference(reference: str, allow_modules: Iterable[str], group: str, what: str):
-    """The object a pathmap names: an entry point of `group`, or `module:attr` from an allowed module.
+    """The object a pathmap names: an entry point of `group`, or `module:name` from an allowed module.
 
-    Raises LookupError saying what to do when the name is unknown or its module not allowed.
+    This is the only place where a name from a pathmap, a scope stage or a command line becomes
+    code. `module` must be listed in `allow_modules` itself, and `name` must be one plain name
+    (see `reference_problem`) bound in that module to a class or function defined there: its
+    `__module__` is the module's. A module object, something the module merely imported
+    (`json:codecs`, `programs:Wrapper`), a builtin, or a value without `__module__` (module-level
+    data such as a dict or a number) is refused: a pathmap names code, not data. A callable
+    instance of a class defined in the module counts as defined there.
+
+    Raises LookupError saying what to do when the name is unknown, its module not allowed, or
+    it names something the module does not define; ImportError if the module does not import.
     """
     if ":" not in reference:
         found = _entry_point(group, reference)
@@ -72,19 +116,27 @@ def load_reference(reference: str, allow_modules: Iterable[str], group: str, wha
             raise LookupError(f"unknown {what} {reference!r}; use one of {', '.join(known) or '(none installed)'}, "
                               "or module:name from a module in the pathmap's allow_modules")
         return found
-    parts = split_reference(reference)
-    if parts is None:
-        raise LookupError(f"{reference!r} is not a {what} reference; write module.sub:name")
-    module, attr = parts
-    if not module_allowed(module, allow_modules):
-        raise LookupError(f"module {module!r} is not listed in the pathmap's allow_modules; "
-                          f"add `allow_modules: [{module}]` if you trust it")
-    import importlib
-
-    obj = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    problem = reference_problem(reference, allow_modules, what)
+    if problem is not None:
+        raise LookupError(problem)
+    module_name, name = split_reference(reference)
+    module = importlib.import_module(module_name)
+    # The module's own namespace, not getattr: a module-level __getattr__ could hand out anything.
+    obj = vars(module).get(name, _ABSENT)
+    if obj is _ABSENT:
+        raise LookupError(f"module {module_name!r} defines no {name!r}; name a {what} defined there")
+    if (isinstance(obj, types.ModuleType) or not callable(obj)
+            or getattr(obj, "__module__", None) != module.__name__):
+        source = getattr(obj, "__module__", None)
+        kind = ("a module" if isinstance(obj, types.ModuleType) else
+                f"imported from {source!r}" if isinstance(source, str) and callable(obj) else
+                f"a {type(obj).__name__} value")
+        raise LookupError(f"{reference!r} is {kind}, not a {what} defined in module {module_name!r}; "
+                          "name one defined there, or list the module that defines it in allow_modules")
     return obj
+
+
+_ABSENT = object()
 
 
 @functools.lru_cache(maxsize=None)

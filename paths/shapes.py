@@ -48,7 +48,7 @@ class Member:
 
 
 @dataclass(frozen=True)
-class Join:
+class LayoutJoin:
     """A join, as a vertex of a laid-out tree; the top one is labelled `root`."""
 
     label: str
@@ -58,11 +58,11 @@ def lay_out(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
             cluster_of: Mapping[str, str], node_order: Sequence[str]) -> nx.DiGraph:
     """The tree of `shape` over `members` (thread names), as a networkx DiGraph.
 
-    Vertices are Member and Join objects, each with a `node` attribute (where it runs); edges
-    lead from child to parent; `graph.graph["root"]` is the root Join. Members are ordered by
-    their node (in `node_order`) first, so that subtrees stay on one node where they can. A
-    join runs on the node of most of its children (the first of them on a tie). A level that
-    makes one join is the top: that join is the root, labelled `root`.
+    Vertices are Member and LayoutJoin objects, each with a `node` attribute (where it runs);
+    edges lead from child to parent; `graph.graph["root"]` is the root LayoutJoin. Members are
+    ordered by their node (in `node_order`) first, so that subtrees stay on one node where they
+    can. A join runs on the node of most of its children (the first of them on a tie). A level
+    that makes one join is the top: that join is the root, labelled `root`.
     """
     if not members:
         raise ValueError("a tree needs at least one member")
@@ -93,8 +93,8 @@ def lay_out(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
         depth += 1
         level = [_join(graph, g, label) for label, g in _labelled(group(level), depth)]
         if len(level) == 1:
-            nx.relabel_nodes(graph, {level[0]: Join("root")}, copy=False)
-            graph.graph["root"] = Join("root")
+            nx.relabel_nodes(graph, {level[0]: LayoutJoin("root")}, copy=False)
+            graph.graph["root"] = LayoutJoin("root")
             return graph
 
 
@@ -119,12 +119,12 @@ def _by(graph: nx.DiGraph, items: list, key, prefix: str) -> list[tuple[str, lis
     return [(f"{prefix}-{name}", group) for name, group in groups.items()]
 
 
-def _join(graph: nx.DiGraph, children: list, label: str) -> Join:
+def _join(graph: nx.DiGraph, children: list, label: str) -> LayoutJoin:
     """A new join over `children`, on the node most of them run on."""
     nodes = [graph.nodes[c]["node"] for c in children]
     counts = Counter(nodes)
     top = max(counts.values())
-    join = Join(label)
+    join = LayoutJoin(label)
     graph.add_node(join, node=next(n for n in nodes if counts[n] == top))
     for child in children:
         graph.add_edge(child, join)
@@ -141,8 +141,8 @@ def knomial_parent(i: int, k: int) -> int:
 
 
 def _knomial(graph: nx.DiGraph, members: list[Member], k: int) -> None:
-    """Member i's join (a Join `join-NAME` on i's node) exists where i has children in the
-    k-nomial tree over the positions; member i enters its own join, or else its parent's. The
+    """Member i's join (a LayoutJoin `join-NAME` on i's node) exists where i has children in
+    the k-nomial tree over the positions; member i enters its own join, or else its parent's. The
     join of position 0 is the root."""
     n = len(members)
     parents = {i: knomial_parent(i, k) for i in range(1, n)}
@@ -150,7 +150,7 @@ def _knomial(graph: nx.DiGraph, members: list[Member], k: int) -> None:
     joins = {}
     for i in sorted(has_children):
         label = "root" if i == 0 else f"join-{members[i].name}"
-        joins[i] = Join(label)
+        joins[i] = LayoutJoin(label)
         graph.add_node(joins[i], node=graph.nodes[members[i]]["node"])
     for i, member in enumerate(members):
         graph.add_edge(member, joins[i] if i in joins else joins[parents[i]])

@@ -16,8 +16,8 @@ class PathsError(PastSetError):
     """A PATHS failure: a broken tree, a collective called wrongly, a stage that cannot be built."""
 
 
-class Node(Protocol):
-    """What a stage may ask of the node process it runs in."""
+class StageHost(Protocol):
+    """What a stage may ask of the node process it runs in (a paths.NodeServer)."""
 
     name: str
 
@@ -29,15 +29,16 @@ class Node(Protocol):
 class Wrapper:
     """A stage on a path.
 
-    The contract is one method: `stage(code, args)` receives an operation (a code from
-    `paths.operation` and its argument tuple) and returns its result, normally by calling
-    `self.next(code, args)` with code of its own before and after. Subclasses register by
-    `type_name`; `params` are the stage's parameters from the pathmap (plain values).
+    The contract is one method: calling the stage, `stage(code, args)` (`__call__`), receives
+    an operation (a code from `paths.operation` and its argument tuple) and returns its result,
+    normally by calling `self.next(code, args)` with code of its own before and after. Subclasses
+    register by `type_name`; `params` are the stage's parameters from the pathmap (plain values).
+    `node` is the StageHost it runs in.
     """
 
     type_name = ""
 
-    def __init__(self, stage_id: str, params: dict, node: Node):
+    def __init__(self, stage_id: str, params: dict, node: StageHost):
         self.id = stage_id
         self.params = params
         self.node = node
@@ -91,12 +92,10 @@ class ElementStage(Wrapper):
 
 
 class Remote(Wrapper):
-    """Continues the path on another node server: the next stage runs there."""
+    """Continues the path on another node server: the next stage runs there (the node links
+    `next` to `StageHost.remote_stage` of it)."""
 
     type_name = "remote"
-
-    def link(self, stage_id: str) -> None:
-        self.next = self.node.remote_stage(stage_id)
 
 
 class Buffer(Wrapper):
@@ -148,13 +147,24 @@ class Filter(Wrapper):
 
     def __init__(self, stage_id, params, node):
         super().__init__(stage_id, params, node)
+        from .expression import ExpressionError
+
+        if not isinstance(params.get("where"), str):
+            raise PathsError(f"stage {stage_id}: a filter needs `where: <expression>`")
+        try:
+            self.expression = self.parse(params)
+        except ExpressionError as exc:
+            raise PathsError(f"stage {stage_id}: {exc}") from None
+
+    @staticmethod
+    def parse(params: dict):
+        """The Expression of a filter stage's `where` (a str) over its fields; ExpressionError if bad.
+
+        Validation (paths.rules) runs this same parse, so a pathmap that validates builds.
+        """
         from .expression import Expression
 
-        where = params.get("where")
-        if not isinstance(where, str):
-            raise PathsError(f"stage {stage_id}: a filter needs `where: <expression>`")
-        fields = params.get("fields") or [f"f{i}" for i in range(16)]
-        self.expression = Expression(where, fields)
+        return Expression(params["where"], params.get("fields") or [f"f{i}" for i in range(16)])
 
     def __call__(self, code, args):
         if code == op.MOVE and not self.expression.matches(args[0]):

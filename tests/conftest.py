@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import select
 import subprocess
@@ -68,6 +70,20 @@ class ServerProcess:
                 pass
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_run_dir(tmp_path_factory):
+    """Run files of this test session go to a directory of its own ($EVENTSPACE_RUN_DIR, inherited
+    by every process a test starts), never to the user's, and never to another session's."""
+    directory = tmp_path_factory.mktemp("runs")
+    before = os.environ.get("EVENTSPACE_RUN_DIR")
+    os.environ["EVENTSPACE_RUN_DIR"] = str(directory)
+    yield directory
+    if before is None:
+        del os.environ["EVENTSPACE_RUN_DIR"]
+    else:
+        os.environ["EVENTSPACE_RUN_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def server_process():
     """One node server process shared by the whole session (tests use unique element names)."""
@@ -95,6 +111,13 @@ def spawn_server():
     yield spawn
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def closing():
+    """`closing(thing)` -> thing, whose close() is called at teardown (the last made first)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda thing: stack.enter_context(contextlib.closing(thing))
 
 
 @pytest.fixture

@@ -2,32 +2,29 @@
 
 from __future__ import annotations
 
-import json
-import sys
-import time
 from dataclasses import asdict, dataclass
 
 from .program import OPS, TREE, check_ops
 
 
 def register(programs) -> None:
+    from paths.runcommand import add_run_options
+
     run = programs.add_parser("collectives", help="a micro-benchmark of allreduce, barrier and broadcast "
                                                   "over a pathmap's tree")
-    run.add_argument("--pathmap", required=True, help="the pathmap (YAML), e.g. pathmaps/collectives-kary.yaml")
+    add_run_options(run, "pathmaps/collectives-kary.yaml")
     run.add_argument("--rounds", type=int, default=100, help="rounds; each runs every op once (default %(default)s)")
     run.add_argument("--payload", type=int, default=0,
                      help="bytes each allreduce contribution and each broadcast carries (default %(default)s)")
     run.add_argument("--ops", default=",".join(OPS), help="comma-separated, in round order (default %(default)s)")
-    run.add_argument("--run-dir", help="where the run file goes (default .eventspace/runs)")
     run.add_argument("--delay", metavar="THREAD:SECONDS[:EVERY]",
                      help="test hook: THREAD sleeps SECONDS before each op of every EVERY-th round "
                           "(to see a monitor find the late arrival)")
-    run.add_argument("--json", action="store_true", help="print the summary as one JSON object, nothing else")
     run.set_defaults(func=_run)
 
 
 @dataclass
-class OpStats:
+class OpLatency:
     """One op's latency over every thread and round, in microseconds."""
 
     op: str
@@ -50,22 +47,24 @@ class Summary:
     nodes: int
     rounds: int
     payload: int
-    ops: list[OpStats]
+    ops: list[OpLatency]
     wall_seconds: float
     delayed: dict[str, float]
     latencies: dict[str, dict[str, list[float]]]
 
 
 def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_dir=None, delay=None,
-                    on_progress=None) -> Summary:
+                    on_progress=None, path=(), grace=None) -> Summary:
     """Launch, run `rounds` rounds of `ops` over the pathmap's `ops` tree, stop; the Summary.
 
     `delay` is the test hook {thread, seconds, every} (see program.thread). Raises ValueError for
-    bad arguments before launching anything, paths.NodeDied naming a node that died, or
+    bad arguments before launching anything, paths.NodeDied naming a node that died (or, after
+    `grace` seconds, default the pathmap's, did not answer), or
     paths.ProgramFailed naming a thread that failed (a wrong collective result among them).
     `on_progress(round)` is called with the slowest thread's round while it runs.
     """
-    from paths import Pathmap, launch
+    from paths import Pathmap
+    from paths.execution import execute, slowest
 
     ops = check_args(rounds, payload, ops)
     pm = pathmap if isinstance(pathmap, Pathmap) else Pathmap.load(pathmap)
@@ -81,20 +80,13 @@ def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_d
             raise ValueError(f"delay: {delay.get('thread')!r} is not a member of tree {TREE} "
                              f"({', '.join(tree.members)})")
         args["delay"] = dict(delay)
-    with launch(pm, run_dir=run_dir) as run:
-        started = time.perf_counter()
-        run.start("collectives", args)
-        poll = None
-        if on_progress is not None:
-            def poll(r):
-                progress = r.progress()
-                on_progress(min((p.get("round", 0) for p in progress.values()), default=0))
-        results = run.wait(on_poll=poll, poll=0.2)
-        wall = time.perf_counter() - started
+    follow = None if on_progress is None else (lambda progress: on_progress(slowest(progress, "round")))
+    execution = execute(pm, "collectives", args, run_dir=run_dir, path=path, on_progress=follow, grace=grace)
+    results, wall = execution.results, execution.wall_seconds
     latencies = {t: results[t]["latency"] for t in sorted(results, key=_thread_order(pm))}
     return Summary(
         pathmap=pm.name, tree=TREE, shape=tree.shape, threads=len(results), nodes=len(pm.nodes),
-        rounds=rounds, payload=payload, ops=[op_stats(o, [s for t in latencies.values() for s in t[o]]) for o in ops],
+        rounds=rounds, payload=payload, ops=[op_latency(o, [s for t in latencies.values() for s in t[o]]) for o in ops],
         wall_seconds=wall, delayed={t: r["delayed"] for t, r in results.items() if r["delayed"]},
         latencies=latencies,
     )
@@ -112,12 +104,12 @@ def check_args(rounds: int, payload: int, ops) -> tuple[str, ...]:
         raise ValueError(f"--ops: {exc}") from None
 
 
-def op_stats(op: str, seconds: list[float]) -> OpStats:
+def op_latency(op: str, seconds: list[float]) -> OpLatency:
     """Median, 95th percentile (linear interpolation), min and max of `seconds`, in microseconds."""
     import numpy as np
 
     us = np.asarray(seconds, dtype=float) * 1e6
-    return OpStats(op, len(us), float(np.median(us)), float(np.percentile(us, 95)), float(us.min()),
+    return OpLatency(op, len(us), float(np.median(us)), float(np.percentile(us, 95)), float(us.min()),
                    float(us.max()))
 
 
@@ -142,25 +134,16 @@ def _parse_delay(text: str | None) -> dict | None:
 
 
 def _run(args) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from paths.runcommand import ProgressBar, print_summary
 
     ops = check_args(args.rounds, args.payload, args.ops)
     delay = _parse_delay(args.delay)
-    console = Console(stderr=args.json)
-    progress = Progress(TextColumn("collectives"), BarColumn(), MofNCompleteColumn(), TextColumn("rounds"),
-                        TimeElapsedColumn(), console=console, disable=args.json, transient=True)
-    with progress:
-        task = progress.add_task("rounds", total=args.rounds)
+    with ProgressBar(args, "collectives", "rounds", total=args.rounds) as bar:
         summary = run_collectives(args.pathmap, args.rounds, args.payload, ops, args.run_dir, delay,
-                                  on_progress=lambda r: progress.update(task, completed=r))
-    if args.json:
-        data = asdict(summary)
-        del data["latencies"]
-        print(json.dumps(data), file=sys.stdout)
-        return 0
-    console.print(render(summary))
-    return 0
+                                  on_progress=bar.update, path=args.path, grace=args.grace)
+    data = asdict(summary)
+    del data["latencies"]
+    return print_summary(args, bar.console, data, render(summary))
 
 
 def render(summary: Summary):

@@ -4,11 +4,11 @@ from apps.windtunnel.lattice import (
     SIZES,
     Slice,
     assemble,
-    density_picture,
     grid_sha256,
     reference_run,
     slice_rows,
 )
+from apps.windtunnel.picture import density_picture
 
 __all__ = [
     "SIZES",

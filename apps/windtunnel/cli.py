@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from dataclasses import asdict, dataclass
 
-from .lattice import SIZES, digests_sha256, picture_from_blocks
+from .lattice import SIZES, digests_sha256
+from .picture import picture_from_blocks
 from .program import size_n
 
 
 def register(programs) -> None:
+    from paths.runcommand import add_run_options
+
     run = programs.add_parser("windtunnel", help="the wind tunnel (FHP lattice gas) on a pathmap's nodes")
-    run.add_argument("--pathmap", required=True, help="the pathmap (YAML), e.g. pathmaps/windtunnel-4node.yaml")
+    add_run_options(run, "pathmaps/windtunnel-4node.yaml")
     run.add_argument("--size", default="small",
                      help=f"{', '.join(f'{k} (N={v})' for k, v in SIZES.items())}, or a number of rows N "
                           "(matrices are N x 2N; default %(default)s)")
@@ -21,10 +22,8 @@ def register(programs) -> None:
     run.add_argument("--seed", type=int, default=1, help="the initial state's seed (default %(default)s)")
     run.add_argument("--check-every", type=int, default=10,
                      help="allreduce the particle count every K steps (default %(default)s)")
-    run.add_argument("--run-dir", help="where the run file goes (default .eventspace/runs)")
     run.add_argument("--stall", metavar="THREAD:STEP:SECONDS",
                      help="test hook: THREAD sleeps SECONDS before STEP (to see a monitor catch it)")
-    run.add_argument("--json", action="store_true", help="print the summary as one JSON object, nothing else")
     run.set_defaults(func=_run)
 
 
@@ -48,10 +47,14 @@ class Summary:
 
 
 def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run_dir=None, stall=None,
-                   on_progress=None, duration=None) -> Summary:
-    """Launch, run, stop; the Summary. Raises paths.NodeDied naming a node that died, or
-    paths.ProgramFailed naming the thread that failed (a conservation error among them)."""
-    from paths import Pathmap, launch
+                   on_progress=None, duration=None, path=(), grace=None) -> Summary:
+    """Launch, run, stop; the Summary. Raises paths.NodeDied naming a node that died (or, after
+    `grace` seconds, default the pathmap's, did not answer), or paths.ProgramFailed naming the
+    thread that failed (a conservation error among them). `on_progress(step)` is called with the
+    slowest thread's step while it runs; with `duration` (seconds) the program is told to stop
+    that long after the nodes are up (its `until`)."""
+    from paths import Pathmap
+    from paths.execution import execute, slowest
 
     pm = pathmap if isinstance(pathmap, Pathmap) else Pathmap.load(pathmap)
     n = size_n(size)
@@ -61,18 +64,14 @@ def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run
     args = {"size": n, "steps": steps, "seed": seed, "check_every": check_every}
     if stall:
         args["stall"] = stall
-    with launch(pm, run_dir=run_dir) as run:
-        if duration is not None:
-            args["until"] = time.time() + duration
-        started = time.perf_counter()
-        run.start("windtunnel", args)
-        poll = None
-        if on_progress is not None:
-            def poll(r):
-                progress = r.progress()
-                on_progress(min((p.get("step", 0) for p in progress.values()), default=0))
-        results = run.wait(on_poll=poll, poll=0.2)
-        wall = time.perf_counter() - started
+
+    def started_args():  # the deadline counts from when the nodes are up
+        return args if duration is None else {**args, "until": time.time() + duration}
+
+    follow = None if on_progress is None else (lambda progress: on_progress(slowest(progress, "step")))
+    execution = execute(pm, "windtunnel", started_args, run_dir=run_dir, path=path, on_progress=follow,
+                        grace=grace)
+    results, wall = execution.results, execution.wall_seconds
     ordered = sorted(results.values(), key=lambda r: r["index"])
     exchanges = sum(r["exchanges"] for r in ordered)
     steps = ordered[0]["steps"]
@@ -89,10 +88,10 @@ def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run
 
 
 def _run(args) -> int:
-    from rich.console import Console
     from rich.panel import Panel
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
+
+    from paths.runcommand import ProgressBar, print_summary
 
     stall = None
     if args.stall:
@@ -101,19 +100,12 @@ def _run(args) -> int:
             stall = {"thread": thread, "at_step": int(step), "seconds": float(seconds)}
         except ValueError:
             raise ValueError(f"--stall {args.stall!r}: write THREAD:STEP:SECONDS, e.g. T3:20:10") from None
-    console = Console(stderr=args.json)
-    progress = Progress(TextColumn("wind tunnel"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
-                        TimeElapsedColumn(), console=console, disable=args.json, transient=False)
-    with progress:
-        task = progress.add_task("steps", total=args.steps)
+    with ProgressBar(args, "wind tunnel", "steps", total=args.steps) as bar:
         summary = run_windtunnel(args.pathmap, args.size, args.steps, args.seed, args.check_every,
-                                 args.run_dir, stall, on_progress=lambda step: progress.update(task, completed=step))
-        progress.update(task, completed=args.steps)
-    if args.json:
-        data = asdict(summary)
-        del data["picture"]
-        print(json.dumps(data), file=sys.stdout)
-        return 0
+                                 args.run_dir, stall, on_progress=bar.update, path=args.path,
+                                 grace=args.grace)
+    data = asdict(summary)
+    del data["picture"]
     table = Table(title=f"wind tunnel on {summary.pathmap}", show_header=False)
     for label, value in (
         ("grid", f"8 matrices of {summary.n} x {2 * summary.n}"), ("threads / nodes", f"{summary.threads} / {summary.nodes}"),
@@ -123,7 +115,6 @@ def _run(args) -> int:
         ("particles", f"{summary.particles:,} (conserved)"), ("grid sha256", summary.grid_sha256[:16] + "…"),
     ):
         table.add_row(label, value)
-    console.print(table)
-    console.print(Panel("\n".join(summary.picture), title="matrix 0: particle density (# = obstacle, wind →)",
-                        expand=False))
-    return 0
+    picture = Panel("\n".join(summary.picture), title="matrix 0: particle density (# = obstacle, wind →)",
+                    expand=False)
+    return print_summary(args, bar.console, data, table, picture)

@@ -20,7 +20,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .lattice import SIZES, Slice, column_blocks, digests_sha256, picture_from_blocks, row_digests
+from .lattice import SIZES, Slice, digests_sha256, row_digests
+from .picture import column_blocks, picture_from_blocks
 from .program import PICTURE_WIDTH, ConservationError, size_n
 
 

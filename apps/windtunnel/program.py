@@ -7,7 +7,8 @@ import time
 
 from paths import PathsError
 
-from .lattice import SIZES, Slice, column_blocks, row_digests
+from .lattice import SIZES, Slice, row_digests
+from .picture import column_blocks
 
 # The eight matrices' border rows travel in three elements per direction, so that a thread uses
 # twelve elements (as the EventSpace paper's wind tunnel did): up{g}_{i} carries group g of

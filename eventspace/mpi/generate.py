@@ -9,7 +9,7 @@ from paths import AppMap, ClusterMap, Instrument, Node, Pathmap, Placement, Sele
 from paths.inputs import AppElement, AppTree
 
 from .encoding import comm_name
-from .launch import DEFAULT_KEEP, INSTRUMENT
+from .options import DEFAULT_KEEP, INSTRUMENT
 
 
 @dataclass(frozen=True)

@@ -18,32 +18,15 @@ import os
 import runpy
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
+from .options import DEFAULT_KEEP, INSTRUMENT, Options
 
 EXTRA_HINT = "pip install 'eventspace[mpi]'"
-INSTRUMENT = ("all", "p2p", "collectives", "none")
-DEFAULT_KEEP = 4096   # records per trace element: a monitor's stream pulls miss less of a busy rank
 # Options taking a value, so that splitting a command line knows where the program begins.
 VALUED = frozenset({"--name", "--archive", "--instrument", "--topology", "--keep"})
 # What launchers say a process's rank is, before MPI is up (for messages printed once).
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
-
-
-@dataclass(frozen=True)
-class Options:
-    """How to monitor the run: its name (None: `default_name`, or a free variant of it), an
-    archive to write every event into, what to collect (all, p2p, collectives, none), a topology
-    file, each trace element's `keep`, and whether to serve plaintext on non-loopback addresses."""
-
-    default_name: str
-    name: str | None = None
-    archive: str | None = None
-    instrument: str = "all"
-    topology: str | None = None
-    keep: int = DEFAULT_KEEP
-    insecure: bool = False
 
 
 class UsageError(ValueError):

@@ -18,9 +18,9 @@ from ..space import NodeSpace
 from . import interpose
 from .collector import Channel, collective_methods, p2p_methods, peer_table
 from .drain import TAKE, ArchiveWriter, Drain
-from .launch import Options
+from .options import Options
 from .generate import Communicator, collector_ids, node_name, run_pathmap
-from .registry import Registration, choose_name
+from .registry import Registration
 from .topology import Topology
 
 ADOPT = "eventspace.mpi.adopt"      # hosted on every rank: ([id, members, how]) -> None
@@ -85,6 +85,8 @@ class Rank:
         failed = [(r, ep[1]) for r, ep in enumerate(endpoints) if isinstance(ep, tuple)]
         if failed:
             self.node.close()
+            if self.registration is not None:
+                self.registration.remove()
             raise Refused(f"rank {failed[0][0]} could not serve its node: {failed[0][1]}")
         pids = self.private.allgather(os.getpid())
         self.endpoints = {node_name(r): ep for r, ep in enumerate(endpoints)}
@@ -101,15 +103,19 @@ class Rank:
         try:
             topology = Topology.load(o.topology) if o.topology else Topology()
             clusters = topology.cluster_of(self.hosts)
-            name = choose_name(o.name or o.default_name, explicit=o.name is not None)
+            if o.archive is not None and os.path.exists(o.archive) and os.path.getsize(o.archive):
+                raise ValueError(f"archive {o.archive} exists; give a new file (an MPI run's archive "
+                                 "starts empty), or remove it")
+            self.registration = Registration(o.name or o.default_name)
+            name = self.registration.name
             if o.archive is not None:
-                if os.path.exists(o.archive) and os.path.getsize(o.archive):
-                    raise ValueError(f"archive {o.archive} exists; give a new file (an MPI run's archive "
-                                     "starts empty), or remove it")
                 pathmap = run_pathmap(name, self.hosts, clusters, [Communicator(0, tuple(range(self.size)), "")],
                                       o.instrument, o.keep)
                 self._archive = Archive(o.archive, Catalogue(pathmap))
         except (PathmapError, OSError, ValueError, RunError, ArchiveError) as exc:
+            if self.registration is not None:
+                self.registration.remove()
+                self.registration = None
             return ("refused", str(exc))
         return ("ok", name, clusters)
 
@@ -128,8 +134,7 @@ class Rank:
             return ("error", str(exc))
 
     def _register(self, pids: dict[str, int]) -> None:
-        pathmap = self.node.pathmap
-        self.registration = Registration(self.name, pathmap, self.comms, self.endpoints, pids)
+        self.registration.ready(self.node.pathmap, self.comms, self.endpoints, pids)
         hosts = len(set(self.hosts))
         say(f"run {self.name}: {self.size} ranks on {hosts} host{'s' if hosts > 1 else ''}; "
             f"run file {self.registration.path}")

@@ -5,12 +5,13 @@ import struct
 import threading
 import time
 
+import msgpack
 import pytest
 
 from eventspace import trace
 from eventspace.catalogue import Catalogue
 from eventspace.space import CONTROL, switch_collectors
-from paths import AppMap, ClusterMap, Context, Instrument, NodeServer, Placement, Selector, generate
+from paths import DEFAULT_KEEP, AppMap, ClusterMap, Context, Instrument, NodeServer, Placement, Selector, generate
 from pastset import Timeout
 
 APP = """\
@@ -24,15 +25,22 @@ trees:
 ONE_NODE = "clusters: {c1: {nodes: {A: {host: 127.0.0.1}}}}"
 
 
-def node(*selectors, keep=200, shape="kary:2"):
-    pm = generate(AppMap.loads(APP), ClusterMap.loads(ONE_NODE), Placement(), shape, name="col")
-    pm = dataclasses.replace(pm, instrument=Instrument(keep=keep, collectors=selectors)).validate()
-    server = NodeServer(pm, "A")
-    return server, Catalogue(pm)
+@pytest.fixture
+def node(closing):
+    """`node(*selectors, keep=, shape=)` -> (NodeServer, Catalogue) of APP on one node, instrumented by
+    `selectors`; every server is closed at teardown (its event space's threads end with it)."""
+
+    def make(*selectors, keep=DEFAULT_KEEP, shape="kary:2"):
+        pm = generate(AppMap.loads(APP), ClusterMap.loads(ONE_NODE), Placement(), shape, name="col")
+        pm = dataclasses.replace(pm, instrument=Instrument(keep=keep, collectors=selectors)).validate()
+        return closing(NodeServer(pm, "A")), Catalogue(pm)
+
+    return make
 
 
-def records(server, cid):
-    element = server.server.element(f"trace/{cid}")
+def records(server, entry):
+    """Everything collector `entry` (a catalogue Entry) has written, decoded."""
+    element = server.server.element(entry.trace)
     return trace.decode(element.read_range(0, 1 << 40)[1])
 
 
@@ -46,7 +54,7 @@ def test_the_trace_tuple_is_36_bytes_and_decodes_with_numpy():
         trace.decode(packed[:-1])
 
 
-def test_a_source_collector_records_each_operation_of_its_path():
+def test_a_source_collector_records_each_operation_of_its_path(node):
     server, catalogue = node(Selector(at=("source",)))
     t0, t1 = Context(server, "T0", {}), Context(server, "T1", {})
     before = time.monotonic_ns()
@@ -54,49 +62,81 @@ def test_a_source_collector_records_each_operation_of_its_path():
     assert t0.path("rows").move((8, b"xy")) == 1
     assert t1.path("rows").observe() == (7, b"payload")
     after = time.monotonic_ns()
-    mine = {(e.thread, e.element): e.id for e in catalogue}
+    mine = {(e.thread, e.element): e for e in catalogue}
     moves = records(server, mine[("T0", "rows")])
     assert moves["op"].tolist() == [trace.OP_CODES["move"]] * 2
     assert moves["arg"].tolist() == [0, 1]              # the index each tuple got
-    assert moves["nbytes"].tolist() == [7, 2]           # the bytes field of each tuple
+    wire = [len(msgpack.packb(t)) for t in ((7, b"payload"), (8, b"xy"))]
+    assert moves["nbytes"].tolist() == wire == [11, 6]  # each tuple as it crosses the wire
     assert moves["element"].tolist() == [0, 0]          # rows is the pathmap's element 0
     assert (moves["t_start"] <= moves["t_end"]).all()
     assert before <= moves["t_start"].min() and moves["t_end"].max() <= after
     observes = records(server, mine[("T1", "rows")])
     assert observes["op"].tolist() == [trace.OP_CODES["observe"]]
-    assert observes["arg"].tolist() == [0] and observes["nbytes"].tolist() == [7]
+    assert observes["arg"].tolist() == [0] and observes["nbytes"].tolist() == [11]
 
 
-def test_an_operation_that_raises_is_recorded_with_the_error_flag():
+WIRE_APP = """\
+threads: 1
+elements:
+  - {name: counts, template: [int, int, float, bool], users: [T0]}
+  - {name: names, template: [str, any], users: [T0]}
+  - {name: samples, template: '=IQ', keep: 50, users: [T0]}
+"""
+
+
+@pytest.mark.parametrize("element, values", [
+    ("counts", (1, 2, 0.5, True)),                     # small ints: one byte each
+    ("counts", (200, -40_000, 3, False)),              # a float field may hold an int
+    ("counts", (2 ** 64 - 1, -(2 ** 63), 1e300, True)),
+    ("names", ("", None)),
+    ("names", ("é" * 40, {"nested": [1, b"x" * 300]})),  # non-ASCII text; any field
+    ("samples", (7, 2 ** 40)),                         # binary: the 12-byte record
+])
+def test_nbytes_is_the_size_of_the_tuple_on_the_wire(closing, element, values):
+    """nbytes of a move and of the observe that reads it: the tuple's msgpack encoding (a record's
+    size for a binary template), whatever its fields; a tuple of ints is not 0 bytes."""
+    pm = generate(AppMap.loads(WIRE_APP), ClusterMap.loads(ONE_NODE), Placement(), "flat", name="wire")
+    pm = dataclasses.replace(pm, instrument=Instrument(collectors=(Selector(at=("source",)),))).validate()
+    server, catalogue = closing(NodeServer(pm, "A")), Catalogue(pm)
+    handle = Context(server, "T0", {}).path(element)
+    handle.move(values)
+    assert handle.observe(0) is not None
+    (entry,) = [e for e in catalogue if e.element == element]
+    expected = 12 if element == "samples" else len(msgpack.packb(list(values), use_bin_type=True))
+    assert records(server, entry)["nbytes"].tolist() == [expected, expected]
+
+
+def test_an_operation_that_raises_is_recorded_with_the_error_flag(node):
     server, catalogue = node(Selector(at=("source",), threads=("T1",)))
     with pytest.raises(Timeout):
         Context(server, "T1", {}).path("rows").observe(timeout=0)
-    (cid,) = [e.id for e in catalogue if e.element == "rows"]
-    (record,) = records(server, cid)
+    (entry,) = [e for e in catalogue if e.element == "rows"]
+    (record,) = records(server, entry)
     assert record["flags"] & trace.ERROR and record["op"] == trace.OP_CODES["observe"]
 
 
-def test_keep_is_the_discard_threshold_of_each_trace_element():
+def test_keep_is_the_discard_threshold_of_each_trace_element(node):
     server, catalogue = node(Selector(at=("source",), threads=("T0",), elements=("samples",)), keep=10)
     handle = Context(server, "T0", {}).path("samples")
     for i in range(25):
         handle.move((i, i))
-    (cid,) = [e.id for e in catalogue]
-    element = server.server.element(f"trace/{cid}")
+    (entry,) = catalogue
+    element = server.server.element(entry.trace)
     assert (element.first(), element.last()) == (15, 25)
-    assert records(server, cid)["arg"].tolist() == list(range(15, 25))
+    assert records(server, entry)["arg"].tolist() == list(range(15, 25))
 
 
-def test_a_sink_collector_sees_every_thread_using_its_element():
+def test_a_sink_collector_sees_every_thread_using_its_element(node):
     server, catalogue = node(Selector(at=("sink",), elements=("samples",)))
     Context(server, "T0", {}).path("samples").move((1, 1))
     Context(server, "T2", {}).path("samples").move((2, 2))
     (entry,) = catalogue.entries
     assert entry.role == "sink" and entry.thread is None
-    assert records(server, entry.id)["arg"].tolist() == [0, 1]
+    assert records(server, entry)["arg"].tolist() == [0, 1]
 
 
-def test_tree_collectors_time_contributions_arrivals_and_departures():
+def test_tree_collectors_time_contributions_arrivals_and_departures(node):
     server, catalogue = node(Selector(trees=("total",)))
     results = {}
 
@@ -111,7 +151,7 @@ def test_tree_collectors_time_contributions_arrivals_and_departures():
     assert results == {"T0": 6, "T1": 6, "T2": 6}
     pm = server.pathmap
     for entry in catalogue:
-        recs = records(server, entry.id)
+        recs = records(server, entry)
         assert (recs["flags"] & trace.TREE).all() and (recs["op"] == trace.OP_CODES["allreduce"]).all()
         if entry.role == "contribute":
             assert len(recs) == 1                                        # one per member per round
@@ -123,28 +163,32 @@ def test_tree_collectors_time_contributions_arrivals_and_departures():
     assert {e.role for e in catalogue} == {"contribute", "arrival", "departure"}
 
 
-def test_collectors_switch_off_and_on_through_the_control_element_within_100_ms():
+def test_collectors_switch_off_and_on_through_the_control_element_within_100_ms(node):
     server, catalogue = node(Selector(at=("source",), threads=("T0",), elements=("samples",)))
-    (cid,) = [e.id for e in catalogue]
+    (entry,) = catalogue
+    cid = entry.id
     handle = Context(server, "T0", {}).path("samples")
     handle.move((0, 0))
     switch_collectors(server.server, False, [cid])
     assert _eventually(lambda: not server.services["eventspace"].switch(cid)[0], 0.1)
     handle.move((1, 1))
-    assert len(records(server, cid)) == 1        # switched off: forwarded, not recorded
+    assert len(records(server, entry)) == 1        # switched off: forwarded, not recorded
     switch_collectors(server.server, True)       # None: every collector of the node
     assert _eventually(lambda: server.services["eventspace"].switch(cid)[0], 0.1)
     handle.move((2, 2))
-    assert records(server, cid)["arg"].tolist() == [0, 2]
+    assert records(server, entry)["arg"].tolist() == [0, 2]
     assert server.server.element(CONTROL).last() == 2
 
 
-def test_the_catalogue_names_each_collector_and_its_trace_element():
+def test_the_catalogue_names_each_collector_and_its_trace_element(node):
     server, catalogue = node(Selector(at=("source", "sink")), Selector(trees=("total",)))
     assert [e.id for e in catalogue] == list(range(1, len(catalogue) + 1))
     for entry in catalogue:
         assert entry.trace == f"trace/{entry.id}" and entry.trace_node == "A"
         assert server.server.element(entry.trace).template.fmt == trace.FORMAT
+        assert catalogue.by_trace(entry.trace) is entry and catalogue[entry.id] is entry
+    # Every collector's id is the one its point got, once, from the pathmap.
+    assert [e.id for e in catalogue] == [p.id for p in server.pathmap.collector_points()]
     sources = [e for e in catalogue if e.role == "source"]
     assert {(e.thread, e.element) for e in sources} == {("T0", "rows"), ("T1", "rows"), ("T0", "samples"),
                                                         ("T2", "samples")}

@@ -112,13 +112,33 @@ def test_filter_sort_and_latest(catalogue):
     assert run(["filter:nbytes in (0, 10)", "sort:t_end"], records, catalogue)["nbytes"].tolist() == [0, 10]
 
 
+def test_filters_name_ops_as_the_op_codes_do(catalogue):
+    records = batch([(1, 10, 20, 0), (2, 30, 40, 0), (3, 50, 60, 0), (4, 70, 80, 1)])
+    records["op"] = [trace.OP_CODES[name] for name in ("move", "observe", "allreduce", "move")]
+    records["flags"] = [0, trace.ERROR, 0, trace.ERROR]
+    for text in ('op == move', 'op == "move"', "op == 'move'", "move == op", f'op == {trace.OP_CODES["move"]}'):
+        assert run([f"filter:{text}"], records, catalogue)["t_start"].tolist() == [10, 70], text
+    assert run(['filter:op in (observe, "allreduce")'], records, catalogue)["t_start"].tolist() == [30, 50]
+    assert run(["filter:op != move and nbytes == 0"], records, catalogue)["t_start"].tolist() == [30, 50]
+    assert run(["filter:flags & 1"], records, catalogue)["t_start"].tolist() == [30, 70]   # trace.ERROR
+
+
+@pytest.mark.parametrize("text", ['filter:op == mvoe', 'filter:op == "mvoe"', "filter:op in (move, 'mvoe')"])
+def test_an_unknown_op_name_is_an_error_that_lists_the_ops(text):
+    with pytest.raises(StageError) as error:
+        ScopeStage.parse(text)
+    message = str(error.value)
+    assert "unknown op 'mvoe'" in message and "did you mean 'move'?" in message
+    assert all(name in message for name in trace.OP_CODES)
+
+
 @pytest.mark.parametrize("text, words", [
     ("filter:t_end >", "does not parse"),
     ("filter:__import__('os')", "not allowed"),
     ("filter:bogus > 1", "unknown field 'bogus'"),
     ("reduce:median", "unknown reduction"),
     ("reduce:max_t_end@galaxy", "unknown group"),
-    ("reduce:os:system", "not listed in the pathmap's allow_modules"),
+    ("reduce:os:system", "'os' is not listed in allow_modules"),
     ("sort:colour", "unknown field"),
     ("shuffle", "unknown scope stage"),
 ])

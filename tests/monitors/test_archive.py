@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import time
 
 import numpy as np
 import pytest
@@ -120,6 +121,30 @@ def test_appending_to_an_existing_archive_of_the_same_collectors(archived, recor
 def test_meta_keys_kept_by_the_archive_are_refused(tmp_path, catalogue):
     with Archive(tmp_path / "m.db", catalogue) as archive, pytest.raises(ValueError, match="kept by the archive"):
         archive.set_meta("tuples", 0)
+
+
+def test_the_archive_keeps_when_its_events_were_recorded(tmp_path, catalogue):
+    before_mono, before_real = time.monotonic_ns(), time.time_ns()
+    with Archive(tmp_path / "r.db", catalogue):
+        pass
+    after_mono, after_real = time.monotonic_ns(), time.time_ns()
+    time.sleep(0.01)
+    with Archive(tmp_path / "r.db", catalogue) as archive:   # reopened later to append: still the first reading
+        clock = archive.info.clock
+        with pytest.raises(ValueError, match="kept by the archive"):
+            archive.set_meta("clock_realtime_ns", 0)
+    assert before_mono <= clock.monotonic_ns <= after_mono and before_real <= clock.realtime_ns <= after_real
+    with Archive.open(tmp_path / "r.db") as archive:
+        assert archive.info.clock == clock
+
+
+def test_an_archive_written_before_the_recording_time_was_kept_still_opens(archived):
+    db = sqlite3.connect(archived)
+    db.execute("DELETE FROM meta WHERE key IN ('clock_monotonic_ns', 'clock_realtime_ns')")
+    db.commit()
+    db.close()
+    with Archive.open(archived) as archive:
+        assert archive.info.clock is None and archive.info.extra == {}
 
 
 def test_an_archive_of_other_collectors_is_refused_and_kept(archived, catalogue):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from pftrace_decode import decode
 
 from eventspace.cli import main
 from monitors.archive import Archive
@@ -44,6 +47,21 @@ def test_query_json(db, capsys, records):
     ]
 
 
+def test_export_native_perfetto(db, tmp_path, capsys, records, flows):
+    out = tmp_path / "trace.pftrace"
+    assert main(["archive", "export", str(db), "--perfetto", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}: {len(records)} events" in printed and f"{len(flows)} flows" in printed
+    d = decode(out)
+    assert len([s for s in d.slices if s.name != "read"]) == len(records)
+    assert len(d.flow_starts) == len(flows)
+    # Dated by the archive's own recording time, not the export's.
+    with Archive.open(db) as archive:
+        recorded = archive.info.clock
+    clocks = {c.clock_id: c.timestamp for c in d.clocks.clocks}
+    assert clocks[pb.BUILTIN_CLOCK_REALTIME] == recorded.realtime(clocks[pb.BUILTIN_CLOCK_MONOTONIC])
+
+
 def test_export_perfetto(db, tmp_path, capsys, records):
     out = tmp_path / "trace.json"
     assert main(["archive", "export", str(db), "--perfetto", str(out)]) == 0
@@ -65,19 +83,22 @@ def _one_line_error(capsys) -> str:
     (["archive", "query", "{db}", "SELEC nothing"], "syntax error"),
     (["archive", "query", "{db}", "DELETE FROM events"], "queries cannot change an archive"),
     (["archive", "export", "{missing}", "--perfetto", "{out}"], "no such file"),
-    (["archive", "export", "{db}"], "--perfetto OUT.json"),
+    (["archive", "export", "{db}"], "--perfetto OUT.pftrace"),
     (["archive", "export", "{db}", "--perfetto", "{nodir}"], "no such directory"),
+    (["archive", "export", "{db}", "--perfetto", "{nodir_pf}"], "no such directory"),
+    (["archive", "export", "{db}", "--perfetto", "{txt_out}"], "OUT.pftrace (Perfetto's own format) or OUT.json"),
 ])
 def test_errors_are_one_line_and_leave_the_archive_intact(db, tmp_path, capsys, argv, expected):
     text = tmp_path / "notes.txt"
     text.write_text("not an archive\n" * 50)
     before = db.read_bytes()
     names = {"missing": tmp_path / "missing.db", "text": text, "db": db, "out": tmp_path / "out.json",
-             "nodir": tmp_path / "nodir" / "out.json"}
+             "nodir": tmp_path / "nodir" / "out.json", "nodir_pf": tmp_path / "nodir" / "out.pftrace",
+             "txt_out": tmp_path / "out.txt"}
     assert main([a.format(**names) for a in argv]) == 2
     assert expected in _one_line_error(capsys)
     assert db.read_bytes() == before
-    assert not (tmp_path / "out.json").exists()
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "out.txt").exists()
 
 
 def test_export_otf2_without_the_package(db, tmp_path, capsys, monkeypatch):
@@ -91,8 +112,31 @@ def test_export_otf2_without_the_package(db, tmp_path, capsys, monkeypatch):
 
 
 def test_export_otf2(db, tmp_path, capsys, records):
-    pytest.importorskip("otf2")
+    otf2 = pytest.importorskip("otf2")
     out = tmp_path / "otf2"
     assert main(["archive", "export", str(db), "--otf2", str(out)]) == 0
     assert f"{len(records)} events" in capsys.readouterr().out
     assert (out / "traces.otf2").exists()
+    # The clock properties say when the archive's events were recorded, not when they were exported.
+    with Archive.open(db) as archive:
+        recorded = archive.info.clock
+    with otf2.reader.open(str(out / "traces.otf2")) as reader:
+        clock = reader.definitions.clock_properties
+    assert clock.global_offset == int(records["t_start"].min())
+    assert clock.realtime_timestamp == recorded.realtime(clock.global_offset)
+
+
+def test_export_of_an_archive_that_does_not_say_when_it_was_recorded(db, tmp_path, capsys, records):
+    otf2 = pytest.importorskip("otf2")
+    sqlite = sqlite3.connect(db)   # as an archive written before the recording time was kept
+    sqlite.execute("DELETE FROM meta WHERE key IN ('clock_monotonic_ns', 'clock_realtime_ns')")
+    sqlite.commit()
+    sqlite.close()
+    out = tmp_path / "otf2"
+    assert main(["archive", "export", str(db), "--otf2", str(out), "--perfetto", str(tmp_path / "t.pftrace")]) == 0
+    captured = capsys.readouterr()
+    assert "does not say when its events were recorded" in captured.err
+    with otf2.reader.open(str(out / "traces.otf2")) as reader:
+        assert reader.definitions.clock_properties.realtime_timestamp == otf2.Undefined.TIMESTAMP.value
+    clocks = decode(tmp_path / "t.pftrace").clocks.clocks
+    assert pb.BUILTIN_CLOCK_REALTIME not in {c.clock_id for c in clocks}

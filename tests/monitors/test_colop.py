@@ -1,12 +1,14 @@
-"""The collective-operation monitor on the collectives application with one thread delayed."""
+"""The collective-operation monitor on the collectives application with one thread delayed, on a
+round blocked by one member, and on one outlier round."""
 
 import dataclasses
+import time
 
 import pytest
 
 from monitors.colop import ColOpMon, wait_for
-from paths import Pathmap, launch
-from runs import REPO
+from paths import Instrument, Pathmap, Selector, launch
+from runs import ENV, REPO, THREE_NODES, finish, pathmap_for, read_until, ring_app, start_monitor
 
 DELAY = 0.05
 
@@ -45,3 +47,64 @@ def test_colop_needs_an_instrumented_tree(tmp_path):
     with launch(pm, run_dir=tmp_path) as run:
         with pytest.raises(Exception, match="no collectors"):
             ColOpMon(run)
+
+
+def ring_with_trees(name):
+    pm = pathmap_for(ring_app(6), THREE_NODES, rule="block", shape="kary:2", name=name)
+    pm = dataclasses.replace(pm, clock=dataclasses.replace(pm.clock, samples=4))
+    return dataclasses.replace(pm, instrument=Instrument(keep=200, collectors=(
+        Selector(trees=("count", "step")),))).validate()
+
+
+def test_an_open_round_says_whom_it_waits_for(tmp_path):
+    rounds, hold = 5, 6.0
+    with launch(ring_with_trees("open"), run_dir=tmp_path, env=ENV) as run:
+        with ColOpMon(run, "count") as mon:
+            run.start("programs:hold_back", {"rounds": rounds, "late": "T4", "hold": hold})
+            deadline = time.monotonic() + 60
+            while True:
+                mon.poll()
+                report = mon.report()
+                if report.open is not None and report.open.open_for_s >= 1.0:
+                    break
+                assert time.monotonic() < deadline, f"no round stayed open: {report.open}"
+                time.sleep(0.2)
+            run.wait(timeout=60)
+    # The last complete round and the one blocked on T4 are told apart.
+    assert report.rounds == rounds
+    assert report.open.round == rounds and report.open.waiting_for == ["T4"]
+    assert sorted(report.open.arrived) == ["T0", "T1", "T2", "T3", "T5"]
+    assert 1.0 <= report.open.open_for_s < hold + 5
+
+
+def test_the_worst_round_is_not_diluted_by_the_thread_that_is_last_most_often(tmp_path):
+    small, big, at = 0.02, 0.4, 3
+    with launch(ring_with_trees("outlier"), run_dir=tmp_path, env=ENV) as run:
+        with ColOpMon(run, "count") as mon:
+            run.start("programs:outlier", {"rounds": 8, "often": "T1", "small": small,
+                                           "once": "T4", "big": big, "at": at})
+            report = wait_for(mon, 8)
+            run.wait(timeout=60)
+    op, = report.ops
+    assert op.slowest == "T1" and op.slowest_share >= 0.6
+    assert (op.worst_member, op.worst_round) == ("T4", at)
+    assert abs(op.worst_lateness_us / 1e6 - big) <= 0.25 * big, op
+    assert op.lateness_us < op.worst_lateness_us / 5
+
+
+def test_the_colop_command_shows_the_open_round_and_ends_with_the_run(tmp_path):
+    with launch(ring_with_trees("open-cli"), run_dir=tmp_path, env=ENV) as run:
+        monitor = start_monitor(["monitor", "colop", "--tree", "count"], run)
+        try:
+            read_until(monitor, "collective operations on tree count")
+            run.start("programs:hold_back", {"rounds": 5, "late": "T4", "hold": 8.0})
+            printed = read_until(monitor, "waiting for T4")
+            assert "tree count: round 5 open for " in printed.splitlines()[-1]
+            run.wait(timeout=60)
+            run.stop()
+            code, lines = finish(monitor)
+        finally:
+            if monitor.poll() is None:
+                monitor.kill()
+                monitor.wait()
+    assert code == 0 and lines[-1].startswith("run open-cli ended: ") and "tree count: 6 complete rounds" in lines[-1]

@@ -7,24 +7,30 @@ import sys
 
 import pytest
 
-from monitors.perfetto import validate
+from pftrace_decode import decode
 from runs import gone
 
 
 @pytest.mark.slow
-def test_the_demo_runs_end_to_end_and_writes_a_valid_trace(tmp_path):
-    trace = tmp_path / "demo-trace.json"
-    proc = subprocess.run([sys.executable, "-m", "eventspace.cli", "demo", "--duration", "5", "--trace", str(trace),
-                           "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "COLUMNS": "120"})
+def test_the_demo_runs_end_to_end_and_writes_a_native_perfetto_trace(tmp_path):
+    trace = tmp_path / "demo-trace.pftrace"   # the default, as `make demo` writes it
+    runs = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "eventspace.cli", "demo", "--duration", "5", "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "COLUMNS": "120", "EVENTSPACE_RUN_DIR": str(runs)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["threads"] == 16 and summary["nodes"] == 4 and summary["steps"] > 0
     assert [p["tree"] for p in summary["phases"]] == ["flat/monitor", "per-node/near"]
     assert all(p["observe_rate"] > 0 and p["steps_per_s"] > 0 for p in summary["phases"])
     assert summary["events"] > 0 and summary["stalled"] == []
-    assert validate(json.loads(trace.read_text())) == []
+    assert summary["trace"] == str(trace)
+    decoded = decode(trace)
+    assert len([s for s in decoded.slices if s.name != "read"]) == summary["events"]
+    assert len({name for _, _, name, _ in decoded.threads.values()} & {f"T{i}" for i in range(16)}) == 16
+    assert decoded.flow_starts and set(decoded.flow_starts) == set(decoded.flow_ends)
     assert "demo summary" in proc.stdout and "ui.perfetto.dev" in proc.stdout
-    # Nothing left running, no run file left behind.
-    assert not list((tmp_path / ".eventspace" / "runs").glob("*.json"))
+    # The run file was announced; nothing left running, no run file left behind.
+    assert f"run windtunnel-4node: run file {runs / 'windtunnel-4node.json'}" in proc.stderr
+    assert not list(runs.glob("*.json")) and not list(runs.glob("*.yaml"))
     assert len(summary["node_pids"]) == 4 and all(gone(pid) for pid in summary["node_pids"].values())

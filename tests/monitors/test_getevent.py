@@ -12,6 +12,8 @@ from monitors.archive import Archive
 from monitors.getevent import GetEventMon, format_of
 from monitors.perfetto import validate
 from paths import Pathmap, launch
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from pftrace_decode import decode
 from runs import REPO
 
 TOY = REPO / "pathmaps" / "windtunnel-toy.yaml"
@@ -27,13 +29,19 @@ def live(tmp_path_factory):
         run.kill("A")
 
 
+def _stream(mon, pulls: int, pause: float) -> int:
+    """Pull `pulls` times, `pause` seconds apart; the events streamed."""
+    streamed = 0
+    for _ in range(pulls):
+        streamed += len(mon.poll())
+        time.sleep(pause)
+    return streamed
+
+
 def test_an_archive_holds_every_event_streamed_and_counts_the_discarded(live, tmp_path):
     out = tmp_path / "events.sqlite"
     with GetEventMon(live, "all", out) as mon:
-        streamed = 0
-        for _ in range(6):
-            streamed += len(mon.poll())
-            time.sleep(0.1)
+        streamed = _stream(mon, 6, 0.1)
         discarded = mon.stats.discarded
     assert streamed > 100
     with Archive.open(out) as archive:
@@ -58,9 +66,24 @@ def test_a_perfetto_trace_of_a_live_run_is_valid_and_links_moves_to_observes(liv
     assert any(e["ph"] == "s" for e in doc["traceEvents"])  # T0 and T1 trade rows: flows exist
 
 
+def test_a_native_perfetto_trace_of_a_live_run_holds_every_event_streamed(live, tmp_path):
+    out = tmp_path / "trace.pftrace"
+    with GetEventMon(live, "thread:T0 | thread:T1", out) as mon:
+        streamed = _stream(mon, 3, 0.05)
+    d = decode(out)
+    assert {"T0", "T1"} <= {name for _, _, name, _ in d.threads.values()}
+    assert len([s for s in d.slices if s.name != "read"]) == streamed > 0
+    assert d.flow_starts and set(d.flow_starts) == set(d.flow_ends)   # T0 and T1 trade rows
+    # Dated by when the monitor recorded, on the events' own clock.
+    clocks = {c.clock_id: c.timestamp for c in d.clocks.clocks}
+    assert clocks[pb.BUILTIN_CLOCK_REALTIME] - clocks[pb.BUILTIN_CLOCK_MONOTONIC] == \
+        mon.recorded.realtime_ns - mon.recorded.monotonic_ns
+
+
 def test_the_output_format_comes_from_the_file_name():
-    assert format_of("a.json") == "perfetto" and format_of("a.sqlite") == "archive"
-    with pytest.raises(ValueError, match="unknown output format .txt"):
+    assert format_of("a.pftrace") == "pftrace" and format_of("a.json") == "perfetto"
+    assert format_of("a.sqlite") == "archive" and format_of("a.otf2") == "otf2"
+    with pytest.raises(ValueError, match=r"unknown output format .txt; write trace.pftrace"):
         format_of("a.txt")
 
 

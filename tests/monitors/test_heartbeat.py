@@ -1,12 +1,13 @@
-"""The heartbeat monitor on a live wind-tunnel run with one thread made to stall."""
+"""The heartbeat monitor on a live wind-tunnel run with one thread made to stall, and on runs whose nodes die."""
 
+import dataclasses
 import time
 
 import pytest
 
-from monitors.heartbeat import ALIVE, IDLE, STALLED, WAITING, Heartbeat
-from paths import Pathmap, launch
-from runs import REPO
+from monitors.heartbeat import ALIVE, GONE, IDLE, STALLED, UNSEEN, WAITING, Heartbeat
+from paths import Instrument, Pathmap, Selector, launch
+from runs import ENV, REPO, THREE_NODES, pathmap_for, ring_app
 
 INTERVAL = 0.25
 
@@ -44,3 +45,42 @@ def test_a_pathmap_without_collectors_cannot_be_watched(tmp_path):
     with launch(pm, run_dir=tmp_path) as run:
         with pytest.raises(ValueError, match="no collectors: instrument it"):
             Heartbeat(run)
+
+
+def three_node_ring():
+    """Six threads on nodes A, B, C (two each), every source collected."""
+    pm = pathmap_for(ring_app(6), THREE_NODES, rule="block", name="hb-dies")
+    return dataclasses.replace(pm, instrument=Instrument(keep=50, collectors=(Selector(at=("source",)),))).validate()
+
+
+@pytest.mark.parametrize("placement", ["near", "monitor"])
+def test_dead_nodes_are_named_exactly_and_their_threads_are_never_alive(tmp_path, placement):
+    pm = three_node_ring()
+    on = {n: [t.name for t in pm.threads if t.node == n] for n in "ABC"}
+    with launch(pm, run_dir=tmp_path, env=ENV) as run:
+        run.start("programs:ring_forever", {"stop_after": 120, "pause": 0.01})
+        with Heartbeat(run, placement=placement, timeout=1.0) as heartbeat:
+            # The per-node tree's root join runs on A (under near placement, inside A's server).
+            assert placement == "monitor" or heartbeat.scope.installed()[-1][0] == "A"
+            deadline = time.monotonic() + 30
+            while {b.status for b in heartbeat.beat().threads} != {ALIVE}:
+                assert time.monotonic() < deadline, "the ring never ran"
+                time.sleep(0.2)
+
+            run.kill("B")   # a node below the root
+            report = heartbeat.beat()
+            status = {b.thread: b.status for b in report.threads}
+            assert report.gone == {"B"} and not report.unreached
+            assert all(status[t] == GONE for t in on["B"])
+
+            run.kill("A")   # the root's node: the joins below it are still asked
+            report = heartbeat.beat()
+            status = {b.thread: b.status for b in report.threads}
+            assert report.gone == {"A", "B"} and not report.unreached
+            assert all(status[t] not in (GONE, UNSEEN) for t in on["C"]), status
+
+            run.kill("C")   # every node
+            for _ in range(2):
+                report = heartbeat.beat()
+                assert report.gone == {"A", "B", "C"}
+                assert {b.status for b in report.threads} == {GONE}

@@ -3,11 +3,16 @@ op, balanced enter/leave pairs with timestamps that never decrease on a location
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
+from conftest import T0
 
 from eventspace import trace
+from eventspace.clock import WallClock
 from monitors.otf2_export import Otf2Unavailable, available, write_otf2
 
 
@@ -63,3 +68,39 @@ def test_an_existing_archive_is_not_overwritten(tmp_path, records, catalogue):
     write_otf2(tmp_path / "out", records, catalogue)
     with pytest.raises(FileExistsError, match="already holds an OTF2 archive"):
         write_otf2(tmp_path / "out", records, catalogue)
+
+
+RECORDED = WallClock(monotonic_ns=T0 - 5_000_000_000, realtime_ns=1_700_000_000_000_000_000)
+
+
+def test_the_clock_properties_date_the_recording_not_the_export(tmp_path, records, catalogue):
+    otf2 = pytest.importorskip("otf2")
+    anchor = write_otf2(tmp_path / "out", records, catalogue, recorded=RECORDED)
+    with otf2.reader.open(str(anchor)) as reader:
+        clock = reader.definitions.clock_properties
+    first = int(records["t_start"].min())
+    assert clock.global_offset == first
+    assert clock.trace_length == int(records["t_end"].max()) - first
+    # The first event happened 5 s (plus its offset from T0) after the recorded reading.
+    assert clock.realtime_timestamp == RECORDED.realtime_ns + first - RECORDED.monotonic_ns
+    assert clock.realtime_timestamp == 1_700_000_005_000_000_000 + first - T0
+
+
+def test_without_a_recording_time_the_wall_clock_is_undefined_not_the_export_time(tmp_path, records, catalogue):
+    otf2 = pytest.importorskip("otf2")
+    anchor = write_otf2(tmp_path / "out", records, catalogue)
+    with otf2.reader.open(str(anchor)) as reader:
+        assert reader.definitions.clock_properties.realtime_timestamp == otf2.Undefined.TIMESTAMP.value
+
+
+@pytest.mark.skipif(shutil.which("otf2-print") is None, reason="otf2-print (Debian: otf2-tools) is not installed")
+def test_otf2_print_reads_the_recording_time(tmp_path, records, catalogue):
+    pytest.importorskip("otf2")
+    anchor = write_otf2(tmp_path / "out", records, catalogue, recorded=RECORDED)
+    shown = subprocess.run(["otf2-print", "-G", str(anchor)], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    line = next(line for line in shown.stdout.splitlines() if line.startswith("CLOCK_PROPERTIES"))
+    realtime = RECORDED.realtime(int(records["t_start"].min()))
+    date = datetime.fromtimestamp(realtime // 1_000_000_000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    assert f"Global Offset: {int(records['t_start'].min())}" in line
+    assert f"Date: {date}.{realtime % 1_000_000_000:09d} +0000" in line, line

@@ -10,13 +10,8 @@ import numpy as np
 import pytest
 
 from eventspace import trace
-from monitors.perfetto import (
-    InvalidTrace,
-    to_perfetto,
-    tuple_flows,
-    validate,
-    write_perfetto,
-)
+from monitors.perfetto import InvalidTrace, to_perfetto, validate, write_perfetto
+from monitors.slices import tuple_flows
 
 
 def _index(doc):
@@ -34,11 +29,29 @@ def _index(doc):
     return processes, tracks, slices, flows
 
 
+def _ns(us):
+    return int(us * 1000)
+
+
 def _bound(slices, ev):
-    """The slice a flow event binds to: on its track, starting at its ts (they are written so)."""
+    """The slice a flow's start binds to: on its track, starting at its ts (they are written so)."""
     found = [s for s in slices if (s["pid"], s["tid"], s["ts"]) == (ev["pid"], ev["tid"], ev["ts"])]
     assert found, f"flow event {ev} binds to no slice"
     return max(found, key=lambda s: -s["dur"])   # the outermost one starting there
+
+
+def _returned(doc, slices, ev):
+    """The slice a flow's end belongs to: the one on its track that ends where the `f` sits,
+    on a `read` instant written just before it."""
+    where = (ev["pid"], ev["tid"], ev["ts"])
+    events = doc["traceEvents"]
+    before = events[events.index(ev) - 1]
+    assert before["ph"] in "if" and (before["pid"], before["tid"], before["ts"]) == where
+    assert any(e["ph"] == "i" and e["name"] == "read" and (e["pid"], e["tid"], e["ts"]) == where for e in events)
+    found = [s for s in slices if (s["pid"], s["tid"]) == where[:2]
+             and _ns(s["ts"]) + _ns(s["dur"]) == _ns(ev["ts"])]
+    assert found, f"flow end {ev} is at the end of no slice"
+    return max(found, key=lambda s: -s["dur"])
 
 
 def test_the_trace_passes_validation(records, catalogue):
@@ -87,7 +100,8 @@ def test_error_events_are_marked(records, catalogue):
 
 
 def test_flows_join_each_move_to_the_observe_that_read_its_tuple(records, catalogue, flows):
-    _, _, slices, flow_events = _index(to_perfetto(records, catalogue))
+    doc = to_perfetto(records, catalogue)
+    _, _, slices, flow_events = _index(doc)
     got = set()
     for fid, events in flow_events.items():
         phases = sorted(e["ph"] for e in events)
@@ -95,7 +109,7 @@ def test_flows_join_each_move_to_the_observe_that_read_its_tuple(records, catalo
         start = _bound(slices, next(e for e in events if e["ph"] == "s"))
         end_event = next(e for e in events if e["ph"] == "f")
         assert end_event["bp"] == "e"
-        end = _bound(slices, end_event)
+        end = _returned(doc, slices, end_event)
         assert (start["name"], end["name"]) == ("move", "observe")
         assert start["args"]["element"] == end["args"]["element"]
         assert start["args"]["index"] == end["args"]["index"]
@@ -103,6 +117,27 @@ def test_flows_join_each_move_to_the_observe_that_read_its_tuple(records, catalo
                  start["args"]["index"]))
     assert got == flows
     assert sorted(flow_events) == list(range(1, len(flows) + 1))
+
+
+def test_a_flow_ends_where_the_observe_returned_not_before_the_move(make, catalogue):
+    # T3 starts observing tuple 9 of row_2_3 at 0 and blocks; T2 moves it in at 300-400; T3's
+    # observe returns at 800. The arrow must run from the move (300) to the return (800).
+    doc = to_perfetto(make([(21, "observe", 9, 0, 800), (17, "move", 9, 300, 400)]), catalogue)
+    assert validate(doc) == []
+    _, _, slices, flow_events = _index(doc)
+    assert list(flow_events) == [1]
+    start = next(e for e in flow_events[1] if e["ph"] == "s")
+    end = next(e for e in flow_events[1] if e["ph"] == "f")
+    assert _ns(end["ts"]) >= _ns(start["ts"]), "the flow ends before it starts"
+    assert (_ns(start["ts"]), _ns(end["ts"])) == (300, 800)
+    assert _returned(doc, slices, end)["name"] == "observe"
+
+
+def test_no_flow_ends_before_it_starts(records, catalogue):
+    _, _, _, flow_events = _index(to_perfetto(records, catalogue))
+    for fid, events in flow_events.items():
+        start = next(e["ts"] for e in events if e["ph"] == "s")
+        assert all(e["ts"] >= start for e in events if e["ph"] == "f"), f"flow {fid}"
 
 
 def test_an_unmatched_move_gets_no_flow(records, catalogue):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pastset import PastSetError, TupleServer
+from pastset import Limits, PastSetError, TupleServer, connect
 
 TEMPLATES = {"typed": ["int", "str", "any"], "binary": "=hIq"}
 
@@ -64,22 +64,42 @@ def apply(element, op):
 _unique = itertools.count()
 
 
+def enter(space, name, kind, keep, delta):
+    """(the element, None), or (None, the name of the error) if the space refuses to enter it."""
+    try:
+        return space.enter(name, TEMPLATES[kind], keep=keep, delta=delta), None
+    except PastSetError as exc:
+        return None, type(exc).__name__
+
+
 def check_same(local_space, remote_space, kind, keep, delta, ops):
     name = f"property/{kind}/{next(_unique)}"
+    local, local_refusal = enter(local_space, name, kind, keep, delta)
+    remote, remote_refusal = enter(remote_space, name, kind, keep, delta)
     try:
-        local = local_space.enter(name, TEMPLATES[kind], keep=keep, delta=delta)
-        remote = remote_space.enter(name, TEMPLATES[kind], keep=keep, delta=delta)
-    except PastSetError as exc:   # bad bounds: both sides must refuse them alike
-        with pytest.raises(type(exc)):
-            remote_space.enter(name, TEMPLATES[kind], keep=keep, delta=delta)
-        return
-    try:
+        # Bad bounds: both sides refuse them alike; good ones, both accept. Each side is asked once.
+        assert local_refusal == remote_refusal, (f"enter(keep={keep}, delta={delta}): local "
+                                                 f"{local_refusal or 'accepted'}, remote {remote_refusal or 'accepted'}")
+        if local is None:
+            return
         for step, op in enumerate(ops):
             expected, got = apply(local, op), apply(remote, op)
             assert got == expected, f"step {step} {op!r}: local {expected!r}, remote {got!r}"
         assert local.read_range(0, 100) == remote.read_range(0, 100)
     finally:
-        remote_space.delete(name)
+        if remote is not None:
+            remote_space.delete(name)
+
+
+def test_an_enter_only_one_side_refuses_is_a_difference():
+    """The comparison itself: a remote that refuses an element the local space accepts fails it."""
+    strict = TupleServer("strict", Limits(max_name=8))   # refuses the comparison's longer names
+    try:
+        with connect(strict.serve("tcp://127.0.0.1:0")) as remote:
+            with pytest.raises(AssertionError, match="local accepted, remote LimitExceeded"):
+                check_same(TupleServer("lenient"), remote, "typed", None, None, [("last",)])
+    finally:
+        strict.close()
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,10 @@
 
 import struct
 
+import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness import TRACE
 from pastset import Template, TemplateMismatch
@@ -80,3 +83,34 @@ def test_unpack_needs_a_whole_record():
         t.unpack(b"12345")
     with pytest.raises(TemplateMismatch, match="binary template"):
         Template.of(["int"]).unpack(b"1234")
+
+
+# Values at every msgpack size boundary, and around them.
+_EDGES = [0, 127, 128, 255, 256, 0xFFFF, 0x10000, 2 ** 32 - 1, 2 ** 32, 2 ** 64 - 1,
+          -1, -32, -33, -128, -129, -(2 ** 15), -(2 ** 15) - 1, -(2 ** 31), -(2 ** 31) - 1, -(2 ** 63)]
+_LENGTHS = [0, 31, 32, 255, 256, 0xFFFF, 0x10000]
+_FIELD_VALUES = {
+    "int": st.one_of(st.sampled_from(_EDGES), st.integers(-(2 ** 63), 2 ** 64 - 1)),
+    "float": st.one_of(st.floats(allow_nan=False), st.sampled_from(_EDGES)),
+    "bool": st.booleans(),
+    "str": st.one_of(st.text(max_size=40), st.sampled_from(_LENGTHS).map(lambda n: "a" * n),
+                     st.sampled_from(_LENGTHS).map(lambda n: "é" * (n // 2))),
+    "bytes": st.one_of(st.binary(max_size=40), st.sampled_from(_LENGTHS).map(lambda n: b"x" * n)),
+    "any": st.one_of(st.none(), st.integers(-100, 1000), st.lists(st.integers(-(2 ** 63), 2 ** 63), max_size=4),
+                     st.dictionaries(st.text(max_size=3), st.binary(max_size=300), max_size=2)),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_sizer_gives_the_length_of_the_msgpack_encoding(data):
+    """What a typed tuple costs on the wire, computed without encoding it, is the encoding's length."""
+    fields = data.draw(st.lists(st.sampled_from(list(_FIELD_VALUES)), min_size=1, max_size=20))
+    template = Template.typed(*fields)
+    values = template.check(tuple(data.draw(_FIELD_VALUES[f]) for f in fields))
+    assert template.sizer()(values) == len(msgpack.packb(list(values), use_bin_type=True))
+    assert template.sizer()(list(values)) == len(msgpack.packb(list(values), use_bin_type=True))
+
+
+def test_sizer_of_a_binary_template_is_its_record_size():
+    assert Template.of(TRACE).sizer()((1, 2, 3, 4, 5, 6, 7, 8)) == 36

@@ -47,7 +47,7 @@ CASES = {
     "reduce function module not allowed": ("params: {fan_in: 2}}", "params: {fan_in: 2, fn: 'os:system'}}",
                                            "stages.sum/root.params.fn", 0, ["'os'", "allow_modules"]),
     "bad user reference": ("'mylib.wrappers:Tag'", "'mylib.wrappers:'", "stages.T1/e10/user.type", 0,
-                           ["module.sub:Class"]),
+                           ["pkg.sub:name"]),
     "duplicate node": ("  B: {host: 127.0.0.1, port: 0, cluster: c1}\n",
                        "  B: {host: 127.0.0.1, port: 0, cluster: c1}\n  B: {host: 127.0.0.2}\n",
                        "nodes.B", 1, ["duplicate key 'B'", "first at line"]),

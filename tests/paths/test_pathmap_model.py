@@ -19,7 +19,7 @@ def test_model_is_typed_all_the_way_down(base_text):
     assert pm.stage("sum/root") == Stage("sum/root", "reduce", "A", {"fan_in": 2})
     assert pm.path("T1/e10").stages == ("T1/e10/user", "T1/e10/remote", "e10/element")
     assert pm.clock == Clock(samples=4, drift=False, reference="A")
-    assert pm.allow_modules == ("mylib",)
+    assert pm.allow_modules == ("mylib.wrappers",)
     assert pm.instrument == Instrument(keep=100, collectors=(Selector(at=("source", "sink")),))
     with pytest.raises(dataclasses.FrozenInstanceError):
         pm.name = "other"
@@ -108,7 +108,7 @@ def test_round_trip_keeps_awkward_names_and_values(base_text):
         nodes=(Node("A", "::1", 7000, "null", clock_offset_ns=-5), Node("B", "10.0.0.2", 0, "c 2")),
         stages=tuple(dataclasses.replace(s, params={**s.params, "note": "a: b # c", "levels": [1, 2.5, True]})
                      if s.id == "T0/e01/remote" else s for s in pm.stages),
-        allow_modules=("mylib", "other.pkg"),
+        allow_modules=("mylib.wrappers", "other.pkg"),
         clock=Clock(samples=2, drift=True),
     )
     odd.validate()

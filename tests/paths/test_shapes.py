@@ -5,7 +5,7 @@ import math
 import networkx as nx
 import pytest
 
-from paths.shapes import Join, Member, Shape, knomial_parent, lay_out
+from paths.shapes import LayoutJoin, Member, Shape, knomial_parent, lay_out
 
 NODES = ["A", "B", "C", "D"]
 CLUSTER_OF = {"A": "c1", "B": "c1", "C": "c2", "D": "c2"}
@@ -26,13 +26,13 @@ def layout(shape: str, n: int, rule: str = "block") -> tuple[nx.DiGraph, dict[st
 
 
 def joins(graph):
-    return [v for v in graph if isinstance(v, Join)]
+    return [v for v in graph if isinstance(v, LayoutJoin)]
 
 
 def assert_is_tree_over(graph, n):
     """One root, no cycles, every member reaches the root by exactly one route."""
     root = graph.graph["root"]
-    assert root == Join("root")
+    assert root == LayoutJoin("root")
     assert nx.is_directed_acyclic_graph(graph)
     assert nx.is_arborescence(graph.reverse())  # each vertex has one parent, all under the root
     leaves = [v for v in graph if isinstance(v, Member)]
@@ -52,8 +52,8 @@ def test_every_shape_is_a_tree_reaching_each_member_once(shape, n):
 def test_flat_is_one_join_on_the_busiest_node():
     names = ["T0", "T1", "T2"]
     graph = lay_out(Shape.parse("flat"), names, {"T0": "A", "T1": "B", "T2": "B"}, CLUSTER_OF, NODES)
-    assert joins(graph) == [Join("root")]
-    assert graph.nodes[Join("root")]["node"] == "B"
+    assert joins(graph) == [LayoutJoin("root")]
+    assert graph.nodes[LayoutJoin("root")]["node"] == "B"
 
 
 @pytest.mark.parametrize("k", [2, 3, 8])
@@ -61,7 +61,7 @@ def test_kary_fan_out_and_depth(k):
     n = 140
     graph, _ = layout(f"kary:{k}", n)
     assert all(graph.in_degree(j) <= k for j in joins(graph))
-    depth = max(nx.shortest_path_length(graph, m, Join("root")) for m in graph if isinstance(m, Member))
+    depth = max(nx.shortest_path_length(graph, m, LayoutJoin("root")) for m in graph if isinstance(m, Member))
     assert depth == math.ceil(math.log(n, k))
     # Full joins everywhere but at the end of each level.
     assert sum(1 for j in joins(graph) if graph.in_degree(j) < k) <= depth
@@ -85,7 +85,7 @@ def test_knomial_structure(k, levels):
     """Over k**levels members the root joins member 0 and (k-1) children per level."""
     n = k ** levels
     graph, _ = layout(f"knomial:{k}", n)
-    root = Join("root")
+    root = LayoutJoin("root")
     assert graph.in_degree(root) == 1 + (k - 1) * levels
     # Members that have children in the k-nomial tree host a join; the others enter their parent's.
     parents = {knomial_parent(i, k) for i in range(1, n)}
@@ -100,9 +100,9 @@ def test_knomial_structure(k, levels):
 
 def test_per_node_levels():
     graph, node_of = layout("per-node", 16)
-    root = Join("root")
+    root = LayoutJoin("root")
     level1 = sorted(graph.predecessors(root), key=lambda j: j.label)
-    assert level1 == [Join(f"node-{n}") for n in NODES]
+    assert level1 == [LayoutJoin(f"node-{n}") for n in NODES]
     for join in level1:
         node = join.label.removeprefix("node-")
         assert graph.nodes[join]["node"] == node
@@ -111,11 +111,11 @@ def test_per_node_levels():
 
 def test_per_cluster_levels():
     graph, node_of = layout("per-cluster", 16)
-    root = Join("root")
-    assert set(graph.predecessors(root)) == {Join("cluster-c1"), Join("cluster-c2")}
-    assert set(graph.predecessors(Join("cluster-c1"))) == {Join("node-A"), Join("node-B")}
-    assert set(graph.predecessors(Join("cluster-c2"))) == {Join("node-C"), Join("node-D")}
-    assert graph.nodes[Join("cluster-c2")]["node"] == "C"  # on one of its children's nodes
+    root = LayoutJoin("root")
+    assert set(graph.predecessors(root)) == {LayoutJoin("cluster-c1"), LayoutJoin("cluster-c2")}
+    assert set(graph.predecessors(LayoutJoin("cluster-c1"))) == {LayoutJoin("node-A"), LayoutJoin("node-B")}
+    assert set(graph.predecessors(LayoutJoin("cluster-c2"))) == {LayoutJoin("node-C"), LayoutJoin("node-D")}
+    assert graph.nodes[LayoutJoin("cluster-c2")]["node"] == "C"  # on one of its children's nodes
     for m in (v for v in graph if isinstance(v, Member)):
         assert len(nx.shortest_path(graph, m, root)) == 4  # member, node, cluster, root
 
@@ -123,9 +123,9 @@ def test_per_cluster_levels():
 def test_a_level_with_one_join_is_the_root():
     graph = lay_out(Shape.parse("per-cluster"), ["T0", "T1"], {"T0": "A", "T1": "B"}, CLUSTER_OF, NODES)
     # One cluster: its join is the root, not a join under a root of one child.
-    assert set(graph.predecessors(Join("root"))) == {Join("node-A"), Join("node-B")}
+    assert set(graph.predecessors(LayoutJoin("root"))) == {LayoutJoin("node-A"), LayoutJoin("node-B")}
     graph, _ = layout("per-node", 1)
-    assert joins(graph) == [Join("root")]
+    assert joins(graph) == [LayoutJoin("root")]
 
 
 @pytest.mark.parametrize("text", ["kary", "kary:1", "knomial:x", "star", "", "per_node"])

@@ -30,11 +30,12 @@ paths:
 
 
 @pytest.fixture
-def node(monkeypatch):
+def node(monkeypatch, closing):
+    """Node A of PATHMAP, in this process; closed at teardown."""
     from runs import ENV
 
     monkeypatch.syspath_prepend(ENV["PYTHONPATH"])
-    return NodeServer(Pathmap.loads(PATHMAP), "A")
+    return closing(NodeServer(Pathmap.loads(PATHMAP), "A"))
 
 
 def test_buffer_batches_moves_and_flushes_before_other_operations(node):

@@ -101,3 +101,26 @@ def double_items(result):
         return result
     start, items = result
     return start, [[2 * item[0], *item[1:]] for item in items]
+
+
+def hold_back(ctx):
+    """`rounds` allreduces over `tree`; then every member enters one more, but thread `late` only
+    after `hold` seconds: a round open for that long, waiting for one member."""
+    tree = ctx.args.get("tree", "count")
+    for _ in range(int(ctx.args.get("rounds", 5))):
+        ctx.allreduce(1, "sum", tree=tree, timeout=30)
+    if ctx.thread == ctx.args["late"]:
+        time.sleep(float(ctx.args.get("hold", 5)))
+    return ctx.allreduce(1, "sum", tree=tree, timeout=60)
+
+
+def outlier(ctx):
+    """`rounds` allreduces over `count`: thread `often` arrives `small` seconds late at every
+    round, thread `once` `big` seconds late at round `at` only."""
+    args = ctx.args
+    for r in range(int(args.get("rounds", 8))):
+        if ctx.thread == args["often"]:
+            time.sleep(float(args["small"]))
+        if ctx.thread == args["once"] and r == int(args["at"]):
+            time.sleep(float(args["big"]))
+        ctx.allreduce(1, "sum", tree="count", timeout=30)

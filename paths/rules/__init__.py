@@ -1,0 +1,20 @@
+"""The rules of a valid pathmap, checked on the typed model, so that generated pathmaps are checked too."""
+
+from __future__ import annotations
+
+from ..document import Key
+from . import instrument, nodes, paths, settings, stages, trees
+from .checker import Checker
+
+
+def check(pathmap) -> list[tuple[Key, str]]:
+    """Every rule `pathmap` (a paths.Pathmap) breaks, as (key path, "what is wrong; what to do"),
+    in pathmap order."""
+    checker = Checker(pathmap)
+    settings.check(checker)
+    nodes.check(checker)
+    stages.check(checker)
+    trees.check(checker)  # before the paths, which must not pass through a tree's stages
+    paths.check(checker)
+    instrument.check(checker)
+    return checker.problems

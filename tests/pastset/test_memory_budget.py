@@ -1,0 +1,124 @@
+"""The memory budget of a node server: what it holds is counted before it is allocated, a refusal
+changes nothing, and everything comes back when elements are deleted or replies are sent."""
+
+import pytest
+
+from harness import TRACE, eventually
+from pastset import LimitExceeded, Limits, TemplateMismatch, TupleServer, connect
+
+KIB = 1024
+# 256 KiB, of which elements may hold 192 KiB (a quarter is kept for replies).
+TIGHT = Limits(max_memory=256 * KIB, max_ring=64 * KIB, max_reply=48 * KIB)
+
+
+@pytest.fixture(params=["local", "remote"])
+def tight(request):
+    """(server with a 256 KiB budget, the same server in-process or through a client)."""
+    server = TupleServer("tight", limits=TIGHT)
+    if request.param == "local":
+        yield server, server
+    else:
+        with connect(server.serve("tcp://127.0.0.1:0")) as c:
+            yield server, c
+    server.close()
+
+
+def test_a_move_past_the_budget_is_refused_and_changes_nothing(tight):
+    server, space = tight
+    e = space.enter("hoard", ["int", "bytes"])
+    blob = bytes(30 * KIB)
+    moved = 0
+    with pytest.raises(LimitExceeded, match=r"Limits\.max_memory"):
+        while moved < 100:
+            e.move((moved, blob))
+            moved += 1
+    assert 5 <= moved < 9 and e.last() == moved and e.latest(1) == (moved - 1, [(moved - 1, blob)])
+    assert e.observe() == (0, blob)                        # consuming frees room for one more
+    assert e.move((moved, blob)) == moved
+    space.delete("hoard")
+    assert space.enter("next", ["bytes"]).move((blob,)) == 0
+
+
+def test_rings_are_counted_when_made_and_when_resized(tight):
+    server, space = tight
+    with pytest.raises(LimitExceeded, match=r"Limits\.max_ring"):
+        space.enter("wide", "=1000s", keep=100)          # 101 slots of 1000 bytes: over the ring limit
+    ring = space.enter("ring", "=1000s")
+    with pytest.raises(LimitExceeded, match=r"Limits\.max_ring"):
+        ring.delta(100_000)                                # would be a ring of 100,000 slots
+    assert ring.delta() is None and ring.move((b"x",)) == 0
+    assert ring.delta(50) == 50
+    rings = [space.enter(f"r{i}", "=1000s", keep=60) for i in range(2)]     # 61,000 bytes each
+    with pytest.raises(LimitExceeded, match=r"Limits\.max_memory"):
+        space.enter("r2", "=1000s", keep=60)
+    for i in range(2):
+        space.delete(f"r{i}")
+    assert len(rings) == 2 and space.enter("r2", "=1000s", keep=60).move((b"y",)) == 0
+
+
+def test_an_unbounded_ring_grows_only_within_the_budget(tight):
+    server, space = tight
+    e = space.enter("growing", "=1000s")
+    with pytest.raises(LimitExceeded, match=r"Limits\.max_memory"):
+        for i in range(1_000):
+            e.move((b"z",))
+    held = e.last()
+    assert held == 128 and e.latest(1)[0] == 127             # 64 then 128 slots of 1000 bytes; not 256
+
+
+def test_a_reply_past_the_reply_limit_is_refused_before_it_is_read():
+    server = TupleServer("tight", limits=TIGHT)
+    try:
+        with connect(server.serve("tcp://127.0.0.1:0")) as client:
+            e = client.enter("t", ["bytes"])
+            e.move((bytes(20 * KIB),))
+            assert client.latest_many([e, e]) == [(0, [(bytes(20 * KIB),)])] * 2
+            with pytest.raises(LimitExceeded, match=r"Limits\.max_reply"):
+                client.latest_many([e, e, e])
+            with pytest.raises(LimitExceeded, match=r"Limits\.max_reply"):
+                client.range_many([e, "t", e], [0, 0, 0], 10)
+            e.move((bytes(20 * KIB),))
+            e.move((bytes(20 * KIB),))
+            with pytest.raises(LimitExceeded, match=r"Limits\.max_reply"):
+                e.read_range(0, 3)
+            assert e.read_range(1, 3)[0] == 1 and e.latest(2)[0] == 1
+    finally:
+        server.close()
+
+
+def test_everything_comes_back_to_the_budget():
+    """After typed and binary elements, keep and delta, consuming reads, Linda takes, axes, slabs,
+    resizes and big replies, deleting every element leaves the budget as it found it."""
+    server = TupleServer("count", limits=Limits(max_memory=64 * 1024 * 1024))
+    assert server.budget.used == 0
+    try:
+        client = connect(server.serve("tcp://127.0.0.1:0"))
+        typed = client.enter("typed", ["int", "any"], keep=5)
+        queue = server.enter("queue", ["str"])
+        ring = client.enter("ring", TRACE, keep=8)
+        growing = server.enter("growing", TRACE)
+        big = client.enter("big", ["bytes"])
+        server.enter_rings([f"slab/{i}" for i in range(4)], TRACE, 16)
+        for i in range(300):
+            typed.move((i, {"k": [i] * (i % 7)}))
+            queue.move((str(i) * (i % 50),))
+            ring.move((1, 2, 3, 4, i, 6, 7, 8))
+            growing.move((1, 2, 3, 4, i, 6, 7, 8))
+        for _ in range(120):
+            queue.observe()
+        queue.find([(1, "str")], remove=True)              # a Linda take, out of order
+        queue.axe(200)
+        growing.delta(400)
+        big.move((bytes(3 * 1024 * 1024),))
+        assert client.latest_many([big, big])[0][0] == 0   # two megabyte replies, sent and reclaimed
+        assert client.element("big").latest(1)[0] == 0
+        with pytest.raises(TemplateMismatch):
+            server.enter("typed", ["int"])
+        assert server.budget.used > 0
+        client.close()
+        for info in server.elements():
+            server.delete(info.name)
+        assert eventually(lambda: server.budget.used == 0, timeout=5), f"{server.budget.used} bytes left"
+    finally:
+        server.close()
+
