@@ -342,15 +342,16 @@ class EventScope:
         the collector's node clock}, nodes that did not answer). A thread blocked in an observe
         or a collective shows here before any record of that operation exists. Nodes in `skip`
         (say, those the last pull found missing) are not asked."""
-        rows, missing = self._in_flight_rows(skip)
-        return {row[0]: row[1] for row in rows}, missing
+        marks, missing = self.in_flight_marks(skip)
+        return {cid: mark.t_start for cid, mark in marks.items()}, missing
 
     def in_flight_marks(self, skip=()) -> tuple[dict[int, Mark], set[str]]:
-        """As `in_flight`, for the collectors that mark what they are timing (MPI collectors):
+        """As `in_flight`, with what each collector marked it is timing (MPI collectors do):
         ({collector id: Mark(t_start, op, flags, element, arg, nbytes)}, nodes that did not
-        answer); the fields are the record's as known when the operation began."""
+        answer); the fields are the record's as known when the operation began, and op is 0
+        (the other fields too) for a collector that leaves no mark."""
         rows, missing = self._in_flight_rows(skip)
-        return {row[0]: Mark(*row[1:7]) for row in rows if len(row) == 7}, missing
+        return {row[0]: Mark(*row[1:7]) if len(row) == 7 else Mark(row[1], 0, 0, 0, 0, 0) for row in rows}, missing
 
     def _in_flight_rows(self, skip=()) -> tuple[list[list[int]], set[str]]:
         nodes = sorted({e.node for e in self.entries} - set(skip))

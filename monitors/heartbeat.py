@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from eventspace.scope import EventScope
 
+from .waits import WaitFor
+
 # Thread statuses, as reported.
 ALIVE = "alive"        # its newest event moved since the last beat
 STALLED = "stalled"    # no progress, and not inside any communication operation: stuck in its own code
@@ -31,14 +33,16 @@ class ThreadBeat:
     status: str
     last_t_end: int
     still_for: float
-    waiting_in: str = ""     # for WAITING: the operation it is blocked in, e.g. "observe down0_5"
+    waiting_in: str = ""     # for WAITING: the operation it is blocked in, e.g. "observe down0_5",
+                             # "Recv from r3 tag 7 on comm 0" (an MPI rank)
 
 
 @dataclass
 class HeartbeatReport:
     """One beat: every thread of the view, the nodes that are gone and those that did not answer
     (but keep their connection), those not asked because a join above them did not answer
-    (`unreached`), and the pull's figures."""
+    (`unreached`), the pull's figures, and on an MPI run a deadlock, if ranks wait on each other
+    with none releasable (`deadlock`: one line per rank, `r0 waits Recv from r1 tag 0 on comm 0`)."""
 
     at: float
     threads: list[ThreadBeat]
@@ -46,6 +50,7 @@ class HeartbeatReport:
     pull_seconds: float = 0.0
     not_answering: set[str] = field(default_factory=set)
     unreached: set[str] = field(default_factory=set)
+    deadlock: list[str] = field(default_factory=list)
 
     def by_status(self, status: str) -> list[str]:
         return [b.thread for b in self.threads if b.status == status]
@@ -58,7 +63,7 @@ class HeartbeatReport:
     def as_dict(self) -> dict:
         return {"at": self.at, "gone": sorted(self.gone), "not_answering": sorted(self.not_answering),
                 "unreached": sorted(self.unreached), "pull_seconds": self.pull_seconds,
-                "threads": [b.__dict__ for b in self.threads]}
+                "deadlock": list(self.deadlock), "threads": [b.__dict__ for b in self.threads]}
 
 
 class Heartbeat:
@@ -76,6 +81,12 @@ class Heartbeat:
     do not answer in time (paused, swapping, busy), NOT_ANSWERING. A thread is only ever ALIVE
     (or any status that says what it does) on the strength of a record that reached this beat:
     without one it is GONE, NOT_ANSWERING, QUIET or UNSEEN.
+
+    On an MPI run, a rank's collectors mark the call they time, so a WAITING rank says what it waits
+    in and on whom (`Allreduce on comm 0, round 41, waiting for r5`), and ranks that wait on each
+    other with none releasable are reported as a deadlock (monitors.waits): once MPI marks were
+    seen, marks are read at every beat, and a deadlock is reported when its waits are the same at
+    two beats running, so within three intervals of its start.
     """
 
     def __init__(self, run, view: str = "role:source | role:contribute | role:stage", *, tree: str = "per-node",
@@ -83,6 +94,7 @@ class Heartbeat:
         self.scope = EventScope(run, view, mode="latest", tree=tree, placement=placement,
                                 stages=["reduce:max_t_end@thread"], timeout=timeout, name="heartbeat")
         catalogue = self.scope.catalogue
+        self.waits = WaitFor(run, catalogue, timeout)
         order = [t.name for t in catalogue.pathmap.threads]
         self.threads = sorted({e.thread for e in self.scope.entries if e.thread}, key=order.index)
         self.node_of = {t.name: t.node for t in catalogue.pathmap.threads}
@@ -111,14 +123,19 @@ class Heartbeat:
             elif thread in self._moved_at:
                 still.append(thread)
         blocked: dict[str, str] = {}
-        if still:
-            in_flight, late = self.scope.in_flight(skip=missing)
+        deadlock = None
+        # Marks are read where a thread may be blocked: one without progress, or without any record
+        # yet (blocked in its first call); on an MPI run at every beat, so a deadlock is confirmed.
+        if still or self.waits.active or len(seen) < len(self.threads):
+            marks, late = self.scope.in_flight_marks(skip=missing)
             missing |= late
             gone |= self.scope.gone(late)
-            for cid in sorted(in_flight, key=in_flight.get):
+            for cid in sorted(marks, key=lambda c: marks[c].t_start):
                 entry = catalogue[cid]
                 if entry.thread is not None and entry.thread not in blocked:
                     blocked[entry.thread] = entry.describe()
+            mpi, deadlock = self.waits.look(marks, missing)
+            blocked.update({f"r{rank}": wait.text for rank, wait in mpi.items()})
         # A thread stopped outside communication is the one others wait on, unless nobody waits or
         # moves at all: then the application as a whole is quiet, and no thread is to blame.
         seen = [t for t in seen if self.node_of[t] not in missing]
@@ -147,9 +164,10 @@ class Heartbeat:
                 beats.append(ThreadBeat(thread, node, ALIVE, self._last[thread], 0.0))
         self._suspects = suspects
         return HeartbeatReport(time.time(), beats, gone, pulled.seconds, not_answering=missing - gone,
-                               unreached=pulled.unreached - missing)
+                               unreached=pulled.unreached - missing, deadlock=deadlock.lines if deadlock else [])
 
     def close(self) -> None:
+        self.waits.close()
         self.scope.close()
 
     def __enter__(self):

@@ -24,10 +24,13 @@ def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:
     for beat in report.threads:
         table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
                       f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
-    lost = _lost_nodes(report)
-    if lost:
-        table.caption = lost
+    table.caption = "; ".join(filter(None, (_lost_nodes(report), deadlock_line(report)))) or None
     return table
+
+
+def deadlock_line(report: HeartbeatReport) -> str:
+    """`deadlock: r0 waits Recv from r1 tag 0 on comm 0; r1 waits ...`, or "" without one."""
+    return "deadlock: " + "; ".join(report.deadlock) if report.deadlock else ""
 
 
 def _lost_nodes(report: HeartbeatReport) -> str:
@@ -53,16 +56,19 @@ def heartbeat_summary(report: HeartbeatReport, clock: str) -> Group:
     lost = _lost_nodes(report)
     if lost:
         line.append(f"; {lost}", style=STATUS_STYLE[GONE])
+    shown = [line]
+    if report.deadlock:
+        shown.append(Text(deadlock_line(report), style="bold red"))
     others = [b for b in report.threads if b.status != ALIVE]
     if not others:
-        return Group(line)
+        return Group(*shown)
     table = Table(box=None, padding=(0, 2), show_header=True)
     for column in ("thread", "node", "status", "still (s)", "waiting in"):
         table.add_column(column, justify="right" if column == "still (s)" else "left")
     for beat in others:
         table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
                       f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
-    return Group(line, table)
+    return Group(*shown, table)
 
 
 def heartbeat_grid(report: HeartbeatReport) -> Table:

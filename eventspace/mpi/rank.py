@@ -33,6 +33,16 @@ def say(text: str) -> None:
     print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
 
 
+def hold_no_lock(mpi, comm) -> None:
+    """Make now (collective over `comm`) the duplicate that mpi4py's pickle-form reductions
+    (allreduce, reduce, scan, exscan) make on their first call: it does so holding Python's GIL,
+    so a rank waiting there for a late member would starve its own node server, and a monitor
+    would see the rank as not answering instead of waiting."""
+    make = getattr(mpi, "_commctx_intra", None)
+    if make is not None:
+        make(comm)
+
+
 class Refused(Exception):
     """The run cannot start as asked (a taken name, a bad topology, an archive that exists...):
     rank 0 says why in one line and every rank exits with status 2."""
@@ -93,6 +103,7 @@ class Rank:
         self.node.link(self.endpoints)
         if self.rank == 0:
             self._register({node_name(r): pid for r, pid in enumerate(pids)})
+        hold_no_lock(mpi, world)
         self.private.Barrier()   # registered and serving everywhere before the program's first call
 
     # -- starting ------------------------------------------------------------------------------
@@ -199,6 +210,7 @@ class Rank:
         cid = mpi.Comm.bcast(comm, cid, 0)
         if cid is None:
             return comm
+        hold_no_lock(mpi, comm)
         traced = interpose.traced_instance(comm, base)
         self.trace(traced, cid, members)
         return traced

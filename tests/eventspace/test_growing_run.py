@@ -62,7 +62,7 @@ def test_a_scope_reads_what_blocked_operations_wait_for(node):
         starts, missing = scope.in_flight()
         marks, _ = scope.in_flight_marks()
     assert starts == {cid: 123, other: 456} and not missing
-    assert marks == {cid: Mark(123, e.RECV, e.PICKLED, 1, 7, 0)}
+    assert marks == {cid: Mark(123, e.RECV, e.PICKLED, 1, 7, 0), other: Mark(456, 0, 0, 0, 0, 0)}
     space.inflight[cid] = space.inflight[other] = 0
 
 
