@@ -93,6 +93,10 @@ class ColOpMon:
     clocks synchronised, and analyses the rounds every member has finished. Rounds are numbered by
     the collectors themselves (a contribute record's `arg` is the member's round; an arrival's is
     the join's arrival count, so round = arg // fan-in).
+
+    On an MPI run each communicator C is tree `commC`, its members the ranks, and a round is one
+    collective call on C (any op: rounds count every collective of the communicator); its
+    contribute points are the only collectors, so the report has no joins.
     """
 
     def __init__(self, run, tree: str | None = None, *, scope_tree: str = "per-node", placement: str = "near",
@@ -140,14 +144,16 @@ class ColOpMon:
         return len(records)
 
     def _open_round(self, missing: set[str]) -> OpenRound | None:
-        """The lowest round a member is inside now, from the collectors timing a contribution."""
-        in_flight, _ = self.scope.in_flight(skip=missing)
+        """The lowest round a member is inside now, from the collectors timing a contribution: the
+        round its mark says (an MPI collector marks the round it is in, as `arg`), else the one
+        after the last it finished."""
+        in_flight, _ = self.scope.in_flight_marks(skip=missing)
         inside = {}   # member -> (round it is in, since when: ns on the monitor's clock)
-        for cid, t0 in in_flight.items():
+        for cid, mark in in_flight.items():
             entry = self._contribute.get(cid)
             if entry is not None:
-                since = t0 - self.scope.clock_offsets.get(entry.node, 0)
-                inside[entry.thread] = (self._done.get(entry.thread, -1) + 1, since)
+                since = mark.t_start - self.scope.clock_offsets.get(entry.node, 0)
+                inside[entry.thread] = (mark.arg if mark.op else self._done.get(entry.thread, -1) + 1, since)
         if not inside:
             return None
         current = min(r for r, _ in inside.values())

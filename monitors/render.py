@@ -103,7 +103,7 @@ def colop_tables(report: ColOpReport) -> Group:
     for j in report.joins:
         joins.add_row(j.stage, j.node, str(j.fan_in), str(j.rounds), f"{j.total_median_us:,.0f}",
                       f"{j.imbalance_median_us:,.0f}", f"{j.up_median_us:,.0f}")
-    return Group(ops, joins)
+    return Group(ops, joins) if report.joins else Group(ops)   # an MPI communicator's tree has no joins
 
 
 def worst_round(o) -> str:

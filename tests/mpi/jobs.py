@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from paths import RunError, RunFile
 
 PROGRAMS = Path(__file__).parent / "programs"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -56,3 +60,36 @@ def plain(ranks: int, program: str, *args, cwd, timeout: float = 120, **kwargs) 
 def ours(lines: str) -> list[str]:
     """The lines eventspace.mpi printed."""
     return [line for line in lines.splitlines() if line.startswith("eventspace.mpi:")]
+
+
+def start(tmp_path, ranks: int, name: str, program: str, *args) -> subprocess.Popen:
+    """`eventspace mpirun -n RANKS --name NAME PROGRAM ARGS`, left running (end it with `stop`)."""
+    return subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", str(ranks), "--name", name,
+                             str(PROGRAMS / program), *map(str, args)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def until_live(name: str, job: subprocess.Popen, timeout: float = 60.0) -> RunFile:
+    """The run file of run `name` once every rank serves (AssertionError if `job` ends first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert job.poll() is None, job.communicate()
+        try:
+            return RunFile.find(name).check_live()
+        except RunError:
+            time.sleep(0.1)
+    raise AssertionError(f"run {name} did not come up within {timeout} s")
+
+
+def stop(job: subprocess.Popen) -> None:
+    """End `job` (all of it) if it still runs."""
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGKILL)
+    job.communicate()
+
+
+def monitor(*args, cwd) -> list[dict]:
+    """`eventspace monitor ARGS --json`: one object per interval."""
+    result = run([sys.executable, "-m", "eventspace.cli", "monitor", *map(str, args), "--json"], cwd, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]

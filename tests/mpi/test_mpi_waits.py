@@ -2,52 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 
-from jobs import PROGRAMS, requires_mpi, run
-from paths import RunError, RunFile
-from paths.runfile import run_dir
+from jobs import monitor, requires_mpi, start, stop, until_live
 
 pytestmark = requires_mpi
 
 INTERVAL = 0.5
 
 
-def start(tmp_path, ranks, name, *args):
-    return subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", str(ranks), "--name", name,
-                             str(PROGRAMS / "waits.py"), *map(str, args)], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def until_live(name, job, timeout=60.0) -> RunFile:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert job.poll() is None, job.communicate()
-        try:
-            return RunFile.find(name).check_live()
-        except RunError:
-            time.sleep(0.1)
-    raise AssertionError(f"run {name} did not come up within {timeout} s")
-
-
-def stop(job) -> None:
-    if job.poll() is None:
-        os.killpg(job.pid, signal.SIGKILL)
-    job.communicate()
-
-
 def beats(name, tmp_path, count):
     """`count` beats of `eventspace monitor heartbeat --json` on run `name`."""
-    result = run([sys.executable, "-m", "eventspace.cli", "monitor", "heartbeat", "--run", name, "--json",
-                  "--interval", str(INTERVAL), "--duration", str(INTERVAL * count - INTERVAL / 2)], tmp_path,
-                 timeout=60)
-    assert result.returncode == 0, result.stderr
-    return [json.loads(line) for line in result.stdout.splitlines()]
+    return monitor("heartbeat", "--run", name, "--interval", INTERVAL, "--duration", INTERVAL * count - INTERVAL / 2,
+                   cwd=tmp_path)
 
 
 def waiting_in(beat) -> dict[str, str]:
@@ -55,7 +22,7 @@ def waiting_in(beat) -> dict[str, str]:
 
 
 def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(tmp_path):
-    job = start(tmp_path, 2, "dead-p2p", "p2p")
+    job = start(tmp_path, 2, "dead-p2p", "waits.py", "p2p")
     try:
         until_live("dead-p2p", job)
         time.sleep(0.5)   # past the Barrier: both ranks are in their receive
@@ -70,7 +37,7 @@ def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(t
 
 
 def test_a_collective_waiting_on_a_rank_that_waits_on_it_is_a_deadlock(tmp_path):
-    job = start(tmp_path, 3, "dead-coll", "collective")
+    job = start(tmp_path, 3, "dead-coll", "waits.py", "collective")
     try:
         until_live("dead-coll", job)
         time.sleep(0.5)
@@ -86,7 +53,7 @@ def test_a_collective_waiting_on_a_rank_that_waits_on_it_is_a_deadlock(tmp_path)
 
 def test_a_late_rank_is_named_and_is_no_deadlock(tmp_path):
     release = tmp_path / "release"
-    job = start(tmp_path, 3, "late", "late", release)
+    job = start(tmp_path, 3, "late", "waits.py", "late", release)
     try:
         until_live("late", job)
         time.sleep(0.5)
