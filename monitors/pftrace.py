@@ -18,7 +18,7 @@ from eventspace import trace
 from eventspace.catalogue import Catalogue
 from eventspace.clock import WallClock
 
-from .slices import READ, collector_args, flows_by_record, record_args, slice_name, tuple_flows
+from .slices import READ, collector_args, flows, flows_by_record, record_args, slice_name
 from .tracks import Layout, layout
 
 SEQUENCE = 1          # trusted_packet_sequence_id: one writer, one sequence of packets
@@ -41,7 +41,8 @@ _END, _BEGIN, _INSTANT, _READ = 0, 1, 2, 3
 @dataclass(frozen=True)
 class PftraceSummary:
     """What `write_pftrace` wrote: `slices` (one per record), `tracks` (thread, element, tree and
-    overflow tracks), `processes` (one per node), `flows` (move -> observe arrows), `nbytes` (the
+    overflow tracks), `processes` (one per node), `flows` (move -> observe
+    and MPI send -> receive arrows), `nbytes` (the
     file's size in bytes)."""
 
     path: Path
@@ -62,8 +63,9 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
     (SLICE_BEGIN and SLICE_END; an INSTANT if it took no time) named by its op (`move [error]`
     for an ERROR record), with the JSON trace's args as debug annotations: collector, role, tree,
     element, path, then index, arg or summary_of, nbytes, error. Each move starts a flow
-    (`flow_ids`: 1, 2, ... as in the JSON trace) to every observe that read its tuple; the flow
-    ends (`terminating_flow_ids`) on a `read` instant where the observe returned, not at its start.
+    (`flow_ids`: 1, 2, ... as in the JSON trace) to every observe that read its tuple, and each
+    MPI send one to the receive that got its message; the flow ends (`terminating_flow_ids`) on a
+    `read` instant where the observe (receive) returned, not at its start.
 
     Timestamps are the records' nanoseconds on CLOCK_MONOTONIC (the monitor's clock, declared
     the trace's primary clock); the clock snapshot at the first timestamp adds CLOCK_REALTIME if
@@ -82,7 +84,7 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
     starts = records["t_start"].astype(np.int64)
     ends = np.maximum(records["t_end"].astype(np.int64), starts)
     lay = layout(records, catalogue, starts, ends)
-    pairs = tuple_flows(records, catalogue)
+    pairs = flows(records, catalogue)
     t0 = int(starts.min()) if len(records) else 0
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -159,6 +159,7 @@ class Monitor:
         except Exception as exc:  # a rank that cannot start must not leave the others waiting
             say(f"rank {mpi.COMM_WORLD.Get_rank()} could not start monitoring: {type(exc).__name__}: {exc}")
             mpi.COMM_WORLD.Abort(2)
+            raise SystemExit(2) from None   # Abort may return before the launcher ends this process
         world = interpose.traced_instance(mpi.COMM_WORLD, mpi.Intracomm)
         rank.trace(world, 0, range(rank.size))
         interpose.install(world, rank.adopt, rank.finish)

@@ -103,8 +103,8 @@ class Rank:
         self.node.link(self.endpoints)
         if self.rank == 0:
             self._register({node_name(r): pid for r, pid in enumerate(pids)})
-        hold_no_lock(mpi, world)
         self.private.Barrier()   # registered and serving everywhere before the program's first call
+        hold_no_lock(mpi, world)   # after the Barrier: no rank still needs another's node server
 
     # -- starting ------------------------------------------------------------------------------
 
