@@ -134,3 +134,39 @@ def events_table(records, catalogue, most: int = 20) -> Table:
                       event["element"] or event["tree"] or "-", str(event["arg"]), str(event["nbytes"]),
                       f"{(event['t_end'] - event['t_start']) / 1e3:.1f}")
     return table
+
+
+HOP_STYLE = {"same host": "green", "same cluster": "yellow", "across clusters": "red"}
+
+
+def matrix_tables(matrix, most: int = 16) -> Group:
+    """Traffic by hop class (messages, bytes, share), bytes sent per host by hop class, and, for
+    at most `most` ranks, the rank-by-rank matrix (bytes, messages; coloured by hop class)."""
+    from .matrix import HOPS
+
+    total = int(matrix.nbytes.sum())
+    hops = Table(title=f"point-to-point traffic between {matrix.ranks} ranks", title_justify="left")
+    for column in ("hop class", "messages", "bytes", "share of bytes"):
+        hops.add_column(column, justify="left" if column == "hop class" else "right")
+    for hop, messages, nbytes in matrix.by_hop():
+        hops.add_row(Text(hop, style=HOP_STYLE[hop]), f"{messages:,}", f"{nbytes:,}",
+                     f"{nbytes / total:.0%}" if total else "")
+    hops.add_row("total", f"{int(matrix.messages.sum()):,}", f"{total:,}", "", style="bold")
+    hosts = Table(title="bytes sent per host", title_justify="left")
+    hosts.add_column("host")
+    for hop in HOPS:
+        hosts.add_column(Text(hop, style=HOP_STYLE[hop]), justify="right")
+    for host, row in matrix.per_host().items():
+        hosts.add_row(host, *(f"{b:,}" for b in row))
+    if matrix.ranks > most:
+        return Group(hops, hosts, Text(f"({matrix.ranks} ranks: the rank-by-rank matrix is in --json)", style="dim"))
+    grid = Table(title="bytes (messages) from rank (row) to rank (column)", title_justify="left")
+    grid.add_column("from \\ to")
+    for d in range(matrix.ranks):
+        grid.add_column(f"r{d}", justify="right")
+    classes = matrix.hop_classes()
+    for s in range(matrix.ranks):
+        grid.add_row(f"r{s}", *(Text(f"{int(matrix.nbytes[s, d]):,} ({int(matrix.messages[s, d]):,})",
+                                     style=HOP_STYLE[HOPS[classes[s, d]]]) if matrix.messages[s, d] else Text("·", style="dim")
+                                for d in range(matrix.ranks)))
+    return Group(hops, hosts, grid)

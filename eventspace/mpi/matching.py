@@ -29,7 +29,7 @@ def message_pairs(records: np.ndarray, catalogue) -> list[tuple[int, int]]:
     messages); where one end's first records were discarded before they were read, that
     channel's pairs are off. Sends beyond a channel's last receive stay unmatched.
     """
-    sends, receives = _ends(records, catalogue)
+    sends, receives = message_ends(records, catalogue)
     by_channel: dict[tuple, list[int]] = {}
     for position, channel in sends:
         by_channel.setdefault(channel, []).append(position)
@@ -48,9 +48,10 @@ def message_pairs(records: np.ndarray, catalogue) -> list[tuple[int, int]]:
     return pairs
 
 
-def _ends(records: np.ndarray, catalogue) -> tuple[list, list]:
-    """([(position, channel)] of sending ends, the same of receiving ends); a channel is
-    (communicator, source world rank, destination world rank, tag)."""
+def message_ends(records: np.ndarray, catalogue) -> tuple[list, list]:
+    """([(position, channel)] of the records that are a message's sending end, the same of its
+    receiving ends (see `message_pairs`), in order of position; a channel is (communicator,
+    source world rank, destination world rank, tag)."""
     entries = catalogue.entries
     # Per collector id (0 stands for one the catalogue does not know): its rank and communicator (-1: none).
     rank_of = np.full(len(entries) + 1, -1, dtype=np.int64)
