@@ -156,20 +156,23 @@ def job(ranks: int, monitored: bool, args, name: str, with_getevent: bool = Fals
             kernel_args += ["--wait", str(wait)]
         program = ([sys.executable, "-m", "eventspace.mpi", "--name", name] if monitored else [sys.executable])
         cmd = [str(MPIEXEC), "-n", str(ranks), *program, str(HERE), *kernel_args]
+        env = os.environ | {"EVENTSPACE_RUN_DIR": str(Path(tmp) / "runs")}   # the run's name is its own
         proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         monitor = None
         try:
             if with_getevent:
-                run_file = Path(tmp) / ".eventspace" / "runs" / f"{name}.json"
+                run_file = Path(tmp) / "runs" / f"{name}.json"
+                deadline = time.monotonic() + 120
                 while not run_file.exists():
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"{' '.join(cmd)} ended: {proc.communicate()[1]}")
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"{' '.join(cmd)}: no run file {run_file} "
+                                           f"({'ended' if proc.poll() is not None else 'after 120 s'})")
                     time.sleep(0.1)
                 monitor = subprocess.Popen(
                     [sys.executable, "-m", "eventspace.cli", "monitor", "getevent", "--run", name, "--interval", "0",
                      "--out", str(Path(tmp) / "events.sqlite")], cwd=tmp, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+                    stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
                 time.sleep(3)   # attached and pulling (its first pulls read the start-up backlog)
                 wait.touch()
             out, err = proc.communicate(timeout=900)
