@@ -2,6 +2,7 @@
 
 from eventspace.archive import (  # noqa: F401
     FORMAT,
+    PULLS_DTYPE,
     RESERVED,
     VERSION,
     Archive,
@@ -9,4 +10,5 @@ from eventspace.archive import (  # noqa: F401
     ArchivedPathmap,
     ArchiveError,
     ArchiveInfo,
+    PullFigures,
 )
