@@ -1,3 +1,3 @@
 """Never touches MPI."""
 
-print("no MPI here", sum(range(10)))
+print(f"no MPI here {sum(range(10))}")   # one write: mpiexec sets PYTHONUNBUFFERED, ranks share stdout

@@ -21,4 +21,4 @@ if r == 2:
     while not os.path.exists(sys.argv[1]):
         time.sleep(0.05)
 comm.Barrier()
-print(r, "done", flush=True)
+print(f"{r} done", flush=True)   # one write: mpiexec sets PYTHONUNBUFFERED, ranks share stdout

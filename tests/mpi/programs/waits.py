@@ -28,4 +28,4 @@ elif mode == "late":
         while not os.path.exists(sys.argv[2]):
             time.sleep(0.05)
     comm.allreduce(r)
-print(r, "done", flush=True)
+print(f"{r} done", flush=True)   # one write: mpiexec sets PYTHONUNBUFFERED, ranks share stdout
