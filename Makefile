@@ -11,7 +11,7 @@ $(BIN)/python:
 
 # Rebuilt when the compiled collector's source changes (the editable install builds it in place).
 $(VENV)/.installed: pyproject.toml eventspace/_collector.c | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(BIN)/pip install -q -e '.[test,mpi]' --config-settings editable_mode=compat
 	touch $@
 
 demo: $(VENV)/.installed

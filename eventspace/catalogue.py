@@ -67,7 +67,8 @@ class Catalogue:
     location. `entries` are the collectors. `system` holds one entry more per node, in the
     pathmap's order, numbered after every collector (so that collector ids do not depend on them):
     the node's system summary element (role `system`, eventspace.system), which only views that
-    name it select (`role:system`). `threads` are the pathmap's threads as (name, node), in order
+    name it select (`role:system`); none where the instrument section says `system: false` (an
+    MPI run's pathmap does: it appends collectors as the run goes on). `threads` are the pathmap's threads as (name, node), in order
     (a system record's `element` is 1 + an index into it); `trees` the TreeLayout of each tree
     that has collectors. Look an entry up by id (`catalogue[i]`, `column`, `label`: both kinds) or
     by its trace element's name (`by_trace`), never by taking the name apart.
@@ -105,7 +106,7 @@ class Catalogue:
         self.system: tuple[Entry, ...] = tuple(
             Entry(len(entries) + i, SYSTEM_ROLE, "sampler", n.name, n.cluster, None, None, None, None, 0,
                   trace.SYSTEM, f"{TRACE_PREFIX}{len(entries) + i}", n.name)
-            for i, n in enumerate(pm.nodes, 1))
+            for i, n in enumerate(pm.nodes if pm.instrument.system else (), 1))
         self.threads: tuple[tuple[str, str], ...] = tuple((t.name, t.node) for t in pm.threads)
         self.trees: dict[str, TreeLayout] = {
             tree: TreeLayout(tuple(pm.tree(tree).members), {e.stage: pm.fan_in(tree, e.stage) for e in entries

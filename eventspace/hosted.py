@@ -1,7 +1,7 @@
 """The names of the calls every node's event space hosts (see `pastset.TupleServer.host`), in one place."""
 
 CLOCK = "eventspace.clock"              # () -> this node's clock, ns
-INFLIGHT = "eventspace.inflight"        # () -> [[collector id, start ns], ...] of operations under way
+INFLIGHT = "eventspace.inflight"        # () -> [[collector id, start ns, *mark], ...] of operations under way
 INSTALL = "eventspace.scope.install"    # (join spec, lease s) -> None: place a scope join here
 PULL = "eventspace.scope.pull"          # (key) -> a placed join's Pulled, as wire data
 REMOVE = "eventspace.scope.remove"      # (key) -> its stream cursors: the join is gone

@@ -21,6 +21,7 @@ from .catalogue import Catalogue
 from .gather import MODES, GatherJoin, JoinSpec, Pulled
 from .hosted import CURSORS, INFLIGHT, INSTALL, PULL, REMOVE, RENEW
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
+from .space import Mark
 from .stages import ScopeStage, check_tree
 from .view import View
 
@@ -348,19 +349,31 @@ class EventScope:
         the collector's node clock}, nodes that did not answer). A thread blocked in an observe
         or a collective shows here before any record of that operation exists. Nodes in `skip`
         (say, those the last pull found missing) are not asked."""
+        marks, missing = self.in_flight_marks(skip)
+        return {cid: mark.t_start for cid, mark in marks.items()}, missing
+
+    def in_flight_marks(self, skip=()) -> tuple[dict[int, Mark], set[str]]:
+        """As `in_flight`, with what each collector marked it is timing (MPI collectors do):
+        ({collector id: Mark(t_start, op, flags, element, arg, nbytes)}, nodes that did not
+        answer); the fields are the record's as known when the operation began, and op is 0
+        (the other fields too) for a collector that leaves no mark."""
+        rows, missing = self._in_flight_rows(skip)
+        return {row[0]: Mark(*row[1:7]) if len(row) == 7 else Mark(row[1], 0, 0, 0, 0, 0) for row in rows}, missing
+
+    def _in_flight_rows(self, skip=()) -> tuple[list[list[int]], set[str]]:
         nodes = sorted({e.node for e in self.entries} - set(skip))
         with self._mutex:
             asking = self._fanout.round(self.timeout)
             replies = [asking.call(node, INFLIGHT) for node in nodes]
             missing = asking.wait()
         mine = {e.id for e in self.entries}
-        found = {}
+        rows = []
         for reply in replies:
             if reply.ok and isinstance(reply.value, list):
-                found.update((cid, t0) for cid, t0 in reply.value if cid in mine)
+                rows.extend(row for row in reply.value if row[0] in mine)
             elif reply.answered:
                 missing.add(reply.node)
-        return found, missing
+        return rows, missing
 
     # -- reshaping -------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from array import array
+from typing import NamedTuple
 
 from pastset import Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
 from pastset import Fanout
@@ -20,6 +21,19 @@ CONTROL_TEMPLATE = ["str", "any"]
 MAX_JOINS = 10_000                      # scope joins one node server holds at once
 _SWEEP_EVERY = 0.25                     # seconds between looks for scope joins whose lease ended
 SINGLE_THREAD_ROLES = frozenset({"source", "contribute"})  # collectors only their thread calls
+
+
+class Mark(NamedTuple):
+    """What a collector that marks its operations is timing right now: the start (ns, node clock)
+    and the trace record's fields as known when the operation began (eventspace.mpi.encoding
+    says what they mean for an MPI call)."""
+
+    t_start: int
+    op: int
+    flags: int
+    element: int
+    arg: int
+    nbytes: int
 
 
 class NodeSpace:
@@ -64,6 +78,12 @@ class NodeSpace:
         self.switches = bytearray(b"\x01") * ids
         self.inflight = array("q", bytes(8 * ids))
         self._enrolled: set[int] = set()   # ids of the collectors built on this node
+        # Collectors that mark their operations (MPI calls: the peer and tag a receive waits for)
+        # store a whole Mark, or 0 when none, in `marks` instead, and read their switch from a
+        # one-item list (`flag`). Both grow when a run adopts a longer pathmap (an MPI run does, per
+        # communicator), which the fixed-size tables above, read by compiled collectors, cannot.
+        self.marks: list[int | tuple] = [0] * ids
+        self._flags: dict[int, list[bool]] = {}
         self.control = node.server.enter(CONTROL, CONTROL_TEMPLATE)
         self._closing = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name=f"eventspace-control-{node.name}", daemon=True)
@@ -100,22 +120,55 @@ class NodeSpace:
         return lambda *record: handle.move(record)
 
     def in_flight(self) -> list[list[int]]:
-        """[collector id, start ns] of every collected operation under way on this node now."""
-        return [[cid, t0] for cid, t0 in enumerate(self.inflight) if t0]
+        """[collector id, start ns] of every collected operation under way on this node now,
+        followed by its mark's other five fields (see Mark) for a collector that left one."""
+        rows = [[cid, t0] for cid, t0 in enumerate(self.inflight) if t0]
+        rows += [[cid, *mark] for cid, mark in enumerate(self.marks) if mark]
+        return rows
+
+    def adopt(self, pathmap) -> None:
+        """Take the run's pathmap after it grew while the run goes on (an MPI run declares each
+        communicator this way): its catalogue, a trace element for each new collector whose
+        traces live here, room for their marks. The pathmap must only append
+        collectors (ValueError otherwise): ids that monitors already use keep their meaning."""
+        catalogue = Catalogue(pathmap)
+        old = self.catalogue.entries
+        if catalogue.entries[:len(old)] != old:
+            raise ValueError(f"pathmap {pathmap.name} changes collectors of the running one; "
+                             "a growing run may only append collectors")
+        mine = [e.trace for e in catalogue.on_node(self.node.name) if e.id > len(old)]
+        if mine:
+            self.node.server.enter_rings(mine, trace.FORMAT, pathmap.instrument.keep)
+        grow = len(catalogue) + 1 - len(self.marks)
+        if grow > 0:  # in place: collectors hold the list
+            self.marks.extend([0] * grow)
+        self.node.pathmap = pathmap
+        self.catalogue = catalogue
 
     def enrol(self, cid: int) -> None:
         """Collector `cid` runs on this node: `set` switches it (its switch is `switches[cid]`)."""
         self._enrolled.add(cid)
 
+    def flag(self, cid: int) -> list[bool]:
+        """Enrol collector `cid` as one that reads its switch from the one-item list returned
+        ([True] collects, [False] forwards) and stores its marks in `marks`: an MPI collector."""
+        self._enrolled.add(cid)
+        return self._flags.setdefault(cid, [True])
+
     def switch(self, cid: int) -> bool:
         """Whether collector `cid` collects (True) or only forwards (False)."""
-        return bool(self.switches[cid])
+        flag = self._flags.get(cid)
+        return flag[0] if flag is not None else bool(self.switches[cid])
 
     def set(self, on: bool, cids=None) -> int:
         """Switch the given collectors of this node (all of them for None); how many were switched."""
         chosen = self._enrolled if cids is None else [c for c in cids if c in self._enrolled]
         for cid in chosen:
-            self.switches[cid] = on
+            flag = self._flags.get(cid)
+            if flag is not None:
+                flag[0] = on
+            else:
+                self.switches[cid] = on
         return len(chosen)
 
     # -- scope joins placed on this node -------------------------------------------------------

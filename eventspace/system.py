@@ -154,6 +154,8 @@ class SystemSampler:
 
 def register(node) -> None:
     """Entry point (eventspace.node_services): every node server samples itself from its start."""
+    if not node.pathmap.instrument.system:   # `instrument: {system: false}`
+        return
     interval = os.environ.get(INTERVAL_ENV)
     node.services[SystemSampler.KEY] = SystemSampler(node, float(interval) if interval else INTERVAL)
 

@@ -8,6 +8,8 @@ import numpy as np
 
 from paths import operation as op
 
+from .mpi import encoding as mpi
+
 # op (u16), flags (u16), collector (u32), element (u32), arg (u32), nbytes (u32), t_start, t_end (u64 ns)
 FORMAT = "=HHIIIIQQ"
 RECORD = struct.Struct(FORMAT)
@@ -37,8 +39,9 @@ METRICS = {
     69: "msgs_in", 70: "bytes_in", 71: "msgs_out", 72: "bytes_out",
 }
 
-# Operation codes are PATHS's (paths.operation): one name space for paths and traces.
-OP_NAMES = dict(op.NAMES) | METRICS
+# Operation codes are PATHS's (paths.operation), system metrics' (64-72) and, from 0x0100, MPI calls'
+# (eventspace.mpi.encoding): one name space for paths, MPI programs and traces.
+OP_NAMES = dict(op.NAMES) | METRICS | mpi.NAMES
 OP_CODES = {name: code for code, name in OP_NAMES.items()}
 assert len(OP_CODES) == len(OP_NAMES), "a metric code names a PATHS operation too"
 

@@ -1,4 +1,4 @@
-"""The monitors' subcommands of `eventspace`: monitor heartbeat|getevent|colop|classes, dashboard, replay, demo, archive."""
+"""The monitors' subcommands of `eventspace`: monitor heartbeat|getevent|colop|classes|matrix, dashboard, replay, demo, archive."""
 
 from __future__ import annotations
 
@@ -48,6 +48,11 @@ def register(subparsers) -> None:
     cl.add_argument("--placement", default="near", help="near or monitor (default %(default)s)")
     cl.set_defaults(func=_classes)
 
+    mx = monitors.add_parser("matrix", help="an MPI run's messages and bytes between ranks, by hop class")
+    _run_options(mx, interval=1.0)
+    _matrix_options(mx)
+    mx.set_defaults(func=_matrix)
+
     board = subparsers.add_parser("dashboard", help="a live view of a run: heartbeat, scopes, collectives, cost")
     _run_options(board, interval=1.0)
     board.add_argument("--tree", action="append", help="a tree for the collectives panel (repeatable; default: "
@@ -82,6 +87,12 @@ def register(subparsers) -> None:
     query.add_argument("sql", help='e.g. "SELECT thread, count(*) FROM events GROUP BY thread"')
     query.add_argument("--json", action="store_true", help="print the rows as a JSON array of objects")
     query.set_defaults(func=_query)
+
+    amx = commands.add_parser("matrix", help="an MPI run's messages and bytes between ranks, by hop class")
+    amx.add_argument("db", help="the archive of an MPI run (eventspace mpirun --archive)")
+    amx.add_argument("--json", action="store_true", help="print the matrix as one JSON object")
+    _matrix_options(amx)
+    amx.set_defaults(func=_archive_matrix)
 
     export = commands.add_parser("export", help="write an archive's events as a Perfetto trace or OTF2")
     export.add_argument("db", help="the archive file")
@@ -170,6 +181,75 @@ def _replay(args) -> int:
     console.print(f"replayed {shown} of {replay.count} frames of {args.db} "
                   f"({replay.start:.1f} s to {replay.end:.1f} s of {replay.length:.1f} s recorded)")
     return 0
+
+
+
+def _matrix_options(parser) -> None:
+    parser.add_argument("--plot", metavar="OUT.png", help="also draw a heatmap (OUT.png) and bytes per host by hop "
+                                                          "class (OUT-hosts.png); needs eventspace[plot]")
+
+
+def _archive_matrix(args) -> int:
+    from .archive import Archive
+    from .matrix import archive_matrix
+
+    with Archive.open(args.db) as archive:
+        matrix = archive_matrix(archive)
+    _show_matrix(args, matrix)
+    return 0
+
+
+def _matrix(args) -> int:
+    from contextlib import closing
+
+    from rich.console import Console
+
+    from .matrix import MatrixMon
+    from .render import matrix_tables
+
+    console = Console()
+    run_file = live_run(args.run, "matrix")
+    with closing(MatrixMon(run_file)) as mon:
+        shown = {"messages": -1}
+
+        def show(matrix):
+            if args.json:
+                print(json.dumps(matrix.as_dict() | {"discarded": mon.discarded}), flush=True)
+            elif int(matrix.messages.sum()) != shown["messages"]:   # again only when messages were added
+                shown["messages"] = int(matrix.messages.sum())
+                console.print(matrix_tables(matrix))
+
+        why = _loop(args, run_file, mon.poll, show)
+    if why:
+        show(mon.matrix)   # what the last pull brought, before the run's end was seen
+    if mon.discarded:
+        print(f"note: {mon.discarded:,} records were discarded before they were read: the matrix is short of "
+              "them (an archive, `eventspace mpirun --archive`, keeps every message)", file=sys.stderr)
+    _show_matrix(args, mon.matrix, table=False)
+    if why:
+        console.print(ended_line(run_file, why, f"{int(mon.matrix.messages.sum()):,} messages, "
+                                                f"{int(mon.matrix.nbytes.sum()):,} bytes"))
+    return 0
+
+
+def _show_matrix(args, matrix, table: bool = True) -> None:
+    """The matrix as JSON or tables (unless `table` is False), and its plots if --plot asks."""
+    from rich.console import Console
+
+    from .heatmap import INSTALL_HINT, plotting, write_plots
+    from .render import matrix_tables
+
+    if table:
+        if args.json:
+            print(json.dumps(matrix.as_dict()))
+        else:
+            Console().print(matrix_tables(matrix))
+    if args.plot:
+        if not plotting():
+            print(f"note: no plots: --plot needs matplotlib ({INSTALL_HINT})", file=sys.stderr)
+            return
+        written = write_plots(matrix, args.plot)
+        print(f"wrote {', '.join(map(str, written))}", file=sys.stderr if args.json else sys.stdout)
 
 
 def _json_value(value):

@@ -92,9 +92,13 @@ class ColOpReport:
 
 class ColOpMon(ScopeMon):
     """Streams a tree's contribute, arrival and departure events (a scope over `tree:NAME`) with
-    clocks synchronised, and analyses the rounds every member has finished (Rounds). Rounds are
-    numbered by the collectors themselves (a contribute record's `arg` is the member's round; an
-    arrival's is the join's arrival count, so round = arg // fan-in).
+    clocks synchronised, and analyses the rounds every member has finished. Rounds are numbered by
+    the collectors themselves (a contribute record's `arg` is the member's round; an arrival's is
+    the join's arrival count, so round = arg // fan-in).
+
+    On an MPI run each communicator C is tree `commC`, its members the ranks, and a round is one
+    collective call on C (any op: rounds count every collective of the communicator); its
+    contribute points are the only collectors, so the report has no joins.
     """
 
     def __init__(self, run, tree: str | None = None, *, scope_tree: str = "per-node", placement: str = "near",
@@ -128,12 +132,13 @@ class ColOpMon(ScopeMon):
         pulled = self.scope.pull()
         self.missing = pulled.missing
         self.rounds.add(pulled.records)
-        in_flight, _ = self.scope.in_flight(skip=pulled.missing)
-        inside = {}   # member -> since when it is inside: ns on the monitor's clock
-        for cid, t0 in in_flight.items():
+        in_flight, _ = self.scope.in_flight_marks(skip=pulled.missing)
+        inside = {}   # member -> since when it is inside (ns on the monitor's clock), with its round if marked
+        for cid, mark in in_flight.items():
             entry = self.rounds.contribute.get(cid)
             if entry is not None:
-                inside[entry.thread] = t0 - self.scope.clock_offsets.get(entry.node, 0)
+                since = mark.t_start - self.scope.clock_offsets.get(entry.node, 0)
+                inside[entry.thread] = (mark.arg, since) if mark.op else since
         self._open = self.rounds.open_round(inside, time.monotonic_ns())
         return len(pulled.records)
 
@@ -168,15 +173,17 @@ class Rounds:
             member = self.contribute[cid].thread
             self._done[member] = max(self._done.get(member, -1), r)
 
-    def open_round(self, inside: dict[str, int], now_ns: int) -> OpenRound | None:
+    def open_round(self, inside: dict[str, int | tuple[int, int]], now_ns: int) -> OpenRound | None:
         """The lowest round a member is inside now, from `inside`: {member: since when it has been
-        inside a contribution (ns, the clock of `now_ns`)}."""
+        inside a contribution (ns, the clock of `now_ns`)}, or {member: (round, since)} where the
+        collector marked the round it is in (an MPI collector does, as its mark's `arg`); else the
+        round is the one after the last the member finished."""
         if not inside:
             return None
-        rounds = {m: self._done.get(m, -1) + 1 for m in inside}
-        current = min(rounds.values())
-        arrived = [m for m in self.members if rounds.get(m) == current or self._done.get(m, -1) >= current]
-        first = min(since for m, since in inside.items() if rounds[m] == current)
+        at = {m: v if isinstance(v, tuple) else (self._done.get(m, -1) + 1, v) for m, v in inside.items()}
+        current = min(r for r, _ in at.values())
+        arrived = [m for m in self.members if (m in at and at[m][0] == current) or self._done.get(m, -1) >= current]
+        first = min(since for r, since in at.values() if r == current)
         return OpenRound(current, arrived, [m for m in self.members if m not in arrived],
                          max(0.0, (now_ns - first) / 1e9))
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from eventspace.scope import EventScope
 
 from .scoped import ScopeMon
+from .waits import WaitFor
 
 # Thread statuses, as reported.
 ALIVE = "alive"        # its newest event moved since the last beat
@@ -33,14 +34,16 @@ class ThreadBeat:
     status: str
     last_t_end: int
     still_for: float
-    waiting_in: str = ""     # for WAITING: the operation it is blocked in, e.g. "observe down0_5"
+    waiting_in: str = ""     # for WAITING: the operation it is blocked in, e.g. "observe down0_5",
+                             # "Recv from r3 tag 7 on comm 0" (an MPI rank)
 
 
 @dataclass
 class HeartbeatReport:
     """One beat: every thread of the view, the nodes that are gone and those that did not answer
     (but keep their connection), those not asked because a join above them did not answer
-    (`unreached`), and the pull's figures."""
+    (`unreached`), the pull's figures, and on an MPI run a deadlock, if ranks wait on each other
+    with none releasable (`deadlock`: one line per rank, `r0 waits Recv from r1 tag 0 on comm 0`)."""
 
     at: float
     threads: list[ThreadBeat]
@@ -48,6 +51,7 @@ class HeartbeatReport:
     pull_seconds: float = 0.0
     not_answering: set[str] = field(default_factory=set)
     unreached: set[str] = field(default_factory=set)
+    deadlock: list[str] = field(default_factory=list)
 
     def by_status(self, status: str) -> list[str]:
         return [b.thread for b in self.threads if b.status == status]
@@ -60,7 +64,7 @@ class HeartbeatReport:
     def as_dict(self) -> dict:
         return {"at": self.at, "gone": sorted(self.gone), "not_answering": sorted(self.not_answering),
                 "unreached": sorted(self.unreached), "pull_seconds": self.pull_seconds,
-                "threads": [b.__dict__ for b in self.threads]}
+                "deadlock": list(self.deadlock), "threads": [b.__dict__ for b in self.threads]}
 
 
 class Heartbeat(ScopeMon):
@@ -78,6 +82,12 @@ class Heartbeat(ScopeMon):
     do not answer in time (paused, swapping, busy), NOT_ANSWERING. A thread is only ever ALIVE
     (or any status that says what it does) on the strength of a record that reached this beat:
     without one it is GONE, NOT_ANSWERING, QUIET or UNSEEN.
+
+    On an MPI run, a rank's collectors mark the call they time, so a WAITING rank says what it waits
+    in and on whom (`Allreduce on comm 0, round 41, waiting for r5`), and ranks that wait on each
+    other with none releasable are reported as a deadlock (monitors.waits): once MPI marks were
+    seen, marks are read at every beat, and a deadlock is reported when its waits are the same at
+    two beats running, so within three intervals of its start.
     """
 
     def __init__(self, run, view: str = "role:source | role:contribute | role:stage", *, tree: str = "per-node",
@@ -85,6 +95,7 @@ class Heartbeat(ScopeMon):
         self.scope = EventScope(run, view, mode="latest", tree=tree, placement=placement,
                                 stages=["reduce:max_t_end@thread"], timeout=timeout, name="heartbeat")
         catalogue = self.scope.catalogue
+        self.waits = WaitFor(run, catalogue, timeout)
         order = [t.name for t in catalogue.pathmap.threads]
         self.threads = sorted({e.thread for e in self.scope.entries if e.thread}, key=order.index)
         self.node_of = {t.name: t.node for t in catalogue.pathmap.threads}
@@ -99,17 +110,30 @@ class Heartbeat(ScopeMon):
             if thread is not None:
                 newest[thread] = max(newest.get(thread, 0), int(record["t_end"]))
 
+        deadlock = []
+
         def blocked(missing: set[str]) -> tuple[dict[str, str], set[str], set[str]]:
-            in_flight, late = self.scope.in_flight(skip=missing)
+            marks, late = self.scope.in_flight_marks(skip=missing)
             inside: dict[str, str] = {}
-            for cid in sorted(in_flight, key=in_flight.get):
+            for cid in sorted(marks, key=lambda c: marks[c].t_start):
                 entry = catalogue[cid]
                 if entry.thread is not None and entry.thread not in inside:
                     inside[entry.thread] = entry.describe()
+            ranks, found = self.waits.look(marks, missing | late)
+            inside.update({f"r{rank}": wait.text for rank, wait in ranks.items()})
+            deadlock.extend(found.lines if found else [])
             return inside, late, self.scope.gone(late)
 
-        return self.judge.judge(newest, time.monotonic(), blocked, pulled.missing, pulled.gone, pulled.unreached,
-                                pulled.seconds)
+        # On an MPI run marks are read at every beat (a deadlock is confirmed over two), and where
+        # a thread has no record yet (it may be blocked in its first call).
+        report = self.judge.judge(newest, time.monotonic(), blocked, pulled.missing, pulled.gone, pulled.unreached,
+                                  pulled.seconds, always=self.waits.active or len(newest) < len(self.threads))
+        report.deadlock = deadlock
+        return report
+
+    def close(self) -> None:
+        self.waits.close()
+        super().close()
 
 
 class Judge:
@@ -119,7 +143,8 @@ class Judge:
     `judge(newest, now, blocked, missing, gone, unreached)`: `newest` is {thread: its newest
     event's t_end} of the threads whose records reached this beat; `now` the beat's time in
     seconds; `blocked(missing)` gives ({thread: the operation it is inside now}, nodes that did
-    not answer that question, those of them gone), and is asked only when a thread did not move;
+    not answer that question, those of them gone), and is asked only when a thread did not move
+    (or at every beat, `always`);
     `missing`, `gone`, `unreached` are the beat's nodes as a pull reports them.
     """
 
@@ -133,7 +158,8 @@ class Judge:
         self._suspects: set[str] = set()
 
     def judge(self, newest: dict[str, int], now: float, blocked, missing=frozenset(), gone=frozenset(),
-              unreached=frozenset(), seconds: float = 0.0, at: float | None = None) -> HeartbeatReport:
+              unreached=frozenset(), seconds: float = 0.0, at: float | None = None,
+              always: bool = False) -> HeartbeatReport:
         missing, gone = set(missing), set(gone)
         seen = [t for t in self.threads if t in newest and self.node_of[t] not in missing]
         still = []
@@ -144,7 +170,7 @@ class Judge:
             elif thread in self._moved_at:
                 still.append(thread)
         inside: dict[str, str] = {}
-        if still:
+        if still or always:
             inside, late, late_gone = blocked(missing)
             missing |= late
             gone |= late_gone

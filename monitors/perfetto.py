@@ -13,7 +13,7 @@ import numpy as np
 from eventspace import system, trace
 from eventspace.catalogue import Catalogue
 
-from .slices import READ, collector_args, flows_by_record, record_args, slice_name, tuple_flows
+from .slices import READ, collector_args, flows, flows_by_record, record_args, slice_name
 from .tracks import UNKNOWN_NODE, Layout, layout, with_nodes
 
 CATEGORY = "eventspace"   # every slice and flow: a flow binds to a slice of its own category
@@ -36,9 +36,10 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
     collector, role, element or tree, path, index (move, observe) or arg, nbytes. Timestamps
     are microseconds from the earliest t_start (`otherData.t0_ns`), each in the middle of its
     nanosecond, so that ts * 1000 truncated is the record's nanosecond. Each `move` gets a flow
-    arrow to every observe that read its tuple (`tuple_flows`; flow ids count from 1): `s` at
-    the move's start, and `f` (`bp: "e"`) on a `read` instant where the observe returned, so
-    that no arrow points back to an observe that began blocking before the move. `title`
+    arrow to every observe that read its tuple, and each MPI send one to the receive that got
+    its message (`slices.flows`; flow ids count from 1): `s` at the move's (send's) start, and
+    `f` (`bp: "e"`) on a `read` instant where the observe (receive) returned, so that no arrow
+    points back to an observe that began blocking before the move. `title`
     (default: the pathmap's name) goes in `otherData.title`.
 
     A system summary record (trace.SYSTEM) is not a slice but a value of a counter of its
@@ -64,7 +65,7 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
     tid_of = [len(lay.nodes) + 1 + i for i in range(len(lay.tracks))]
 
     events: list[dict] = _metadata(lay, pid_of, tid_of)
-    out_flows, in_flows = flows_by_record(tuple_flows(records, catalogue))
+    out_flows, in_flows = flows_by_record(flows(records, catalogue))
 
     entries = catalogue.entries
     rows = records.tolist()   # tuples in trace.FIELDS order: plain ints are much faster to read

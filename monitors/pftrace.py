@@ -18,7 +18,7 @@ from eventspace import system, trace
 from eventspace.catalogue import Catalogue
 from eventspace.clock import WallClock
 
-from .slices import READ, collector_args, flows_by_record, record_args, slice_name, tuple_flows
+from .slices import READ, collector_args, flows, flows_by_record, record_args, slice_name
 from .tracks import UNKNOWN_NODE, Layout, layout, with_nodes
 
 SEQUENCE = 1          # trusted_packet_sequence_id: one writer, one sequence of packets
@@ -42,8 +42,9 @@ _END, _BEGIN, _INSTANT, _READ, _COUNTER = 0, 1, 2, 3, 4
 @dataclass(frozen=True)
 class PftraceSummary:
     """What `write_pftrace` wrote: `slices` (one per record), `tracks` (thread, element, tree and
-    overflow tracks), `processes` (one per node), `flows` (move -> observe arrows), `nbytes` (the
-    file's size in bytes), `counters` (values on counter tracks: system summary records)."""
+    overflow tracks), `processes` (one per node), `flows` (move -> observe and MPI send -> receive
+    arrows), `nbytes` (the file's size in bytes), `counters` (values on counter tracks: system
+    summary records)."""
 
     path: Path
     slices: int
@@ -64,8 +65,9 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
     (SLICE_BEGIN and SLICE_END; an INSTANT if it took no time) named by its op (`move [error]`
     for an ERROR record), with the JSON trace's args as debug annotations: collector, role, tree,
     element, path, then index, arg or summary_of, nbytes, error. Each move starts a flow
-    (`flow_ids`: 1, 2, ... as in the JSON trace) to every observe that read its tuple; the flow
-    ends (`terminating_flow_ids`) on a `read` instant where the observe returned, not at its start.
+    (`flow_ids`: 1, 2, ... as in the JSON trace) to every observe that read its tuple, and each
+    MPI send one to the receive that got its message; the flow ends (`terminating_flow_ids`) on a
+    `read` instant where the observe (receive) returned, not at its start.
 
     A system summary record (trace.SYSTEM) is a value (TYPE_COUNTER, `double_counter_value`) at
     its interval's start on a counter track of its node's process, one track per metric and
@@ -93,7 +95,7 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
     series, values = system.series(samples, catalogue)
     series = [(node or UNKNOWN_NODE, name) for node, name in series]
     lay = with_nodes(layout(records, catalogue, starts, ends), (node for node, _ in series))
-    pairs = tuple_flows(records, catalogue)
+    pairs = flows(records, catalogue)
     # Counter tracks after the thread tracks, one per (node, series), in the order they first come.
     counter_uuid = {key: _track_uuid(lay, len(lay.tracks)) + i for i, key in enumerate(dict.fromkeys(series))}
     counters = (samples["t_start"].astype(np.int64), np.array([counter_uuid[k] for k in series], dtype=np.int64),

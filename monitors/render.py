@@ -25,10 +25,13 @@ def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:
     for beat in report.threads:
         table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
                       f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
-    lost = _lost_nodes(report)
-    if lost:
-        table.caption = lost
+    table.caption = "; ".join(filter(None, (_lost_nodes(report), deadlock_line(report)))) or None
     return table
+
+
+def deadlock_line(report: HeartbeatReport) -> str:
+    """`deadlock: r0 waits Recv from r1 tag 0 on comm 0; r1 waits ...`, or "" without one."""
+    return "deadlock: " + "; ".join(report.deadlock) if report.deadlock else ""
 
 
 def _lost_nodes(report: HeartbeatReport) -> str:
@@ -54,16 +57,19 @@ def heartbeat_summary(report: HeartbeatReport, clock: str) -> Group:
     lost = _lost_nodes(report)
     if lost:
         line.append(f"; {lost}", style=STATUS_STYLE[GONE])
+    shown = [line]
+    if report.deadlock:
+        shown.append(Text(deadlock_line(report), style="bold red"))
     others = [b for b in report.threads if b.status != ALIVE]
     if not others:
-        return Group(line)
+        return Group(*shown)
     table = Table(box=None, padding=(0, 2), show_header=True)
     for column in ("thread", "node", "status", "still (s)", "waiting in"):
         table.add_column(column, justify="right" if column == "still (s)" else "left")
     for beat in others:
         table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
                       f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
-    return Group(line, table)
+    return Group(*shown, table)
 
 
 def heartbeat_grid(report: HeartbeatReport) -> Table:
@@ -98,7 +104,7 @@ def colop_tables(report: ColOpReport) -> Group:
     for j in report.joins:
         joins.add_row(j.stage, j.node, str(j.fan_in), str(j.rounds), f"{j.total_median_us:,.0f}",
                       f"{j.imbalance_median_us:,.0f}", f"{j.up_median_us:,.0f}")
-    return Group(ops, joins)
+    return Group(ops, joins) if report.joins else Group(ops)   # an MPI communicator's tree has no joins
 
 
 def worst_round(o) -> str:
@@ -166,3 +172,38 @@ def _bar(parts: list[tuple[float, str]], scale: float, width: int) -> Text:
             used += cells
     bar.append("·" * (width - used), style="grey42")
     return bar
+
+HOP_STYLE = {"same host": "green", "same cluster": "yellow", "across clusters": "red"}
+
+
+def matrix_tables(matrix, most: int = 16) -> Group:
+    """Traffic by hop class (messages, bytes, share), bytes sent per host by hop class, and, for
+    at most `most` ranks, the rank-by-rank matrix (bytes, messages; coloured by hop class)."""
+    from .matrix import HOPS
+
+    total = int(matrix.nbytes.sum())
+    hops = Table(title=f"point-to-point traffic between {matrix.ranks} ranks", title_justify="left")
+    for column in ("hop class", "messages", "bytes", "share of bytes"):
+        hops.add_column(column, justify="left" if column == "hop class" else "right")
+    for hop, messages, nbytes in matrix.by_hop():
+        hops.add_row(Text(hop, style=HOP_STYLE[hop]), f"{messages:,}", f"{nbytes:,}",
+                     f"{nbytes / total:.0%}" if total else "")
+    hops.add_row("total", f"{int(matrix.messages.sum()):,}", f"{total:,}", "", style="bold")
+    hosts = Table(title="bytes sent per host", title_justify="left")
+    hosts.add_column("host")
+    for hop in HOPS:
+        hosts.add_column(Text(hop, style=HOP_STYLE[hop]), justify="right")
+    for host, row in matrix.per_host().items():
+        hosts.add_row(host, *(f"{b:,}" for b in row))
+    if matrix.ranks > most:
+        return Group(hops, hosts, Text(f"({matrix.ranks} ranks: the rank-by-rank matrix is in --json)", style="dim"))
+    grid = Table(title="bytes (messages) from rank (row) to rank (column)", title_justify="left")
+    grid.add_column("from \\ to")
+    for d in range(matrix.ranks):
+        grid.add_column(f"r{d}", justify="right")
+    classes = matrix.hop_classes()
+    for s in range(matrix.ranks):
+        grid.add_row(f"r{s}", *(Text(f"{int(matrix.nbytes[s, d]):,} ({int(matrix.messages[s, d]):,})",
+                                     style=HOP_STYLE[HOPS[classes[s, d]]]) if matrix.messages[s, d] else Text("·", style="dim")
+                                for d in range(matrix.ranks)))
+    return Group(hops, hosts, grid)

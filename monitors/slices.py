@@ -1,5 +1,5 @@
-"""What an exported trace shows of a record: its slice's name and arguments, and the flow from each
-move to the observes that read its tuple."""
+"""What an exported trace shows of a record: its slice's name and arguments, and the flows: from each
+move to the observes that read its tuple, and from each MPI send to the receive that got it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 
 from eventspace import trace
 from eventspace.catalogue import Catalogue, Entry
+from eventspace.mpi.matching import message_pairs
 
 # A flow ends on an instant of this name where the observe returned (its t_end): a flow binds to
 # a slice and a viewer draws its arrow to the slice's start, and an observe often began blocking
@@ -52,6 +53,12 @@ def record_args(op: int, flags: int, arg: int, nbytes: int) -> dict:
     if flags & trace.ERROR:
         args["error"] = True
     return args
+
+
+def flows(records: np.ndarray, catalogue: Catalogue) -> list[tuple[int, int]]:
+    """Every flow of `records`, as (from, to) record positions: each tuple's move to its observes
+    (`tuple_flows`), then each MPI message's send to its receive (eventspace.mpi.matching)."""
+    return tuple_flows(records, catalogue) + message_pairs(records, catalogue)
 
 
 def tuple_flows(records: np.ndarray, catalogue: Catalogue) -> list[tuple[int, int]]:

@@ -1,4 +1,5 @@
-"""`python -m paths --pathmap P --node N`: one node server process (what `paths.launch` starts)."""
+"""`python -m paths --pathmap P --node N`: one node server process (what `paths.launch` starts);
+`--by-rank` instead of `--node`: the node whose index is this process's MPI rank (paths.mpiexec)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from pastset import PastSetError
 from pastset.security import use as use_security
 
 from .document import PathmapError
-from .node import NodeServer
+from .mpiexec import my_rank
+from .node import STOP, NodeServer
 from .pathmap import Pathmap
+from .wrapper import PathsError
 
 
-def run_node(pathmap_file: str, node: str, bind: str | None = None, launched: bool = False,
+def run_node(pathmap_file: str, node: str | None, bind: str | None = None, launched: bool = False,
              endpoints: dict | None = None, insecure: bool = False, grace: float | None = None) -> int:
     """Run one node until stopped; print one JSON line {node, endpoint, pid} once it serves.
 
@@ -27,8 +30,20 @@ def run_node(pathmap_file: str, node: str, bind: str | None = None, launched: bo
     connects from inside it (scope joins placed on the node) speaks CURVE too. A non-loopback
     address without CURVE needs `insecure`. `grace` replaces the pathmap's `liveness.grace`: how
     long this node waits on another that keeps its connection but does not answer.
+
+    `node` None: the node whose index in the pathmap is this process's MPI rank (started by
+    mpiexec, paths.mpiexec). Launched so, only rank 0 has the launcher's stdin (an MPI launcher
+    forwards it to rank 0 alone): when it closes, rank 0 stops every node it knows, then itself;
+    before it knows them it exits with status 1, on which the MPI launcher ends the other ranks.
     """
     pathmap = Pathmap.load(pathmap_file).with_grace(grace)
+    rank = None
+    if node is None:
+        rank = my_rank()
+        if rank >= len(pathmap.nodes):
+            raise PathsError(f"rank {rank} has no node: the pathmap has {len(pathmap.nodes)} nodes; "
+                             f"start {len(pathmap.nodes)} ranks (mpiexec -n {len(pathmap.nodes)})")
+        node = pathmap.nodes[rank].name
     try:
         pathmap.node(node)
     except KeyError:
@@ -43,8 +58,9 @@ def run_node(pathmap_file: str, node: str, bind: str | None = None, launched: bo
         server.close()
         raise
     print(json.dumps({"node": node, "endpoint": endpoint, "pid": os.getpid()}), flush=True)
-    if launched:
-        threading.Thread(target=_watch_stdin, args=(server,), daemon=True).start()
+    abandoned = threading.Event()   # the launcher went away before it stopped the node
+    if launched and rank in (None, 0):
+        threading.Thread(target=_watch_stdin, args=(server, rank is not None, abandoned), daemon=True).start()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
         signal.signal(signal.SIGINT, lambda *_: server.request_stop())
@@ -53,16 +69,25 @@ def run_node(pathmap_file: str, node: str, bind: str | None = None, launched: bo
             pass
     finally:
         server.close()
-    return 0
+    return 1 if abandoned.is_set() else 0
 
 
-def _watch_stdin(server: NodeServer) -> None:
+def _watch_stdin(server: NodeServer, ranks: bool, abandoned: threading.Event) -> None:
     try:  # the raw descriptor: a buffered reader would block interpreter shutdown
         while os.read(sys.stdin.fileno(), 4096):
             pass
     except OSError:
         pass
     finally:
+        if ranks and not server.wait_stopped(0):
+            others = [n for n in server.endpoints if n != server.name]
+            for other in others:
+                try:
+                    server.client(other).call(STOP, timeout=1)
+                except PastSetError:
+                    pass   # gone already
+            if not others:
+                abandoned.set()
         server.request_stop()
 
 
@@ -77,7 +102,10 @@ def add_grace_option(parser) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m paths", description=__doc__)
     parser.add_argument("--pathmap", required=True)
-    parser.add_argument("--node", required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--node")
+    where.add_argument("--by-rank", action="store_true",
+                       help="be the node whose index in the pathmap is this process's MPI rank (under mpiexec or srun)")
     parser.add_argument("--bind", default=None)
     parser.add_argument("--launched", action="store_true")
     parser.add_argument("--endpoints", default=None, help="JSON {node: endpoint} of the other nodes")
@@ -88,8 +116,8 @@ def main(argv=None) -> int:
     try:
         return run_node(args.pathmap, args.node, args.bind, args.launched,
                         json.loads(args.endpoints) if args.endpoints else None, args.insecure, args.grace)
-    except (PathmapError, PastSetError, OSError) as exc:
-        print(f"node {args.node}: {exc}", file=sys.stderr, flush=True)
+    except (PathmapError, PastSetError, PathsError, OSError) as exc:
+        print(f"node {args.node or 'of this rank'}: {exc}", file=sys.stderr, flush=True)
         return 2
 
 

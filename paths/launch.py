@@ -12,12 +12,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path as FilePath
 
 import pastset
 from pastset.security import bind_problem
 
+from . import mpiexec as by_mpiexec
 from . import runfile
 from .node import INFO, JOIN, LINK, START, STOP
 from .pathmap import Pathmap, SecuritySpec
@@ -164,8 +165,13 @@ class Run:
             raise NodeDied(f"node {node} died (exit code {code}){self._log_tail(node)}")
 
     def kill(self, node: str, sig: int = signal.SIGKILL) -> None:
-        """Send `sig` to a launched node's process (fault injection)."""
-        self._processes[node].send_signal(sig)
+        """Send `sig` to a launched node's process (fault injection); under mpiexec, to its rank's
+        process (on this host)."""
+        process = self._processes[node]
+        if list(self._processes.values()).count(process) > 1:   # one mpiexec for every node
+            os.kill(self.pids[node], sig)
+        else:
+            process.send_signal(sig)
 
     def _call(self, node, name, *args, patient: bool = False):
         """One hosted call to `node`'s server. NodeDied if the node is gone; NodeNotAnswering once
@@ -223,7 +229,7 @@ class Run:
 def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike | None = None,
            start_timeout: float | None = None, env: dict[str, str] | None = None,
            path: Iterable[str | os.PathLike] = (), insecure: bool = False,
-           grace: float | None = None) -> Iterator[Run]:
+           grace: float | None = None, mpiexec: Sequence[str] | None = None) -> Iterator[Run]:
     """Start one node server process per pathmap node on this machine; stop them all on exit.
 
     Registers the run (`paths.runfile.register`: its name is the pathmap's, or `NAME-2`, ... while
@@ -248,6 +254,11 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
 
     `grace` (seconds) replaces the pathmap's `liveness.grace`, for the launcher and the nodes:
     how long a node that keeps its connection but does not answer is waited for.
+
+    `mpiexec` (a list, maybe empty, of the MPI launcher's own arguments): start the nodes with
+    `mpiexec -n N ARGS python -m paths --by-rank` instead, node i as rank i, wherever the MPI
+    launcher places its ranks (paths.mpiexec says which launcher); the run is the same. Every
+    node's log is then the launcher's output (one file).
     """
     pathmap = Pathmap.load(pathmap) if not isinstance(pathmap, Pathmap) else pathmap.validate()
     pathmap = pathmap.with_grace(grace)
@@ -272,15 +283,27 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     try:
         snapshot.write_text(pathmap.dumps(header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
                                                  f"for run {run_file.name}; written by paths.launch"))
-        for node in pathmap.nodes:
-            with open(logs[node.name], "wb") as node_log:
-                processes[node.name] = subprocess.Popen(
-                    [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--node", node.name, "--launched",
-                     *(["--insecure"] if insecure else [])],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=node_log, env=node_env,
-                )
-        endpoints = _await_endpoints(processes, logs, start_timeout)
-        run_file = run_file.ready(endpoints, {n: p.pid for n, p in processes.items()})
+        node_command = [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--launched",
+                        *(["--insecure"] if insecure else [])]
+        if mpiexec is not None:
+            ranks_log = run_file.log("mpiexec")
+            logs = {n.name: ranks_log for n in pathmap.nodes}
+            with open(ranks_log, "wb") as launcher_log:
+                ranks = subprocess.Popen(
+                    by_mpiexec.command(len(pathmap.nodes), list(mpiexec), [*node_command, "--by-rank"]),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=launcher_log, env=node_env)
+            processes = {n.name: ranks for n in pathmap.nodes}
+            endpoints, pids = _await_ranks(ranks, [n.name for n in pathmap.nodes], ranks_log, start_timeout)
+        else:
+            for node in pathmap.nodes:
+                with open(logs[node.name], "wb") as node_log:
+                    processes[node.name] = subprocess.Popen(
+                        [*node_command, "--node", node.name],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=node_log, env=node_env,
+                    )
+            endpoints = _await_endpoints(processes, logs, start_timeout)
+            pids = {n: p.pid for n, p in processes.items()}
+        run_file = run_file.ready(endpoints, pids)
         run = Run(pathmap, run_file, processes, logs, security)
         for node in endpoints:
             run.client(node).call(LINK, endpoints, timeout=10)
@@ -358,17 +381,56 @@ def _await_endpoints(processes: dict[str, subprocess.Popen], logs: dict[str, Fil
     return endpoints
 
 
+def _await_ranks(ranks: subprocess.Popen, nodes: list[str], log: FilePath,
+                 timeout: float) -> tuple[dict[str, str], dict[str, int]]:
+    """Each node's endpoint and pid, from the JSON lines its rank prints through mpiexec (in any
+    order; other lines are the launcher's own and are skipped)."""
+    deadline = time.monotonic() + timeout
+    endpoints: dict[str, str] = {}
+    pids: dict[str, int] = {}
+    fd = ranks.stdout.fileno()
+    pending = b""
+    while len(endpoints) < len(nodes):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            late = ", ".join(n for n in nodes if n not in endpoints)
+            raise PathsError(f"node{'s' if len(nodes) - len(endpoints) > 1 else ''} {late} did not come up under "
+                             f"mpiexec within {timeout} s; the other nodes were stopped (log: {log})")
+        ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            code = ranks.wait(timeout=10)
+            tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:]
+            raise PathsError(f"mpiexec ended (exit code {code}) before every node served: "
+                             f"{' | '.join(tail) or 'no output'} (log: {log})")
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            try:
+                said = json.loads(line)
+                endpoints[said["node"]], pids[said["node"]] = said["endpoint"], int(said["pid"])
+            except (ValueError, KeyError, TypeError):
+                continue
+    return endpoints, pids
+
+
 def _stop_processes(processes: dict[str, subprocess.Popen], timeout: float) -> None:
     """Close each node's stdin (its signal to stop), wait, kill what lingers, reap everything."""
-    for proc in processes.values():
+    processes = dict.fromkeys(processes.values())   # under mpiexec every node has the same one
+    for proc in processes:
         with contextlib.suppress(OSError):
             proc.stdin.close()
     deadline = time.monotonic() + timeout
-    for proc in processes.values():
+    for proc in processes:
         try:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            proc.terminate()   # what mpiexec passes on to its ranks before it exits; SIGKILL would not be
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
         with contextlib.suppress(OSError):
             proc.stdout.close()

@@ -112,14 +112,14 @@ _SELECTOR_KEYS = ("at", "paths", "threads", "nodes", "elements", "trees", "stage
 
 def _read_instrument(doc: Document, node) -> Instrument:
     key = ("instrument",)
-    f = doc.fields(node, key, ("keep", "location", "collectors"),
+    f = doc.fields(node, key, ("keep", "location", "collectors", "system"),
                    example=f"{{keep: {DEFAULT_KEEP}, location: local, collectors: [{{at: [source]}}]}}")
     selectors = []
     for item_key, item in doc.items(f.node("collectors"), key + ("collectors",), "[{at: [source]}]"):
         s = doc.fields(item, item_key, _SELECTOR_KEYS, example="{threads: [T0], at: [source]}")
         selectors.append(Selector(**{k: s.names(k) for k in _SELECTOR_KEYS}))
     return Instrument(keep=f.integer("keep", DEFAULT_KEEP), location=f.name("location", "local") or "local",
-                      collectors=tuple(selectors))
+                      collectors=tuple(selectors), system=f.boolean("system", True))
 
 
 def _read_clock(doc: Document, node) -> Clock:
@@ -244,6 +244,8 @@ def write(pm, header: str | None = None) -> str:
         "collectors": [_Flow((k, list(getattr(s, k))) for k in _SELECTOR_KEYS if getattr(s, k))
                        for s in pm.instrument.collectors],
     }
+    if not pm.instrument.system:
+        data["instrument"]["system"] = False
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                      allow_unicode=True, width=160)
     lines = [f"# {line}".rstrip() for line in header.splitlines()] if header else []

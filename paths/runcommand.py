@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from importlib.metadata import entry_points
 
@@ -35,6 +36,21 @@ def register(subparsers) -> None:
     run.add_argument("options", nargs=argparse.REMAINDER, help="the program's options")
     run.set_defaults(func=_run)
 
+    up = subparsers.add_parser(
+        "launch", help="start a pathmap's nodes and keep them up for monitors (Ctrl-C stops them)",
+        description="Start one node server per pathmap node (as local processes, or as MPI ranks with --mpiexec: "
+                    "node i is rank i, placed by mpiexec or srun), publish the run file, and keep them up until "
+                    "Ctrl-C, SIGTERM or --duration; then stop them all.")
+    up.add_argument("pathmap", help="the pathmap (YAML)")
+    up.add_argument("--run-dir", help="where the run file goes (default: $EVENTSPACE_RUN_DIR, "
+                                      "$XDG_RUNTIME_DIR/eventspace/runs or ~/.eventspace/runs)")
+    up.add_argument("--path", action="append", default=[], metavar="DIR",
+                    help="a directory node processes import programs from (repeatable)")
+    up.add_argument("--duration", type=float, metavar="S", help="stop the nodes after S seconds")
+    add_grace_option(up)
+    add_mpiexec_option(up)
+    up.set_defaults(func=_launch)
+
 
 def _run(args) -> int:
     parser = argparse.ArgumentParser(prog="eventspace run")
@@ -48,6 +64,39 @@ def _run(args) -> int:
     return chosen.func(chosen)
 
 
+def _launch(args) -> int:
+    import signal
+    import time
+
+    from .launch import NodeDied, launch
+
+    mpiexec = mpiexec_args(args)
+    console = Console(stderr=True)
+    signal.signal(signal.SIGTERM, _interrupt)   # stopped by a job manager: as Ctrl-C
+    started = time.monotonic()
+    with launch(args.pathmap, run_dir=args.run_dir, path=args.path, grace=args.grace, mpiexec=mpiexec) as run:
+        how = " as MPI ranks" if mpiexec is not None else ""
+        console.print(f"run {run.name}: {len(run.endpoints)} nodes up{how} in {time.monotonic() - started:.1f} s; "
+                      "Ctrl-C stops them")
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                run.check_nodes()
+                time.sleep(0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic())))
+        except KeyboardInterrupt:
+            pass
+        except NodeDied as exc:
+            console.print(f"eventspace launch: {exc}; stopping the others")
+            return 1
+        stopping = time.monotonic()
+    console.print(f"run {run.name}: stopped its {len(run.endpoints)} nodes in {time.monotonic() - stopping:.1f} s")
+    return 0
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
 def add_run_options(parser, example: str) -> None:
     """The options every `eventspace run` program has: --pathmap, --path, --run-dir, --json, --grace."""
     parser.add_argument("--pathmap", required=True, help=f"the pathmap (YAML), e.g. {example}")
@@ -58,6 +107,27 @@ def add_run_options(parser, example: str) -> None:
                                           "$XDG_RUNTIME_DIR/eventspace/runs or ~/.eventspace/runs)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object, nothing else")
     add_grace_option(parser)
+    add_mpiexec_option(parser)
+
+
+def add_mpiexec_option(parser) -> None:
+    """--mpiexec and --mpiexec-args "ARGS": start the nodes as MPI ranks (paths.mpiexec)."""
+    parser.add_argument("--mpiexec", action="store_true",
+                        help="start the nodes with mpiexec (node i = rank i), so that it places them on its "
+                             "hosts; $EVENTSPACE_MPIEXEC names another launcher (e.g. srun)")
+    parser.add_argument("--mpiexec-args", metavar='"ARGS"',
+                        help='with --mpiexec: mpiexec\'s own arguments, one quoted string, e.g. "-f hosts"')
+
+
+def mpiexec_args(args) -> list[str] | None:
+    """The mpiexec arguments of --mpiexec and --mpiexec-args (None: start nodes as local processes);
+    ValueError for --mpiexec-args alone."""
+    extra = shlex.split(getattr(args, "mpiexec_args", None) or "")
+    if not getattr(args, "mpiexec", False):
+        if extra:
+            raise ValueError("--mpiexec-args without --mpiexec: add --mpiexec to start the nodes with mpiexec")
+        return None
+    return extra
 
 
 class ProgressBar:
@@ -151,7 +221,7 @@ def _run_user_program(args) -> int:
             bar.update(slowest(progress), max(totals) if totals else None)
 
         execution = execute(pathmap, args.program, values, run_dir=args.run_dir, path=args.path,
-                            on_progress=follow, grace=args.grace)
+                            on_progress=follow, grace=args.grace, mpiexec=mpiexec_args(args))
     return print_summary(args, bar.console, execution_summary(execution), execution_table(execution))
 
 

@@ -204,8 +204,10 @@ class Selector:
 @dataclass(frozen=True)
 class Instrument:
     """The instrument section. `keep` is each trace element's discard threshold (tuples);
-    `location` is where trace elements live: `local` (the collector's own node) or a node name."""
+    `location` is where trace elements live: `local` (the collector's own node) or a node name;
+    `system`: whether each node samples its system summary (eventspace.system)."""
 
     keep: int = DEFAULT_KEEP
     location: str = "local"
     collectors: tuple[Selector, ...] = ()
+    system: bool = True

@@ -171,7 +171,7 @@ def test_files_that_are_not_archives(tmp_path, catalogue, content, expected):
     before = _digest(path)
     with pytest.raises(ArchiveError, match=expected) as err:
         Archive.open(path)
-    assert str(path) in str(err.value) and "written by monitors.archive.Archive" in str(err.value)
+    assert str(path) in str(err.value) and "written by eventspace.archive.Archive" in str(err.value)
     with pytest.raises(ArchiveError, match=expected):
         Archive(path, catalogue)   # not appended to either
     assert _digest(path) == before

@@ -1,0 +1,236 @@
+"""MPI collectors' cost: OSU-style loops on 2 and 4 ranks, plain and monitored, in one invocation.
+
+Run: `python benchmarks/mpi_bench.py [--quick] [--reps 5]` (needs the mpi extra).
+
+For 2 and for 4 ranks it runs the same kernels four times, alternately plain (`mpiexec -n N
+python mpi_bench.py --kernel`) and monitored (`mpiexec -n N python -m eventspace.mpi ...`, every
+call collected): A B B A, so that drift of a shared machine's load hits both alike; then once
+more monitored with a getevent monitor pulling the run's events at full rate into an archive
+(`eventspace monitor getevent --interval 0`). Each kernel is timed in short batches (each much
+shorter than a time slice, so that on a shared machine most are not switched out) over `--reps`
+repetitions, and reports the median batch, on rank 0's clock:
+
+- collector cost: comm.Send to MPI.PROC_NULL (MPI does nothing, so the difference monitored -
+  plain is what a collector adds to a call), and Isend + Wait to PROC_NULL (a post, its request
+  record and the completion call); also in the rank's own CPU time (time.thread_time), which a
+  loaded machine inflates less than the wall clock, beside a bare Python function call's, for
+  scale;
+- latency: ping-pong of Send/Recv between ranks 0 and 1, half the round trip, 0 B to 1 MiB
+  (2 ranks: point-to-point latency is between two);
+- bandwidth: windows of 64 Isend to rank 1 (Irecv, Waitall, a 1-byte reply), per message;
+- barrier, and an 8-byte Allreduce (np.float64[1]), on every rank.
+
+Targets: collector cost per MPI call (A/B) <= 1 µs; 0-byte latency monitored <= 1.25x plain;
+latency at >= 64 KiB <= 1.02x; 8-byte allreduce on 4 ranks <= 1.15x. Results go to
+benchmarks/results/mpi_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import Figure, difference, report  # noqa: E402
+
+HERE = Path(__file__).resolve()
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+LATENCY_SIZES = (0, 8, 64, 1024, 8192, 65536, 262144, 1 << 20)
+BANDWIDTH_SIZES = (8192, 65536, 1 << 20)
+WINDOW = 64
+
+
+def size_text(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB" if n >= 1024 else f"{n} B"
+
+
+# -- the kernels (run on every rank) ------------------------------------------------------------
+
+def kernel(args) -> None:
+    import numpy as np
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    scale = 0.2 if args.quick else 1.0
+    if args.wait:
+        while rank == 0 and not os.path.exists(args.wait):
+            time.sleep(0.05)
+    comm.Barrier()
+    out = {}
+
+    def best(name, body, iterations, per=1, batches=20):
+        """Median over short timed batches (each much shorter than a time slice, so that on a
+        shared machine most are not switched out), over `reps` repetitions."""
+        batch = max(1, int(iterations * scale) // batches)
+        walls, cpus = [], []
+        for _ in range(args.reps):
+            comm.Barrier()
+            for _ in range(batches):
+                wall, cpu = time.perf_counter(), time.thread_time()
+                body(batch)
+                walls.append((time.perf_counter() - wall) / batch / per)
+                cpus.append((time.thread_time() - cpu) / batch / per)
+        out[name] = statistics.median(walls)
+        out[f"{name} (CPU)"] = statistics.median(cpus)
+
+    nothing = np.zeros(0, np.uint8)
+
+    def send_null(n):
+        for _ in range(n):
+            comm.Send(nothing, MPI.PROC_NULL, 0)
+
+    def isend_wait_null(n):
+        for _ in range(n):
+            comm.Isend(nothing, MPI.PROC_NULL, 0).Wait()
+
+    def python_call(n, f=lambda a, b, c: a):
+        for _ in range(n):
+            f(nothing, -1, 0)
+
+    best("a Python call", python_call, 20000)   # the machine's speed, for scale
+    best("Send to PROC_NULL", send_null, 20000)
+    best("Isend+Wait to PROC_NULL", isend_wait_null, 10000)
+    if size == 2:
+        for nbytes in LATENCY_SIZES:
+            buf = np.zeros(nbytes, np.uint8)
+
+            def pingpong(n, buf=buf):
+                if rank == 0:
+                    for _ in range(n):
+                        comm.Send(buf, 1, 1)
+                        comm.Recv(buf, 1, 1)
+                else:
+                    for _ in range(n):
+                        comm.Recv(buf, 0, 1)
+                        comm.Send(buf, 0, 1)
+
+            best(f"latency {size_text(nbytes)}", pingpong, 4000 if nbytes <= 8192 else 400 if nbytes <= 65536 else 100, 2)
+        ack = np.zeros(1, np.uint8)
+        for nbytes in BANDWIDTH_SIZES:
+            bufs = [np.zeros(nbytes, np.uint8) for _ in range(WINDOW)]
+
+            def window(n, bufs=bufs):
+                for _ in range(n):
+                    if rank == 0:
+                        MPI.Request.Waitall([comm.Isend(b, 1, 2) for b in bufs])
+                        comm.Recv(ack, 1, 3)
+                    else:
+                        MPI.Request.Waitall([comm.Irecv(b, 0, 2) for b in bufs])
+                        comm.Send(ack, 0, 3)
+
+            best(f"bandwidth {size_text(nbytes)}", window, 200 if nbytes <= 65536 else 20, WINDOW)
+
+    def barrier(n):
+        for _ in range(n):
+            comm.Barrier()
+
+    one, got = np.ones(1), np.empty(1)
+
+    def allreduce(n):
+        for _ in range(n):
+            comm.Allreduce(one, got)
+
+    best(f"barrier, {size} ranks", barrier, 3000)
+    best(f"allreduce 8 B, {size} ranks", allreduce, 3000)
+    if rank == 0:
+        print("RESULT " + json.dumps(out), flush=True)
+
+
+# -- the driver -------------------------------------------------------------------------------
+
+def job(ranks: int, monitored: bool, args, name: str, with_getevent: bool = False) -> dict:
+    """One mpiexec run of the kernels; rank 0's figures."""
+    kernel_args = ["--kernel", "--reps", str(args.reps)] + (["--quick"] if args.quick else [])
+    with tempfile.TemporaryDirectory(prefix="mpi-bench-") as tmp:
+        wait = Path(tmp) / "go"
+        if with_getevent:
+            kernel_args += ["--wait", str(wait)]
+        program = ([sys.executable, "-m", "eventspace.mpi", "--name", name] if monitored else [sys.executable])
+        cmd = [str(MPIEXEC), "-n", str(ranks), *program, str(HERE), *kernel_args]
+        env = os.environ | {"EVENTSPACE_RUN_DIR": str(Path(tmp) / "runs")}   # the run's name is its own
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, env=env)
+        monitor = None
+        try:
+            if with_getevent:
+                run_file = Path(tmp) / "runs" / f"{name}.json"
+                deadline = time.monotonic() + 120
+                while not run_file.exists():
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"{' '.join(cmd)}: no run file {run_file} "
+                                           f"({'ended' if proc.poll() is not None else 'after 120 s'})")
+                    time.sleep(0.1)
+                monitor = subprocess.Popen(
+                    [sys.executable, "-m", "eventspace.cli", "monitor", "getevent", "--run", name, "--interval", "0",
+                     "--out", str(Path(tmp) / "events.sqlite")], cwd=tmp, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+                time.sleep(3)   # attached and pulling (its first pulls read the start-up backlog)
+                wait.touch()
+            out, err = proc.communicate(timeout=900)
+        finally:
+            for p in (proc, monitor):
+                if p is not None and p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.communicate()
+        if monitor is not None:
+            monitor.wait(timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernel", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--wait", help=argparse.SUPPRESS)
+    parser.add_argument("--reps", type=int, default=5, help="timed repetitions per kernel, best kept (default 5)")
+    parser.add_argument("--quick", action="store_true", help="a fifth of the iterations")
+    args = parser.parse_args()
+    if args.kernel:
+        kernel(args)
+        return 0
+    if not os.access(MPIEXEC, os.X_OK):
+        print(f"no mpiexec next to {sys.executable}; pip install 'eventspace[mpi]'", file=sys.stderr)
+        return 2
+    figures: list[Figure] = []
+    targets = {}
+    wall_only = lambda name: not name.endswith("(CPU)") or "PROC_NULL" in name or "Python" in name  # noqa: E731
+    for ranks in (2, 4):
+        plain, monitored = [], []
+        for i, is_monitored in enumerate((False, True, True, False)):   # A B B A
+            result = job(ranks, is_monitored, args, f"mpibench-{ranks}-{i}")
+            (monitored if is_monitored else plain).append(result)
+        watched = job(ranks, True, args, f"mpibench-{ranks}-getevent", with_getevent=True)
+        for name in filter(wall_only, plain[0]):
+            a = Figure(f"{name}: plain", [p[name] for p in plain])
+            b = Figure(f"{name}: monitored", [m[name] for m in monitored], peer=a.name)
+            c = Figure(f"{name}: monitored + getevent", [watched[name]], peer=a.name)
+            figures += [a, b, c]
+            if "PROC_NULL" in name:
+                cost = difference(f"collector cost per MPI call ({name}, {ranks} ranks)", b, a)
+                figures.append(cost)
+                if name.startswith("Send"):
+                    targets[cost.name] = ("<= 1 µs", lambda f, r: f.median <= 1e-6)
+            if name == "latency 0 B":
+                targets[b.name] = ("<= 1.25x plain", lambda f, r: r is not None and r <= 1.25)
+            if name.startswith("latency") and any(name.endswith(s) for s in ("64 KiB", "256 KiB", "1 MiB")):
+                targets[b.name] = ("<= 1.02x plain", lambda f, r: r is not None and r <= 1.02)
+            if name == "allreduce 8 B, 4 ranks":
+                targets[b.name] = ("<= 1.15x plain", lambda f, r: r is not None and r <= 1.15)
+    report("MPI collectors: plain vs monitored (A B B A) vs monitored + getevent at full rate", figures, targets,
+           "mpi_bench.json", extra={"reps": args.reps, "quick": args.quick, "window": WINDOW})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

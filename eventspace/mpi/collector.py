@@ -1,0 +1,538 @@
+"""MPI collectors: the functions that time one mpi4py call on one communicator and append its trace tuple.
+
+Each communicator of a rank has up to two collectors (eventspace.mpi.generate): one for its
+point-to-point calls, one for its collectives; a `Channel` holds what one of them needs, and
+the functions made here bind all of it in closure cells once, when the communicator is made, so
+that a call pays a switch test, two clock reads, an in-flight mark and one append. Fields are
+encoded as eventspace.mpi.encoding describes.
+"""
+
+from __future__ import annotations
+
+from itertools import count
+
+from mpi4py import MPI
+from numpy import ndarray
+
+from .. import trace
+from . import encoding as e
+from .message import buffer_bytes, vector_w_bytes
+
+ERROR = trace.ERROR
+U32 = e.U32
+NONE, ANY = e.PEER_NONE, e.PEER_ANY
+ANY_SOURCE, ANY_TAG, PROC_NULL = MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.PROC_NULL
+IN_PLACE = MPI.IN_PLACE
+# Flags and op sets bound once (a call reads them as globals, not as attributes of a module).
+F_ANY_SOURCE, F_ANY_TAG, F_EMPTY, F_REQUEST, F_CANCELLED = e.ANY_SOURCE, e.ANY_TAG, e.EMPTY, e.REQUEST, e.CANCELLED
+RECEIVES = e.RECEIVES
+# Bytes mpi4py has pickled in this process, summed by the pickle hook (interpose.count_pickled):
+# a pickle-form call's bytes are the growth of DUMPED[0] while it runs.
+DUMPED = [0]
+
+
+class Channel:
+    """One collector of this rank on one communicator: its id, its trace element's append, its
+    on/off switch, the drain's bound and spill, the node's clock and in-flight table (where it
+    leaves its mark: the record as known when a call begins), the communicator's rank -> world
+    rank table (`peers`), and a Status to read receives with."""
+
+    __slots__ = ("cid", "append", "on", "bound", "spill", "clock", "inflight", "peers", "status")
+
+    def __init__(self, cid, append, on, bound, spill, clock, inflight, peers):
+        self.cid, self.append, self.on, self.bound, self.spill = cid, append, on, bound, spill
+        self.clock, self.inflight, self.peers = clock, inflight, peers
+        self.status = MPI.Status()
+
+
+def peer_table(world_ranks) -> list | dict:
+    """Communicator rank -> world rank, indexable by MPI.PROC_NULL (-> PEER_NONE) and
+    MPI.ANY_SOURCE (-> PEER_ANY) as well: a list when those are small negative numbers (MPICH,
+    Open MPI), so that a lookup is one index."""
+    ranks = list(world_ranks)
+    special = {PROC_NULL: NONE, ANY_SOURCE: ANY}
+    if all(-8 <= k < 0 for k in special):
+        table = ranks + [NONE] * 8
+        for k, v in special.items():
+            table[k] = v
+        return table
+    return {**dict(enumerate(ranks)), **special}
+
+
+def _u32(value) -> int:
+    """A tag or count as the record's u32, for the error path (where it may not even be an int)."""
+    try:
+        return int(value) & U32
+    except (TypeError, ValueError):
+        return U32
+
+
+def _peer(peers, rank) -> int:
+    try:
+        return peers[rank]
+    except (LookupError, TypeError):
+        return NONE
+
+
+def _fail(ch, op, flags, peer, tag, t0) -> None:
+    ch.inflight[ch.cid] = 0
+    ch.append(op, flags | ERROR, ch.cid, peer, _u32(tag), 0, t0, ch.clock())
+
+
+# -- point-to-point ------------------------------------------------------------------------------
+
+def p2p_methods(comm, cls, ch: Channel, request_class, message_class) -> dict:
+    """The traced point-to-point methods of `comm` (an instance of a subclass of mpi4py class
+    `cls`), to be put in its __dict__: sends, receives, send-receives, posts and probes, both
+    forms. `request_class` wraps the requests posts return, `message_class` matched probes."""
+    m = {}
+    for name, op in (("Send", e.SEND), ("Bsend", e.BSEND), ("Ssend", e.SSEND), ("Rsend", e.RSEND)):
+        m[name] = _send(comm, getattr(cls, name), op, ch, 0)
+    for name, op in (("send", e.SEND), ("bsend", e.BSEND), ("ssend", e.SSEND)):
+        m[name] = _send(comm, getattr(cls, name), op, ch, e.PICKLED)
+    m["Recv"] = _recv(comm, cls.Recv, e.RECV, ch, 0)
+    m["recv"] = _recv(comm, cls.recv, e.RECV, ch, e.PICKLED)
+    for name, op in (("Isend", e.ISEND), ("Ibsend", e.IBSEND), ("Issend", e.ISSEND), ("Irsend", e.IRSEND)):
+        m[name] = _send(comm, getattr(cls, name), op, ch, 0, request_class)
+    for name, op in (("isend", e.ISEND), ("ibsend", e.IBSEND), ("issend", e.ISSEND)):
+        m[name] = _send(comm, getattr(cls, name), op, ch, e.PICKLED, request_class)
+    m["Irecv"] = _post_recv(comm, cls.Irecv, ch, 0, request_class)
+    m["irecv"] = _post_recv(comm, cls.irecv, ch, e.PICKLED, request_class)
+    m["Sendrecv"] = _sendrecv(comm, cls.Sendrecv, ch, 0)
+    m["sendrecv"] = _sendrecv(comm, cls.sendrecv, ch, e.PICKLED)
+    m["Sendrecv_replace"] = _sendrecv_replace(comm, cls.Sendrecv_replace, ch)
+    for name, op in (("Probe", e.PROBE), ("probe", e.PROBE), ("Iprobe", e.IPROBE), ("iprobe", e.IPROBE)):
+        m[name] = _probe(comm, getattr(cls, name), op, ch)
+    for name, op in (("Mprobe", e.MPROBE), ("mprobe", e.MPROBE), ("Improbe", e.IMPROBE), ("improbe", e.IMPROBE)):
+        m[name] = _matched_probe(comm, getattr(cls, name), op, ch, message_class, name.islower())
+    return m
+
+
+def _send(comm, call, op, ch, flags, request_class=None):
+    """A blocking send (Send, send, Ssend...), or with `request_class` a nonblocking one (Isend,
+    isend...), whose request it wraps with what the completion needs."""
+    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
+    clock, inflight, peers = ch.clock, ch.inflight, ch.peers
+    dumped = DUMPED
+    pickled = bool(flags)
+
+    def send(buf, dest, tag=0):
+        if not on[0]:
+            return call(comm, buf, dest, tag)
+        try:
+            peer = peers[dest]
+        except (LookupError, TypeError):
+            peer = NONE
+        if pickled:
+            n, before = 0, dumped[0]
+        elif type(buf) is ndarray:
+            n = buf.nbytes
+            if n > U32:
+                n = U32
+        else:
+            n = buffer_bytes(buf)
+        t0 = clock()
+        inflight[cid] = (t0, op, flags, peer, tag, n)
+        try:
+            result = call(comm, buf, dest, tag)
+        except BaseException:
+            _fail(ch, op, flags, peer, tag, t0)
+            raise
+        t1 = clock()
+        inflight[cid] = 0
+        if pickled:
+            n = dumped[0] - before
+            if n > U32:
+                n = U32
+        if request_class is not None:
+            result = request_class(result)
+            result.info = (ch, op, flags, peer, tag, n, t0)
+        if append(op, flags, cid, peer, tag, n, t0, t1) >= bound[0]:
+            spill()
+        return result
+
+    return send
+
+
+def _recv(comm, call, op, ch, flags):
+    """Recv (`buf` required) or recv (`flags` PICKLED: every argument optional, as mpi4py's)."""
+    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
+
+    def recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        if not on[0]:
+            return call(comm, buf, source, tag, status)
+        st = own if status is None else status
+        f = flags
+        if source == ANY_SOURCE:
+            f |= F_ANY_SOURCE
+        if tag == ANY_TAG:
+            f |= F_ANY_TAG
+        try:
+            want = peers[source]
+        except (LookupError, TypeError):
+            want = NONE
+        t0 = clock()
+        inflight[cid] = (t0, op, f, want, tag & U32, 0)
+        try:
+            result = call(comm, buf, source, tag, st)
+        except BaseException:
+            _fail(ch, op, f, want, tag, t0)
+            raise
+        t1 = clock()
+        inflight[cid] = 0
+        n = st.count
+        if append(op, f, cid, peers[st.source], st.tag & U32, n if n < U32 else U32, t0, t1) >= bound[0]:
+            spill()
+        return result
+
+    if flags:
+        recv.__defaults__ = (None, ANY_SOURCE, ANY_TAG, None)
+    return recv
+
+
+def _post_recv(comm, call, ch, flags, request_class):
+    """Irecv (`buf` required) or irecv (`flags` PICKLED: every argument optional)."""
+    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
+    clock, inflight, peers = ch.clock, ch.inflight, ch.peers
+    op = e.IRECV
+
+    def post(buf, source=ANY_SOURCE, tag=ANY_TAG):
+        if not on[0]:
+            return call(comm, buf, source, tag)
+        f = flags
+        if source == ANY_SOURCE:
+            f |= F_ANY_SOURCE
+        if tag == ANY_TAG:
+            f |= F_ANY_TAG
+        try:
+            want = peers[source]
+        except (LookupError, TypeError):
+            want = NONE
+        t0 = clock()
+        inflight[cid] = (t0, op, f, want, tag & U32, 0)
+        try:
+            request = request_class(call(comm, buf, source, tag))
+        except BaseException:
+            _fail(ch, op, f, want, tag, t0)
+            raise
+        t1 = clock()
+        inflight[cid] = 0
+        request.info = (ch, op, f, want, tag & U32, 0, t0)
+        if append(op, f, cid, want, tag & U32, 0, t0, t1) >= bound[0]:
+            spill()
+        return request
+
+    if flags:
+        post.__defaults__ = (None, ANY_SOURCE, ANY_TAG)
+    return post
+
+
+def _sendrecv(comm, call, ch, flags):
+    """Sendrecv / sendrecv: two records with the call's times, its send half and its receive half."""
+    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
+    dumped = DUMPED
+    pickled = bool(flags)
+    SEND, RECV = e.SENDRECV_SEND, e.SENDRECV_RECV
+
+    def sendrecv(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+        if not on[0]:
+            return call(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+        st = own if status is None else status
+        f = flags
+        if source == ANY_SOURCE:
+            f |= F_ANY_SOURCE
+        if recvtag == ANY_TAG:
+            f |= F_ANY_TAG
+        peer, want = _peer(peers, dest), _peer(peers, source)
+        if pickled:
+            n, before = 0, dumped[0]
+        else:
+            n = buffer_bytes(sendbuf)
+        t0 = clock()
+        inflight[cid] = (t0, RECV, f, want, recvtag & U32, 0)
+        try:
+            result = call(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, st)
+        except BaseException:
+            _fail(ch, RECV, f, want, recvtag, t0)
+            raise
+        t1 = clock()
+        inflight[cid] = 0
+        if pickled:
+            n = min(dumped[0] - before, U32)
+        append(SEND, flags, cid, peer, sendtag, n, t0, t1)
+        got = st.count
+        if append(RECV, f, cid, peers[st.source], st.tag & U32, min(got, U32), t0, t1) >= bound[0]:
+            spill()
+        return result
+
+    return sendrecv
+
+
+def _sendrecv_replace(comm, call, ch):
+    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
+    SEND, RECV = e.SENDRECV_REPLACE_SEND, e.SENDRECV_REPLACE_RECV
+
+    def Sendrecv_replace(buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):  # noqa: N802
+        if not on[0]:
+            return call(comm, buf, dest, sendtag, source, recvtag, status)
+        st = own if status is None else status
+        f = (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if recvtag == ANY_TAG else 0)
+        peer, want = _peer(peers, dest), _peer(peers, source)
+        n = buffer_bytes(buf) if peer != NONE else 0
+        t0 = clock()
+        inflight[cid] = (t0, RECV, f, want, recvtag & U32, 0)
+        try:
+            call(comm, buf, dest, sendtag, source, recvtag, st)
+        except BaseException:
+            _fail(ch, RECV, f, want, recvtag, t0)
+            raise
+        t1 = clock()
+        inflight[cid] = 0
+        append(SEND, 0, cid, peer, sendtag, n, t0, t1)
+        if append(RECV, f, cid, peers[st.source], st.tag & U32, min(st.count, U32), t0, t1) >= bound[0]:
+            spill()
+
+    return Sendrecv_replace
+
+
+def _probe(comm, call, op, ch):
+    """Probe/probe (blocks) and Iprobe/iprobe (returns whether a message is there): the message's
+    actual source, tag and size; a nonblocking probe that found nothing is flagged EMPTY."""
+    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
+
+    def probe(source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        if not on[0]:
+            return call(comm, source, tag, status)
+        st = own if status is None else status
+        f = (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if tag == ANY_TAG else 0)
+        want = _peer(peers, source)
+        t0 = clock()
+        inflight[cid] = (t0, op, f, want, tag & U32, 0)
+        try:
+            found = call(comm, source, tag, st)
+        except BaseException:
+            _fail(ch, op, f, want, tag, t0)
+            raise
+        t1 = clock()
+        inflight[cid] = 0
+        if found:
+            record = (op, f, cid, peers[st.source], st.tag & U32, min(st.count, U32), t0, t1)
+        else:
+            record = (op, f | F_EMPTY, cid, want, tag & U32, 0, t0, t1)
+        if append(*record) >= bound[0]:
+            spill()
+        return found
+
+    return probe
+
+
+def _matched_probe(comm, call, op, ch, message_class, pickled):
+    """Mprobe/Improbe (and the pickle forms): as a probe; the message returned is wrapped so that
+    its matched receive is recorded too (op MPI_Mrecv or MPI_Imrecv, on this channel)."""
+    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
+    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
+    flags = e.PICKLED if pickled else 0
+
+    def mprobe(source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        if not on[0]:
+            return call(comm, source, tag, status)
+        st = own if status is None else status
+        f = flags | (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if tag == ANY_TAG else 0)
+        want = _peer(peers, source)
+        t0 = clock()
+        inflight[cid] = (t0, op, f, want, tag & U32, 0)
+        try:
+            message = call(comm, source, tag, st)
+        except BaseException:
+            _fail(ch, op, f, want, tag, t0)
+            raise
+        t1 = clock()
+        inflight[cid] = 0
+        if message is None:
+            record = (op, f | F_EMPTY, cid, want, tag & U32, 0, t0, t1)
+        else:
+            peer, got, n = peers[st.source], st.tag & U32, min(st.count, U32)
+            record = (op, f, cid, peer, got, n, t0, t1)
+            message = message_class(message)
+            message.info = (ch, f, peer, got, n)
+        if append(*record) >= bound[0]:
+            spill()
+        return message
+
+    return mprobe
+
+
+def matched_receive(info, op, t0, t1) -> None:
+    """The record of a matched receive (Message.Recv / recv) of a message `info` describes."""
+    ch, flags, peer, tag, n = info
+    if ch.append(op, flags, ch.cid, peer, tag, n, t0, t1) >= ch.bound[0]:
+        ch.spill()
+
+
+# -- requests ------------------------------------------------------------------------------------
+
+def request_done(info, status, t1, extra=0) -> None:
+    """The request record of a request posted as `info` (channel, op, flags, peer, tag, nbytes,
+    t_start) whose completion was seen at `t1`: a receive's actual source, tag and bytes from
+    `status` (None when the request was freed before completing)."""
+    ch, op, flags, peer, tag, n, t0 = info
+    if status is not None and op in RECEIVES:
+        peer, tag, n = ch.peers[status.source], status.tag & U32, min(status.count, U32)
+    if flags & F_CANCELLED and (status is None or not status.cancelled):
+        flags &= ~F_CANCELLED   # the program asked; MPI did not (or could not say that it did) cancel
+    if ch.append(op, flags | extra | F_REQUEST, ch.cid, peer, tag, n, t0, t1) >= ch.bound[0]:
+        ch.spill()
+
+
+def completion_call(ch, op, given, completed, t0, t1) -> None:
+    """The record of a completion call (Wait, Testall...) that was given `given` requests."""
+    flags = F_EMPTY if not completed else 0
+    if ch.append(op, flags, ch.cid, given & U32, completed, 0, t0, t1) >= ch.bound[0]:
+        ch.spill()
+
+
+def waiting_mark(ch, info, t0) -> None:
+    """Mark `ch`'s collector as waiting, since `t0`, for the request posted as `info`."""
+    _, op, flags, peer, tag, n, _ = info
+    ch.inflight[ch.cid] = (t0, op, flags | F_REQUEST, peer, tag, n)
+
+
+# -- collectives ---------------------------------------------------------------------------------
+
+# name -> (op, pickled, parameter names, root parameter, what this rank sends)
+# what it sends: "send" (the send buffer, or the receive buffer for MPI.IN_PLACE), "piece" (the
+# send buffer, or its share of the receive buffer for MPI.IN_PLACE), "root-send"
+# (the send buffer at the root only), "root" (the buffer, at the root only), "vector-root" (the
+# root's vector send buffer), "vector" (a vector send buffer), "w" (an Alltoallw send buffer),
+# "none", or "pickled" (what mpi4py pickled during the call).
+COLLECTIVES = {
+    "Barrier": (e.BARRIER, False, (), None, "none"),
+    "Bcast": (e.BCAST, False, ("buf", "root"), "root", "root"),
+    "Gather": (e.GATHER, False, ("sendbuf", "recvbuf", "root"), "root", "piece"),
+    "Gatherv": (e.GATHERV, False, ("sendbuf", "recvbuf", "root"), "root", "piece"),
+    "Scatter": (e.SCATTER, False, ("sendbuf", "recvbuf", "root"), "root", "root-send"),
+    "Scatterv": (e.SCATTERV, False, ("sendbuf", "recvbuf", "root"), "root", "vector-root"),
+    "Allgather": (e.ALLGATHER, False, ("sendbuf", "recvbuf"), None, "piece"),
+    "Allgatherv": (e.ALLGATHERV, False, ("sendbuf", "recvbuf"), None, "piece"),
+    "Alltoall": (e.ALLTOALL, False, ("sendbuf", "recvbuf"), None, "send"),
+    "Alltoallv": (e.ALLTOALLV, False, ("sendbuf", "recvbuf"), None, "vector"),
+    "Alltoallw": (e.ALLTOALLW, False, ("sendbuf", "recvbuf"), None, "w"),
+    "Reduce": (e.REDUCE, False, ("sendbuf", "recvbuf", "op", "root"), "root", "send"),
+    "Allreduce": (e.ALLREDUCE, False, ("sendbuf", "recvbuf", "op"), None, "send"),
+    "Reduce_scatter_block": (e.REDUCE_SCATTER_BLOCK, False, ("sendbuf", "recvbuf", "op"), None, "send"),
+    "Reduce_scatter": (e.REDUCE_SCATTER, False, ("sendbuf", "recvbuf", "recvcounts", "op"), None, "send"),
+    "Scan": (e.SCAN, False, ("sendbuf", "recvbuf", "op"), None, "send"),
+    "Exscan": (e.EXSCAN, False, ("sendbuf", "recvbuf", "op"), None, "send"),
+    "barrier": (e.BARRIER, True, (), None, "pickled"),
+    "bcast": (e.BCAST, True, ("obj", "root"), "root", "pickled"),
+    "gather": (e.GATHER, True, ("sendobj", "root"), "root", "pickled"),
+    "scatter": (e.SCATTER, True, ("sendobj", "root"), "root", "pickled"),
+    "allgather": (e.ALLGATHER, True, ("sendobj",), None, "pickled"),
+    "alltoall": (e.ALLTOALL, True, ("sendobj",), None, "pickled"),
+    "reduce": (e.REDUCE, True, ("sendobj", "op", "root"), "root", "pickled"),
+    "allreduce": (e.ALLREDUCE, True, ("sendobj", "op"), None, "pickled"),
+    "scan": (e.SCAN, True, ("sendobj", "op"), None, "pickled"),
+    "exscan": (e.EXSCAN, True, ("sendobj", "op"), None, "pickled"),
+}
+INTRA_ONLY = frozenset({"Scan", "Exscan", "scan", "exscan"})
+
+
+def collective_methods(comm, cls, ch: Channel, rank: int, size: int) -> dict:
+    """The traced collective methods of `comm` (rank `rank` of `size`), both forms, numbering
+    their rounds with one counter per communicator."""
+    rounds = count()
+    return {name: _collective(comm, getattr(cls, name), ch, rounds, rank, size, *spec)
+            for name, spec in COLLECTIVES.items() if hasattr(cls, name)}
+
+
+def _collective(comm, call, ch, rounds, rank, size, op, pickled, params, root_param, sends):
+    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
+    clock, inflight, peers = ch.clock, ch.inflight, ch.peers
+    dumped = DUMPED
+    flags = e.PICKLED if pickled else 0
+    root_at = params.index(root_param) if root_param else -1
+    bytes_of = _sent_bytes(sends, size)
+
+    def collective(*args, **kwargs):
+        r = next(rounds) & U32   # counted even while switched off, so that rounds stay aligned
+        if not on[0]:
+            return call(comm, *args, **kwargs)
+        if kwargs:
+            args = _positional(params, args, kwargs)
+            kwargs = {}
+        root = (args[root_at] if root_at < len(args) else 0) if root_at >= 0 else None
+        peer = NONE if root is None else _peer(peers, root)
+        n = 0 if pickled else bytes_of(args, root is None or root == rank)
+        before = dumped[0]
+        t0 = clock()
+        inflight[cid] = (t0, op, flags, peer, r, n)
+        try:
+            result = call(comm, *args)
+        except BaseException:
+            _fail(ch, op, flags, peer, r, t0)
+            raise
+        t1 = clock()
+        inflight[cid] = 0
+        if pickled:
+            n = min(dumped[0] - before, U32)
+        if append(op, flags, cid, peer, r, n, t0, t1) >= bound[0]:
+            spill()
+        return result
+
+    return collective
+
+
+def _positional(params, args, kwargs) -> tuple:
+    """Arguments given by keyword, moved to their positions (missing ones stay at mpi4py's
+    defaults by ending the tuple before them, unless a later one is given)."""
+    out = list(args)
+    for i, name in enumerate(params[len(args):], len(args)):
+        if name in kwargs:
+            while len(out) < i:
+                out.append(_DEFAULTS[params[len(out)]])
+            out.append(kwargs.pop(name))
+    if kwargs:
+        raise TypeError(f"unexpected keyword argument {next(iter(kwargs))!r}")
+    return tuple(out)
+
+
+_DEFAULTS = {"root": 0, "op": MPI.SUM, "recvcounts": None, "recvbuf": None}
+
+
+def _sent_bytes(sends, size):
+    def none(args, is_root):
+        return 0
+
+    def send(args, is_root):
+        buf = args[0] if args else None
+        if buf is IN_PLACE:
+            return buffer_bytes(args[1]) if len(args) > 1 else 0
+        return buffer_bytes(buf)
+
+    def piece(args, is_root):
+        buf = args[0] if args else None
+        if buf is IN_PLACE:
+            return buffer_bytes(args[1]) // size if len(args) > 1 else 0
+        return buffer_bytes(buf)
+
+    def root(args, is_root):
+        return buffer_bytes(args[0]) if is_root and args else 0
+
+    def root_send(args, is_root):
+        return buffer_bytes(args[0]) if is_root and args and args[0] is not IN_PLACE else 0
+
+    def vector_root(args, is_root):
+        return buffer_bytes(args[0], size) if is_root and args and args[0] is not IN_PLACE else 0
+
+    def vector(args, is_root):
+        return buffer_bytes(args[0], size) if args and args[0] is not IN_PLACE else 0
+
+    def w(args, is_root):
+        return vector_w_bytes(args[0]) if args and args[0] is not IN_PLACE else 0
+
+    return {"none": none, "pickled": none, "send": send, "piece": piece, "root": root, "root-send": root_send,
+            "vector-root": vector_root, "vector": vector, "w": w}[sends]

@@ -1,0 +1,171 @@
+"""How an MPI call is written into a 36-byte trace tuple: op codes, flags, and the meaning of each field.
+
+Every MPI record is an ordinary trace tuple (`eventspace.trace`, `=HHIIIIQQ`); the collector id
+says which rank and which communicator it belongs to (its catalogue entry: the source collector
+of path `rK/commC` for point-to-point calls, the contribute collector of member `rK` of tree
+`commC` for collectives). The other fields:
+
+| field     | point-to-point call                    | request record (flag REQUEST)          | completion call (Wait...)   | collective                   |
+|-----------|----------------------------------------|----------------------------------------|-----------------------------|------------------------------|
+| op        | MPI_Send, MPI_Recv, MPI_Isend, ...     | the op that posted it (MPI_Irecv, ...) | MPI_Wait, MPI_Waitall, ...  | MPI_Allreduce, ...           |
+| flags     | PICKLED, ANY_SOURCE, ANY_TAG, EMPTY    | REQUEST, + FREED, CANCELLED            | EMPTY when none completed   | PICKLED                      |
+| element   | peer's world rank (actual source)      | peer's world rank (actual source)      | requests passed             | root's world rank, or NONE   |
+| arg       | tag (actual tag for receives)          | tag (actual tag for receives)          | traced requests completed   | round on this communicator   |
+| nbytes    | bytes sent / received                  | bytes sent / received                  | 0                           | bytes this rank sent         |
+| t_start   | call entered                           | the posting call entered               | call entered                | call entered                 |
+| t_end     | call returned                          | the completion call returned           | call returned               | call returned                |
+
+World ranks, not communicator ranks, so that a record names its peer without a group table. A
+receive records where its message came from (ANY_SOURCE and ANY_TAG are resolved through the
+Status); the flags ANY_SOURCE / ANY_TAG say the program asked for any. PEER_NONE means no peer
+(MPI.PROC_NULL, or a collective without a root); PEER_ANY and TAG_ANY appear only where the
+source or tag is not yet known (an in-flight mark, or the post record of an MPI_Irecv).
+
+Bytes: buffer forms count the message's bytes (count x datatype size; a receive, what arrived);
+the pickle forms (send, recv, bcast...) count the pickled bytes, taken from mpi4py's own pickling
+(a send, collective or posting call) or from the receive's Status (what arrived). A collective's
+`nbytes` is what this rank handed to the call to send: its send buffer (a Bcast or Scatter, the
+root's only; with MPI.IN_PLACE, its share of the receive buffer), or for the pickle forms what
+mpi4py pickled during the call (its object reductions pass pickles along their own algorithm, so
+an allreduce may pickle more than once). Values saturate at 2**32 - 1.
+
+Nonblocking operations give two records: the posting call (MPI_Isend, MPI_Irecv: peer and tag as
+asked, bytes as sent, 0 for a receive), and, when a completion call finds the request complete,
+a request record (flag REQUEST) from the post to the completion, with the receive's actual
+source, tag and bytes; the completion call itself is a third record. A point-to-point message
+is therefore: a blocking send or a post record at its sender, a blocking receive or a request
+record at its receiver; sends in the order of their `t_start`, receives in the order posted
+(their `t_start`), which is what MPI's non-overtaking rule matches.
+
+MPI_Sendrecv writes two records with the same times, one per half (op MPI_Sendrecv.send and
+MPI_Sendrecv.recv). Rounds count a communicator's blocking collectives on each member from 0, in
+call order (MPI orders collectives on a communicator the same on every member), so round r of
+every member is the same operation.
+
+An in-flight mark (`eventspace.space.Mark`, what the heartbeat reads while a call blocks) holds
+the record's fields as known when the call began: peer and tag as asked; for a completion call,
+the first request it waits for (its post op, flag REQUEST): "waits in MPI_Wait for MPI_Irecv
+from r3 tag 7".
+"""
+
+from __future__ import annotations
+
+# Op codes 0x0100..0x01FF; PATHS operations (paths.operation) use 1..0x00FF.
+FIRST_OP, LAST_OP = 0x0100, 0x01FF
+
+# Point-to-point: blocking sends, nonblocking sends, receives, the halves of a send-receive.
+SEND, BSEND, SSEND, RSEND = 0x0100, 0x0101, 0x0102, 0x0103
+ISEND, IBSEND, ISSEND, IRSEND = 0x0104, 0x0105, 0x0106, 0x0107
+RECV, IRECV, MRECV, IMRECV = 0x0108, 0x0109, 0x010A, 0x010B
+SENDRECV_SEND, SENDRECV_RECV = 0x010C, 0x010D
+SENDRECV_REPLACE_SEND, SENDRECV_REPLACE_RECV = 0x010E, 0x010F
+# Probes.
+PROBE, IPROBE, MPROBE, IMPROBE = 0x0110, 0x0111, 0x0112, 0x0113
+# Completion calls.
+WAIT, WAITALL, WAITANY, WAITSOME = 0x0118, 0x0119, 0x011A, 0x011B
+TEST, TESTALL, TESTANY, TESTSOME = 0x011C, 0x011D, 0x011E, 0x011F
+# Collectives (blocking).
+BARRIER, BCAST, GATHER, GATHERV, SCATTER, SCATTERV = 0x0140, 0x0141, 0x0142, 0x0143, 0x0144, 0x0145
+ALLGATHER, ALLGATHERV, ALLTOALL, ALLTOALLV, ALLTOALLW = 0x0146, 0x0147, 0x0148, 0x0149, 0x014A
+REDUCE, ALLREDUCE, REDUCE_SCATTER_BLOCK, REDUCE_SCATTER = 0x014B, 0x014C, 0x014D, 0x014E
+SCAN, EXSCAN = 0x014F, 0x0150
+
+NAMES = {
+    SEND: "MPI_Send", BSEND: "MPI_Bsend", SSEND: "MPI_Ssend", RSEND: "MPI_Rsend",
+    ISEND: "MPI_Isend", IBSEND: "MPI_Ibsend", ISSEND: "MPI_Issend", IRSEND: "MPI_Irsend",
+    RECV: "MPI_Recv", IRECV: "MPI_Irecv", MRECV: "MPI_Mrecv", IMRECV: "MPI_Imrecv",
+    SENDRECV_SEND: "MPI_Sendrecv.send", SENDRECV_RECV: "MPI_Sendrecv.recv",
+    SENDRECV_REPLACE_SEND: "MPI_Sendrecv_replace.send", SENDRECV_REPLACE_RECV: "MPI_Sendrecv_replace.recv",
+    PROBE: "MPI_Probe", IPROBE: "MPI_Iprobe", MPROBE: "MPI_Mprobe", IMPROBE: "MPI_Improbe",
+    WAIT: "MPI_Wait", WAITALL: "MPI_Waitall", WAITANY: "MPI_Waitany", WAITSOME: "MPI_Waitsome",
+    TEST: "MPI_Test", TESTALL: "MPI_Testall", TESTANY: "MPI_Testany", TESTSOME: "MPI_Testsome",
+    BARRIER: "MPI_Barrier", BCAST: "MPI_Bcast", GATHER: "MPI_Gather", GATHERV: "MPI_Gatherv",
+    SCATTER: "MPI_Scatter", SCATTERV: "MPI_Scatterv", ALLGATHER: "MPI_Allgather",
+    ALLGATHERV: "MPI_Allgatherv", ALLTOALL: "MPI_Alltoall", ALLTOALLV: "MPI_Alltoallv",
+    ALLTOALLW: "MPI_Alltoallw", REDUCE: "MPI_Reduce", ALLREDUCE: "MPI_Allreduce",
+    REDUCE_SCATTER_BLOCK: "MPI_Reduce_scatter_block", REDUCE_SCATTER: "MPI_Reduce_scatter",
+    SCAN: "MPI_Scan", EXSCAN: "MPI_Exscan",
+}
+CODES = {name: code for code, name in NAMES.items()}
+assert all(FIRST_OP <= code <= LAST_OP for code in NAMES)
+
+# What each op does, for analyses (a message's two ends, what blocks on whom).
+SENDS = frozenset({SEND, BSEND, SSEND, RSEND, ISEND, IBSEND, ISSEND, IRSEND, SENDRECV_SEND,
+                   SENDRECV_REPLACE_SEND})
+RECEIVES = frozenset({RECV, IRECV, MRECV, IMRECV, SENDRECV_RECV, SENDRECV_REPLACE_RECV})
+NONBLOCKING = frozenset({ISEND, IBSEND, ISSEND, IRSEND, IRECV, IMRECV})
+PROBES = frozenset({PROBE, IPROBE, MPROBE, IMPROBE})
+COMPLETIONS = frozenset({WAIT, WAITALL, WAITANY, WAITSOME, TEST, TESTALL, TESTANY, TESTSOME})
+COLLECTIVES = frozenset({BARRIER, BCAST, GATHER, GATHERV, SCATTER, SCATTERV, ALLGATHER, ALLGATHERV,
+                         ALLTOALL, ALLTOALLV, ALLTOALLW, REDUCE, ALLREDUCE, REDUCE_SCATTER_BLOCK,
+                         REDUCE_SCATTER, SCAN, EXSCAN})
+ROOTED = frozenset({BCAST, GATHER, GATHERV, SCATTER, SCATTERV, REDUCE})
+
+# Flags (the low byte is eventspace.trace's: ERROR 1, TREE 2, SUMMARY 4).
+PICKLED = 0x0100      # a lowercase (pickle) form: nbytes are pickled bytes
+ANY_SOURCE = 0x0200   # the program asked for MPI.ANY_SOURCE (element: the actual source, once known)
+ANY_TAG = 0x0400      # the program asked for MPI.ANY_TAG (arg: the actual tag, once known)
+REQUEST = 0x0800      # a request record: a nonblocking operation from its post to its completion
+FREED = 0x1000        # a request freed before its completion was seen (element, arg, nbytes as posted)
+CANCELLED = 0x2000    # a request the program cancelled and whose Status says it was
+EMPTY = 0x4000        # a test or nonblocking probe that found nothing
+
+# Special values of `element` (peer, root) and `arg` (tag).
+PEER_NONE = 0xFFFFFFFF    # no peer: MPI.PROC_NULL, or a collective without a root
+PEER_ANY = 0xFFFFFFFE     # MPI.ANY_SOURCE, not yet resolved
+TAG_ANY = 0xFFFFFFFF      # MPI.ANY_TAG, not yet resolved
+U32 = 0xFFFFFFFF
+
+COMM_PREFIX = "comm"      # communicator C is element `commC` and tree `commC` of the run's pathmap
+
+
+def is_mpi(op: int) -> bool:
+    """True for an MPI op code (as opposed to a PATHS operation)."""
+    return FIRST_OP <= op <= LAST_OP
+
+
+def comm_name(comm: int) -> str:
+    """`comm3` for communicator 3 (its element and tree in the run's pathmap)."""
+    return f"{COMM_PREFIX}{comm}"
+
+
+def comm_of(entry) -> int | None:
+    """The communicator a catalogue entry collects (from its element or tree), None if none."""
+    name = entry.element or entry.tree
+    if not name or not name.startswith(COMM_PREFIX) or not name[len(COMM_PREFIX):].isdigit():
+        return None
+    return int(name[len(COMM_PREFIX):])
+
+
+def rank_of(thread: str | None) -> int | None:
+    """The world rank of thread `rK`, None for any other name."""
+    if thread and thread[0] == "r" and thread[1:].isdigit():
+        return int(thread[1:])
+    return None
+
+
+def peer_text(value: int) -> str:
+    """`r3`, `any source` or `nobody` for an `element` value."""
+    if value == PEER_NONE:
+        return "nobody"
+    if value == PEER_ANY:
+        return "any source"
+    return f"r{value}"
+
+
+def describe(op: int, flags: int, element: int, arg: int, comm: int | None = None) -> str:
+    """One phrase for a record or an in-flight mark, e.g. `MPI_Recv from r3 tag 7 on comm 0`,
+    `MPI_Allreduce on comm 0, round 41`, `MPI_Bcast from r0 on comm 2, round 3`."""
+    name = NAMES.get(op, f"op {op}")
+    where = f" on comm {comm}" if comm is not None else ""
+    if op in COLLECTIVES:
+        root = f" from r{element}" if op in ROOTED and element != PEER_NONE else ""
+        return f"{name}{root}{where}, round {arg}"
+    if op in COMPLETIONS:
+        return f"{name} ({arg} of {element} requests completed){where}"
+    tag = "any tag" if arg == TAG_ANY and (flags & ANY_TAG or op in PROBES or op in RECEIVES) else f"tag {arg}"
+    direction = "to" if op in SENDS else "from"
+    text = f"{name} {direction} {peer_text(element)} {tag}{where}"
+    if flags & REQUEST:
+        text = f"request {text}"
+    return text

@@ -1,0 +1,253 @@
+"""`python -m eventspace.mpi [options] prog.py ARGS` (or `-m module ARGS`): run an mpi4py program as `python prog.py` would, monitored.
+
+Under any launcher (mpiexec, srun), on every rank: the program runs in this process as
+`python prog.py` / `python -m module` runs it (sys.argv, `__main__`, sys.path[0] = the
+script's folder), following `python -m mpi4py`'s conventions. When the program imports
+mpi4py.MPI and MPI is initialized, the rank becomes a PATHS node (eventspace.mpi.rank) and
+COMM_WORLD is traced, before the import returns to the program. An unhandled exception prints its
+traceback and one line naming the rank, and aborts the job (MPI_Abort), as `python -m mpi4py`
+does; SystemExit ends the run normally with the program's exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import importlib.util
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+from .options import DEFAULT_KEEP, INSTRUMENT, Options
+
+EXTRA_HINT = "pip install 'eventspace[mpi]'"
+# Options taking a value, so that splitting a command line knows where the program begins.
+VALUED = frozenset({"--name", "--archive", "--instrument", "--topology", "--keep"})
+# What launchers say a process's rank is, before MPI is up (for messages printed once).
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+class UsageError(ValueError):
+    """A command line that does not say what to run, or how."""
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The monitoring options (shared by `python -m eventspace.mpi` and `eventspace mpirun`)."""
+    parser.add_argument("--name", help="the run's name, which monitors attach to (default: the script's "
+                                       "stem, or the module's name; a free variant if a live run has it)")
+    parser.add_argument("--archive", metavar="F.sqlite", help="write every event into this new SQLite archive "
+                                                              "(`eventspace archive query|export` read it)")
+    parser.add_argument("--instrument", choices=INSTRUMENT, default="all",
+                        help="which calls to collect: all, p2p (point-to-point and completions), "
+                             "collectives, none (default %(default)s)")
+    parser.add_argument("--topology", metavar="T.yaml", help="which cluster (switch) each host is on "
+                                                             "(clusters: {rack1: [node01, node02]})")
+    parser.add_argument("--keep", type=int, default=DEFAULT_KEEP,
+                        help="records each trace element keeps for monitors (default %(default)s)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="serve plaintext on non-loopback addresses (ranks on several hosts, no CURVE keys)")
+
+
+def split_command(argv: list[str], valued=VALUED) -> tuple[list[str], list[str]]:
+    """(our options, the program: [script, args...] or ['-m', module, args...]).
+    UsageError if no program is named."""
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "-m" or not token.startswith("-") or token == "-":
+            break
+        if token == "--":
+            return argv[:i], argv[i + 1:]
+        i += 2 if token in valued else 1
+    program = argv[i:]
+    if not program or (program[0] == "-m" and len(program) < 2):
+        raise UsageError("name the program to run: prog.py [ARGS...] or -m MODULE [ARGS...]")
+    return argv[:i], program
+
+
+def parse(argv: list[str]):
+    """(Options, program argv) from `python -m eventspace.mpi`'s command line."""
+    ours, program = split_command(argv)
+    parser = argparse.ArgumentParser(prog="python -m eventspace.mpi", add_help=True,
+                                     usage="python -m eventspace.mpi [options] (prog.py | -m module) [args...]")
+    add_options(parser)
+    args = parser.parse_args(ours)
+    if args.keep < 1:
+        raise UsageError(f"--keep {args.keep}: give a positive number of records")
+    default = program[1] if program[0] == "-m" else Path(program[0]).stem
+    return Options(default_name=default, name=args.name, archive=args.archive, instrument=args.instrument,
+                   topology=args.topology, keep=args.keep, insecure=args.insecure), program
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        options, program = parse(argv)
+    except UsageError as exc:
+        print(f"python -m eventspace.mpi: {exc}", file=sys.stderr)
+        return 2
+    if not mpi4py_installed():
+        if _first_rank():
+            print(f"eventspace.mpi: mpi4py is not installed; {EXTRA_HINT}", file=sys.stderr)
+        return 2
+    monitor = Monitor(options)
+    monitor.watch_import()
+    return monitor.run(program)
+
+
+def mpi4py_installed() -> bool:
+    """Whether mpi4py imports here (its package only: MPI is not initialized by this)."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _first_rank() -> bool:
+    """True on the process a launcher calls rank 0 (or when no launcher says)."""
+    for name in RANK_VARIABLES:
+        if name in os.environ:
+            return os.environ[name] == "0"
+    return True
+
+
+class Monitor:
+    """Runs the program in this process and turns the rank into a node once MPI is up."""
+
+    def __init__(self, options):
+        self.options = options
+        self.rank = None            # eventspace.mpi.rank.Rank once started
+        self.imported = False       # the program imported mpi4py.MPI
+
+    # -- the moment MPI is there -----------------------------------------------------------------
+
+    def watch_import(self) -> None:
+        if "mpi4py.MPI" in sys.modules:
+            self._loaded(sys.modules["mpi4py.MPI"])
+        else:
+            sys.meta_path.insert(0, _MPIFinder(self._loaded))
+
+    def _loaded(self, mpi) -> None:
+        self.imported = True
+        if mpi.Is_initialized():
+            self._start(mpi)
+            return
+        # The program initializes MPI itself (mpi4py.rc.initialize = False): start after it does.
+        for name in ("Init", "Init_thread"):
+            original = getattr(mpi, name)
+
+            def init(*args, _original=original, **kwargs):
+                result = _original(*args, **kwargs)
+                self._start(mpi)
+                return result
+
+            setattr(mpi, name, init)
+
+    def _start(self, mpi) -> None:
+        from . import interpose
+        from .rank import Rank, Refused, say
+
+        try:
+            rank = Rank(mpi, self.options)
+        except Refused as exc:
+            if mpi.COMM_WORLD.Get_rank() == 0:
+                say(str(exc).replace("\n", "; "))
+            raise SystemExit(2) from None
+        except Exception as exc:  # a rank that cannot start must not leave the others waiting
+            say(f"rank {mpi.COMM_WORLD.Get_rank()} could not start monitoring: {type(exc).__name__}: {exc}")
+            mpi.COMM_WORLD.Abort(2)
+            raise SystemExit(2) from None   # Abort may return before the launcher ends this process
+        world = interpose.traced_instance(mpi.COMM_WORLD, mpi.Intracomm)
+        rank.trace(world, 0, range(rank.size))
+        interpose.install(world, rank.adopt, rank.finish)
+        self.rank = rank
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(self, program: list[str]) -> int:
+        """Run the program; its exit status (an unhandled exception aborts the MPI job)."""
+        try:
+            _run_program(program)
+        except SystemExit:
+            self._end()
+            raise
+        except KeyboardInterrupt:
+            self._abort(130, None)
+        except BaseException as exc:
+            self._abort(1, exc)
+        self._end()
+        return 0
+
+    def _end(self) -> None:
+        if self.rank is not None:
+            self.rank.finish()
+        elif not self.imported and _first_rank():
+            print("eventspace.mpi: the program never imported mpi4py.MPI: no MPI calls were collected",
+                  file=sys.stderr)
+
+    def _abort(self, status: int, exc: BaseException | None) -> None:
+        mpi = sys.modules.get("mpi4py.MPI")
+        live = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
+        rank = mpi.COMM_WORLD.Get_rank() if live else None
+        if exc is not None:
+            traceback.print_exception(type(exc), exc, _program_frames(exc.__traceback__))
+            who = f"rank {rank}" if rank is not None else "the program"
+            print(f"eventspace.mpi: {who} raised {type(exc).__name__}: {exc}; aborting the MPI job",
+                  file=sys.stderr, flush=True)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        if live:
+            mpi.COMM_WORLD.Abort(status)
+        raise SystemExit(status)
+
+
+def _run_program(program: list[str]) -> None:
+    """As `python -m mpi4py` runs a script or a module."""
+    if program[0] == "-m":
+        sys.argv[:] = program[1:]
+        runpy.run_module(program[1], run_name="__main__", alter_sys=True)
+        return
+    sys.argv[:] = program
+    if not getattr(sys.flags, "isolated", 0):
+        sys.path[0] = os.path.realpath(os.path.dirname(program[0]))
+    runpy.run_path(program[0], run_name="__main__")
+
+
+def _program_frames(tb):
+    """The traceback from the program's first frame on (ours and runpy's left out)."""
+    skip = {__name__, "runpy", "eventspace.mpi.__main__"}
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_globals.get("__name__") in skip:
+        tb = tb.tb_next
+    return tb
+
+
+class _MPIFinder(importlib.abc.MetaPathFinder):
+    """Finds mpi4py.MPI as the other finders do, with a loader that calls `loaded(module)` once
+    the module is ready (MPI initialized), before the import returns to the program."""
+
+    def __init__(self, loaded):
+        self.loaded = loaded
+
+    def find_spec(self, name, path, target=None):
+        if name != "mpi4py.MPI":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Then(spec.loader, self.loaded)
+        return spec
+
+
+class _Then(importlib.abc.Loader):
+    def __init__(self, inner, then):
+        self.inner, self.then = inner, then
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        self.then(module)

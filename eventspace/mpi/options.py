@@ -1,0 +1,23 @@
+"""How an MPI run is monitored: the options every rank is started with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INSTRUMENT = ("all", "p2p", "collectives", "none")
+DEFAULT_KEEP = 4096   # records per trace element: a monitor's stream pulls miss less of a busy rank
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to monitor the run: its name (None: `default_name`, or a free variant of it), an
+    archive to write every event into, what to collect (all, p2p, collectives, none), a topology
+    file, each trace element's `keep`, and whether to serve plaintext on non-loopback addresses."""
+
+    default_name: str
+    name: str | None = None
+    archive: str | None = None
+    instrument: str = "all"
+    topology: str | None = None
+    keep: int = DEFAULT_KEEP
+    insecure: bool = False

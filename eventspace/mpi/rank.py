@@ -1,0 +1,278 @@
+"""One rank of a monitored MPI run: a PATHS node in the rank's own process, its collectors, its part in the run's end."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+
+import pastset
+from paths import NodeServer, PathmapError, RunError
+from paths.wrapper import PathsError
+
+from ..archive import Archive, ArchiveError
+from ..catalogue import Catalogue
+from ..space import NodeSpace
+from . import interpose
+from .collector import Channel, collective_methods, p2p_methods, peer_table
+from .drain import TAKE, ArchiveWriter, Drain
+from .options import Options
+from .generate import Communicator, collector_ids, node_name, run_pathmap
+from .registry import Registration
+from .topology import Topology
+
+ADOPT = "eventspace.mpi.adopt"      # hosted on every rank: ([id, members, how]) -> None
+DECLARE = "eventspace.mpi.declare"  # hosted on rank 0: (members, how) -> the new communicator's id
+PREFIX = "eventspace.mpi:"
+
+
+def say(text: str) -> None:
+    """One line of ours, on stderr: the program's stdout stays its own."""
+    print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
+
+
+def hold_no_lock(mpi, comm) -> None:
+    """Make now (collective over `comm`) the duplicate that mpi4py's pickle-form reductions
+    (allreduce, reduce, scan, exscan) make on their first call: it does so holding Python's GIL,
+    so a rank waiting there for a late member would starve its own node server, and a monitor
+    would see the rank as not answering instead of waiting."""
+    make = getattr(mpi, "_commctx_intra", None)
+    if make is not None:
+        make(comm)
+
+
+class Refused(Exception):
+    """The run cannot start as asked (a taken name, a bad topology, an archive that exists...):
+    rank 0 says why in one line and every rank exits with status 2."""
+
+
+class Rank:
+    """This process as rank K of the run: node `rK` (a NodeServer whose endpoint and event space
+    run on threads of this process) holding the trace elements of the rank's collectors, and the
+    traced communicators' collectors. Rank 0 also keeps the run's registration, declares the
+    communicators the program makes, and writes the archive.
+
+    Making one is collective over COMM_WORLD (every rank makes its own once, after MPI is
+    initialized and before the program's first MPI call), and raises Refused (the same on every
+    rank) when the run cannot start as asked; so is `finish` (when the program ends, or calls
+    MPI.Finalize). Between them every MPI call on a traced communicator is collected.
+    """
+
+    def __init__(self, mpi, options: Options):
+        self.mpi = mpi
+        self.options = options
+        world = mpi.COMM_WORLD
+        self.private = world.Dup()   # our own traffic never meets the program's
+        self.rank, self.size = world.Get_rank(), world.Get_size()
+        self.world_group = world.Get_group()
+        self.finished = False
+        self.registration: Registration | None = None
+        self.writer: ArchiveWriter | None = None
+        self.rings = []                               # this rank's trace elements
+        self._declare_lock = threading.Lock()         # rank 0: held while a communicator is declared
+        self._adopt_lock = threading.Lock()           # held while this node takes a new communicator
+        self._warned = False
+
+        self.hosts = self.private.allgather(mpi.Get_processor_name())
+        decision = self._decide() if self.rank == 0 else None
+        decision = self.private.bcast(decision, root=0)
+        if decision[0] == "refused":
+            raise Refused(decision[1])
+        _, self.name, self.clusters = decision
+        self.comms = [Communicator(0, tuple(range(self.size)), "COMM_WORLD")]
+        pathmap = run_pathmap(self.name, self.hosts, self.clusters, self.comms, options.instrument, options.keep)
+        self.node = NodeServer(pathmap, node_name(self.rank))
+        self.space = NodeSpace.of(self.node)
+        self.drain = Drain(active=options.archive is not None)
+        self.node.server.host(ADOPT, self._adopt)
+        self.node.server.host(TAKE, self.drain.take)
+        if self.rank == 0:
+            self.node.server.host(DECLARE, self._declare)
+        endpoint = self._serve()
+        endpoints = self.private.allgather(endpoint)
+        failed = [(r, ep[1]) for r, ep in enumerate(endpoints) if isinstance(ep, tuple)]
+        if failed:
+            self.node.close()
+            if self.registration is not None:
+                self.registration.remove()
+            raise Refused(f"rank {failed[0][0]} could not serve its node: {failed[0][1]}")
+        pids = self.private.allgather(os.getpid())
+        self.endpoints = {node_name(r): ep for r, ep in enumerate(endpoints)}
+        self.node.link(self.endpoints)
+        if self.rank == 0:
+            self._register({node_name(r): pid for r, pid in enumerate(pids)})
+        self.private.Barrier()   # registered and serving everywhere before the program's first call
+        hold_no_lock(mpi, world)   # after the Barrier: no rank still needs another's node server
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def _decide(self) -> tuple:
+        """Rank 0: ("ok", name, host -> cluster), or ("refused", why); opens the archive."""
+        o = self.options
+        try:
+            topology = Topology.load(o.topology) if o.topology else Topology()
+            clusters = topology.cluster_of(self.hosts)
+            if o.archive is not None and os.path.exists(o.archive) and os.path.getsize(o.archive):
+                raise ValueError(f"archive {o.archive} exists; give a new file (an MPI run's archive "
+                                 "starts empty), or remove it")
+            self.registration = Registration(o.name or o.default_name)
+            name = self.registration.name
+            if o.archive is not None:
+                pathmap = run_pathmap(name, self.hosts, clusters, [Communicator(0, tuple(range(self.size)), "")],
+                                      o.instrument, o.keep)
+                self._archive = Archive(o.archive, Catalogue(pathmap))
+        except (PathmapError, OSError, ValueError, RunError, ArchiveError) as exc:
+            if self.registration is not None:
+                self.registration.remove()
+                self.registration = None
+            return ("refused", str(exc))
+        return ("ok", name, clusters)
+
+    def _serve(self):
+        """This node's endpoint (an address the other ranks reach), or ("error", why)."""
+        single_host = len(set(self.hosts)) == 1
+        try:
+            if single_host:
+                return self.node.serve("tcp://127.0.0.1:0", insecure=self.options.insecure)
+            bound = self.node.serve("tcp://0.0.0.0:0", insecure=self.options.insecure)
+            address = socket.gethostbyname(self.hosts[self.rank])
+            endpoint = bound.replace("0.0.0.0", address)
+            self.node.endpoint = endpoint
+            return endpoint
+        except (pastset.PastSetError, OSError) as exc:
+            return ("error", str(exc))
+
+    def _register(self, pids: dict[str, int]) -> None:
+        self.registration.ready(self.node.pathmap, self.comms, self.endpoints, pids)
+        hosts = len(set(self.hosts))
+        say(f"run {self.name}: {self.size} ranks on {hosts} host{'s' if hosts > 1 else ''}; "
+            f"run file {self.registration.path}")
+        if self.options.archive is not None:
+            archive = self._archive
+            archive.set_meta("run", self.name)
+            archive.set_meta("ranks", self.size)
+            # What a later analysis needs beside the catalogue (hop classes, communicators).
+            archive.set_meta("hosts", json.dumps({node_name(r): h for r, h in enumerate(self.hosts)}))
+            archive.set_meta("clusters", json.dumps({node_name(r): self.clusters[h] for r, h in enumerate(self.hosts)}))
+            self._archive_communicators(archive)
+            clients = {node: self.node.client(node) for node in self.endpoints}
+            self.writer = ArchiveWriter(archive, clients)
+
+    # -- communicators -------------------------------------------------------------------------
+
+    def trace(self, comm, cid: int, members) -> None:
+        """Put the collectors of communicator `cid` (members: world ranks) on traced `comm`."""
+        p2p, coll = collector_ids(self.space.catalogue, cid, self.rank)
+        peers = peer_table(members)
+        base = interpose.base_class(comm)
+        methods = {}
+        if p2p:
+            methods.update(p2p_methods(comm, base, self._channel(p2p, peers), interpose.Request,
+                                       interpose.Message))
+        if coll:
+            methods.update(collective_methods(comm, base, self._channel(coll, peers), comm.Get_rank(),
+                                              comm.Get_size()))
+        interpose.mark_traced(comm, cid, methods)
+
+    def _channel(self, cid: int, peers) -> Channel:
+        space = self.space
+        entry = space.catalogue[cid]
+        element = self.node.server.element(entry.trace)
+        self.rings.append(element)
+        bound, spill = self.drain.watch(element)
+        return Channel(cid, space.appender(entry), space.flag(cid), bound, spill, space.clock,
+                       space.marks, peers)
+
+    def adopt(self, comm, how: str, parent):
+        """A communicator the program made from traced `parent`: declared to the run (collective
+        over its members) and returned traced; returned as it is if it is null, an
+        intercommunicator, or could not be declared."""
+        mpi = self.mpi
+        if comm is None or comm == mpi.COMM_NULL:
+            return comm
+        base = interpose.base_class(comm)
+        if base is None or comm.Is_inter():
+            return comm
+        group = comm.Get_group()
+        members = mpi.Group.Translate_ranks(group, list(range(comm.Get_size())), self.world_group)
+        group.Free()
+        cid = None
+        if comm.Get_rank() == 0:
+            try:
+                cid = self.declare(members, f"{how} of comm {interpose.comm_id(parent)}")
+            except (pastset.PastSetError, PathsError, ValueError) as exc:
+                if not self._warned:
+                    self._warned = True
+                    say(f"rank {self.rank}: a communicator could not be declared ({exc}); "
+                        "its calls are not collected")
+        cid = mpi.Comm.bcast(comm, cid, 0)
+        if cid is None:
+            return comm
+        hold_no_lock(mpi, comm)
+        traced = interpose.traced_instance(comm, base)
+        self.trace(traced, cid, members)
+        return traced
+
+    def declare(self, members, how: str) -> int:
+        """Rank 0 gives the communicator an id and every node its collectors; the id."""
+        if self.rank == 0:
+            return self._declare(list(members), how)
+        return self.node.client(node_name(0)).call(DECLARE, list(members), how, timeout=60)
+
+    def _declare(self, members: list, how: str) -> int:
+        with self._declare_lock:
+            wire = [len(self.comms), list(members), str(how)]
+            for node in self.endpoints:
+                if node != self.node.name:
+                    self.node.client(node).call(ADOPT, wire, timeout=60)
+            self._adopt(wire)
+            self.registration.update(self.node.pathmap, self.comms)
+            if self.writer is not None:
+                self.writer.archive.extend(self.space.catalogue)
+                self._archive_communicators(self.writer.archive)
+            return wire[0]
+
+    def _archive_communicators(self, archive) -> None:
+        archive.set_meta("communicators", json.dumps(
+            [{"id": c.id, "members": list(c.members), "how": c.how} for c in self.comms]))
+
+    def _adopt(self, wire: list) -> None:
+        """Take communicator [id, members, how] into this node's pathmap (every node, in id order)."""
+        with self._adopt_lock:
+            comm = Communicator(int(wire[0]), tuple(int(m) for m in wire[1]), str(wire[2]))
+            if comm.id != len(self.comms):
+                raise PathsError(f"node {self.node.name}: communicator {comm.id} declared out of order "
+                                 f"(it knows {len(self.comms)})")
+            comms = [*self.comms, comm]
+            o = self.options
+            self.space.adopt(run_pathmap(self.name, self.hosts, self.clusters, comms, o.instrument, o.keep))
+            self.comms = comms
+
+    # -- finishing -----------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """The run's end, on every rank (collective; once): rank 0 writes the rest of the archive
+        and removes the run file, then every node stops."""
+        if self.finished:
+            return
+        self.finished = True
+        written = self.private.gather(sum(ring.last() for ring in self.rings), root=0)
+        if self.rank == 0:
+            try:
+                if self.writer is not None:
+                    self.writer.close()
+                    say(f"archive {self.options.archive}: {self.writer.tuples:,} events from {self.size} "
+                        f"ranks, {self.writer.lost:,} discarded")
+                if not sum(written):
+                    say("no MPI calls were collected" + (" (--instrument none)" if self.options.instrument == "none"
+                                                         else ""))
+            except Exception as exc:  # the other ranks wait below: say it, and end the run all the same
+                say(f"the archive could not be completed: {type(exc).__name__}: {exc}")
+            finally:
+                self.registration.remove()
+        self.private.Barrier()   # the archive is complete: the nodes may stop
+        self.node.close()
+        self.world_group.Free()
+        self.private.Free()

@@ -1,0 +1,123 @@
+"""Matrix (INTAP-MPI): messages and bytes between the ranks of an MPI run, by hop class of its topology."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from eventspace.mpi import encoding as e
+from eventspace.mpi.matching import message_ends
+from eventspace.scope import EventScope
+
+# Hop classes, nearest first: how far a message between two ranks travels.
+SAME_HOST, SAME_CLUSTER, ACROSS_CLUSTERS = "same host", "same cluster", "across clusters"
+HOPS = (SAME_HOST, SAME_CLUSTER, ACROSS_CLUSTERS)
+
+
+@dataclass
+class Matrix:
+    """Point-to-point traffic of an MPI run: `messages[s, d]` and `nbytes[s, d]` that world rank s
+    sent to rank d (every communicator; a message counted once, at its sending end: a blocking
+    send, a Sendrecv's send half or a nonblocking send's post; bytes as the record says: the
+    buffer's, or the pickle's for the lowercase forms). `hosts[r]` and `clusters[r]` place rank r,
+    so each pair has a hop class (HOPS). Collectives are not in it: they have no pairs."""
+
+    hosts: tuple[str, ...]
+    clusters: tuple[str, ...]
+    messages: np.ndarray
+    nbytes: np.ndarray
+
+    @classmethod
+    def empty(cls, hosts, clusters) -> Matrix:
+        n = len(hosts)
+        return cls(tuple(hosts), tuple(clusters), np.zeros((n, n), np.int64), np.zeros((n, n), np.int64))
+
+    @classmethod
+    def of_catalogue(cls, catalogue) -> Matrix:
+        """An empty matrix for the run whose catalogue this is (ranks placed by its pathmap's nodes)."""
+        nodes = sorted((n for n in catalogue.pathmap.nodes if e.rank_of(n.name) is not None),
+                       key=lambda n: e.rank_of(n.name))
+        return cls.empty([n.host for n in nodes], [n.cluster for n in nodes])
+
+    @property
+    def ranks(self) -> int:
+        return len(self.hosts)
+
+    def add(self, records: np.ndarray, catalogue) -> int:
+        """Count in the messages sent in `records` (trace.DTYPE); how many there were."""
+        sends, _ = message_ends(records, catalogue)
+        if not sends:
+            return 0
+        positions = np.array([i for i, _ in sends])
+        src = np.array([channel[1] for _, channel in sends])
+        dst = np.array([channel[2] for _, channel in sends])
+        known = (src < self.ranks) & (dst < self.ranks)
+        np.add.at(self.messages, (src[known], dst[known]), 1)
+        np.add.at(self.nbytes, (src[known], dst[known]), records["nbytes"][positions[known]].astype(np.int64))
+        return int(known.sum())
+
+    def hop_classes(self) -> np.ndarray:
+        """[s, d]: the index in HOPS of the pair's hop class."""
+        hosts, clusters = np.array(self.hosts, dtype=object), np.array(self.clusters, dtype=object)
+        same_host = hosts[:, None] == hosts[None, :]
+        same_cluster = clusters[:, None] == clusters[None, :]
+        return np.where(same_host, 0, np.where(same_cluster, 1, 2)).astype(np.int64)
+
+    def by_hop(self) -> list[tuple[str, int, int]]:
+        """(hop class, messages, bytes) for each class, nearest first."""
+        classes = self.hop_classes()
+        return [(hop, int(self.messages[classes == k].sum()), int(self.nbytes[classes == k].sum()))
+                for k, hop in enumerate(HOPS)]
+
+    def per_host(self) -> dict[str, list[int]]:
+        """{host: [bytes its ranks sent, per hop class in HOPS order]}, hosts in rank order."""
+        classes = self.hop_classes()
+        out: dict[str, list[int]] = {}
+        for s, host in enumerate(self.hosts):
+            row = out.setdefault(host, [0] * len(HOPS))
+            for k in range(len(HOPS)):
+                row[k] += int(self.nbytes[s][classes[s] == k].sum())
+        return out
+
+    def as_dict(self) -> dict:
+        return {"hosts": list(self.hosts), "clusters": list(self.clusters), "messages": self.messages.tolist(),
+                "bytes": self.nbytes.tolist(),
+                "by_hop": [{"hop": h, "messages": m, "bytes": b} for h, m, b in self.by_hop()],
+                "per_host": self.per_host()}
+
+
+def archive_matrix(archive) -> Matrix:
+    """The matrix of every message in an MPI run's archive (eventspace.archive.Archive, opened);
+    ValueError if the archive is not an MPI run's (it keeps no hosts)."""
+    extra = archive.info.extra
+    if "hosts" not in extra:
+        raise ValueError(f"{archive.path} is not the archive of an MPI run (`eventspace mpirun --archive`): "
+                         "it keeps no ranks' hosts")
+    hosts, clusters = json.loads(extra["hosts"]), json.loads(extra.get("clusters", "{}"))
+    ranks = sorted(hosts, key=e.rank_of)
+    matrix = Matrix.empty([hosts[r] for r in ranks], [clusters.get(r, "default") for r in ranks])
+    matrix.add(archive.records(), archive.catalogue)
+    return matrix
+
+
+class MatrixMon:
+    """The matrix of a live MPI run: a stream scope over its ranks' point-to-point collectors
+    (those it has when the monitor attaches), counted in at every `poll`. It counts what the
+    collectors still keep when it attaches and everything after; `discarded` says how many records
+    were discarded before they were read (then the matrix is short of them)."""
+
+    def __init__(self, run, *, timeout: float = 2.0):
+        self.scope = EventScope(run, "role:source", mode="stream", timeout=timeout, name="matrix")
+        self.matrix = Matrix.of_catalogue(self.scope.catalogue)
+        self.discarded = 0
+
+    def poll(self) -> Matrix:
+        pulled = self.scope.pull()
+        self.discarded += pulled.discarded
+        self.matrix.add(pulled.records, self.scope.catalogue)
+        return self.matrix
+
+    def close(self) -> None:
+        self.scope.close()

@@ -1,0 +1,81 @@
+"""A run whose pathmap grows while it runs (an MPI run declaring communicators): adopt, in-flight marks, archive."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from eventspace import trace
+from eventspace.archive import Archive, ArchiveError
+from eventspace.catalogue import Catalogue
+from eventspace.mpi import encoding as e
+from eventspace.mpi.generate import Communicator, run_pathmap
+from eventspace.scope import EventScope
+from eventspace.space import Mark, NodeSpace
+from paths import NodeServer, RunFile
+
+WORLD = Communicator(0, (0, 1), "COMM_WORLD")
+SPLIT = Communicator(1, (1, 0), "Split of comm 0")
+
+
+def grown(*comms, name="grow"):
+    return run_pathmap(name, ["h", "h"], {"h": "default"}, list(comms))
+
+
+@pytest.fixture
+def node(tmp_path):
+    pathmap = grown(WORLD)
+    server = NodeServer(pathmap, "r0")
+    server.serve("tcp://127.0.0.1:0")
+    snapshot = tmp_path / "grow.pathmap.yaml"
+    snapshot.write_text(pathmap.dumps())
+    run = RunFile(str(snapshot), {"r0": server.endpoint, "r1": server.endpoint}, {}, time.time())
+    yield server, run, snapshot
+    server.close()
+
+
+def test_a_node_adopts_the_collectors_a_grown_pathmap_appends(node):
+    server, _, _ = node
+    space = NodeSpace.of(server)
+    before = space.catalogue.entries
+    marks = space.marks
+    space.adopt(grown(WORLD, SPLIT))
+    assert space.catalogue.entries[:len(before)] == before and len(space.catalogue) == len(before) + 4
+    new = [x for x in space.catalogue.entries[len(before):] if x.trace_node == "r0"]
+    assert [x.role for x in new] == ["source", "contribute"]
+    for entry in new:   # their trace elements are there, ready for the collectors
+        assert server.server.element(entry.trace).keep == space.catalogue.pathmap.instrument.keep
+    assert space.marks is marks and len(marks) >= len(space.catalogue) + 1   # grown in place
+    with pytest.raises(ValueError, match="may only append collectors"):
+        space.adopt(grown(Communicator(0, (1, 0), "reordered")))
+
+
+def test_a_scope_reads_what_blocked_operations_wait_for(node):
+    server, run, _ = node
+    space = NodeSpace.of(server)
+    cid = next(x.id for x in space.catalogue if x.thread == "r0" and x.role == "source")
+    other = next(x.id for x in space.catalogue if x.thread == "r0" and x.role == "contribute")
+    space.marks[cid] = (123, e.RECV, e.PICKLED, 1, 7, 0)   # an MPI collector's mark
+    space.inflight[other] = 456          # a collector that leaves no mark
+    with EventScope(run, "node:r0") as scope:
+        starts, missing = scope.in_flight()
+        marks, _ = scope.in_flight_marks()
+    assert starts == {cid: 123, other: 456} and not missing
+    assert marks == {cid: Mark(123, e.RECV, e.PICKLED, 1, 7, 0), other: Mark(456, 0, 0, 0, 0, 0)}
+    space.marks[cid] = space.inflight[other] = 0
+
+
+def test_an_archive_extends_its_catalogue_as_the_run_grows(tmp_path):
+    small, large = Catalogue(grown(WORLD)), Catalogue(grown(WORLD, SPLIT))
+    new = large.entries[len(small):][0]
+    with Archive(tmp_path / "a.sqlite", small) as archive:
+        assert archive.extend(large) == len(large) - len(small)
+        archive.append(trace.decode(trace.RECORD.pack(e.SEND, 0, new.id, 1, 3, 8, 1, 2)))
+        assert archive.extend(large) == 0
+        with pytest.raises(ArchiveError, match="does not begin with the archive's"):
+            archive.extend(Catalogue(grown(Communicator(0, (1, 0), "other"))))
+    with Archive.open(tmp_path / "a.sqlite") as archive:
+        assert archive.catalogue.entries == large.entries
+        _, rows = archive.query("SELECT thread, element_name, op_name FROM events")
+    assert rows == [(new.thread, "comm1", "MPI_Send")]

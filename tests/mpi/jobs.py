@@ -1,0 +1,95 @@
+"""Real mpiexec runs of real programs (tests/mpi/programs), each in a directory of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from paths import RunError, RunFile
+
+PROGRAMS = Path(__file__).parent / "programs"
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+
+
+def _have_mpi() -> bool:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return os.access(MPIEXEC, os.X_OK)
+
+
+# `make test` installs the mpi extra, so these run there; elsewhere they skip cleanly.
+requires_mpi = pytest.mark.skipif(not _have_mpi(), reason="needs the mpi extra (pip install 'eventspace[mpi]')")
+
+
+def run(cmd: list[str], cwd, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """Run `cmd` to its end (in a session of its own, killed whole if it outlives `timeout`)."""
+    given = kwargs.pop("input", None)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, stdin=subprocess.DEVNULL if given is None else subprocess.PIPE,
+                            **kwargs)
+    try:
+        out, err = proc.communicate(given, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{' '.join(map(str, cmd))} outlived {timeout} s\nstdout: {out}\nstderr: {err}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def mpirun(*args, cwd, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """`eventspace mpirun ARGS` (programs named by their file in tests/mpi/programs)."""
+    args = [str(PROGRAMS / a) if isinstance(a, str) and a.endswith(".py") and "/" not in a else str(a) for a in args]
+    return run([sys.executable, "-m", "eventspace.cli", "mpirun", *args], cwd, timeout, **kwargs)
+
+
+def plain(ranks: int, program: str, *args, cwd, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """`mpiexec -n RANKS python PROGRAM ARGS`, unmonitored."""
+    return run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(PROGRAMS / program), *map(str, args)],
+               cwd, timeout, **kwargs)
+
+
+def ours(lines: str) -> list[str]:
+    """The lines eventspace.mpi printed."""
+    return [line for line in lines.splitlines() if line.startswith("eventspace.mpi:")]
+
+
+def start(tmp_path, ranks: int, name: str, program: str, *args) -> subprocess.Popen:
+    """`eventspace mpirun -n RANKS --name NAME PROGRAM ARGS`, left running (end it with `stop`)."""
+    return subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", str(ranks), "--name", name,
+                             str(PROGRAMS / program), *map(str, args)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def until_live(name: str, job: subprocess.Popen, timeout: float = 60.0) -> RunFile:
+    """The run file of run `name` once every rank serves (AssertionError if `job` ends first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert job.poll() is None, job.communicate()
+        try:
+            return RunFile.find(name).check_live()
+        except RunError:
+            time.sleep(0.1)
+    raise AssertionError(f"run {name} did not come up within {timeout} s")
+
+
+def stop(job: subprocess.Popen) -> None:
+    """End `job` (all of it) if it still runs."""
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGKILL)
+    job.communicate()
+
+
+def monitor(*args, cwd) -> list[dict]:
+    """`eventspace monitor ARGS --json`: one object per interval."""
+    result = run([sys.executable, "-m", "eventspace.cli", "monitor", *map(str, args), "--json"], cwd, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]

@@ -1,0 +1,24 @@
+"""Rounds of collectives with known late ranks: 30 allreduce rounds on COMM_WORLD in which rank 1
+enters 10 ms after the others, except round 20, which rank 2 enters 200 ms late; then a Barrier
+(round 30) that rank 2 enters only once the file named by the first argument exists."""
+
+import os
+import sys
+import time
+
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+r = comm.Get_rank()
+for i in range(30):
+    if i == 20:
+        if r == 2:
+            time.sleep(0.2)
+    elif r == 1:
+        time.sleep(0.01)
+    comm.allreduce(i)
+if r == 2:
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.05)
+comm.Barrier()
+print(f"{r} done", flush=True)   # one write: mpiexec sets PYTHONUNBUFFERED, ranks share stdout

@@ -1,0 +1,31 @@
+"""Ranks that block, as its first argument says, after a Barrier (each rank has a record):
+
+p2p         ranks 0 and 1 each receive from the other first: a deadlock;
+collective  ranks 0 and 1 enter an Allreduce, rank 2 receives from rank 0 (tag 5): a deadlock;
+late        ranks 0 and 1 enter an Allreduce that rank 2 joins once the file named by the second
+            argument exists: no deadlock, only a late rank.
+"""
+
+import os
+import sys
+import time
+
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+r = comm.Get_rank()
+mode = sys.argv[1]
+comm.Barrier()
+if mode == "p2p":
+    comm.recv(source=1 - r, tag=0)
+elif mode == "collective":
+    if r == 2:
+        comm.recv(source=0, tag=5)
+    else:
+        comm.allreduce(r)
+elif mode == "late":
+    if r == 2:
+        while not os.path.exists(sys.argv[2]):
+            time.sleep(0.05)
+    comm.allreduce(r)
+print(f"{r} done", flush=True)   # one write: mpiexec sets PYTHONUNBUFFERED, ranks share stdout

@@ -1,0 +1,164 @@
+"""What the collectors write: exact records of a program whose calls are known, and no loss."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections import Counter
+
+import pytest
+
+from eventspace.archive import Archive
+from eventspace.mpi import encoding as e
+from jobs import mpirun, ours, requires_mpi
+
+pytestmark = requires_mpi
+
+COLUMNS = ("thread", "op", "flags", "element", "arg", "nbytes", "t_start", "t_end", "element_name", "tree")
+
+
+def records(path):
+    with Archive.open(path) as archive:
+        _, rows = archive.query(f"SELECT {', '.join(COLUMNS)} FROM events ORDER BY t_start, seq")
+        _, members = archive.query("SELECT tree, thread FROM catalogue WHERE role = 'contribute'")
+        info = archive.info
+    trees: dict[str, set] = {}
+    for tree, thread in members:
+        trees.setdefault(tree, set()).add(thread)
+    return [dict(zip(COLUMNS, row)) for row in rows], trees, info
+
+
+def test_every_call_of_a_known_program_is_one_exact_record(tmp_path):
+    archive = tmp_path / "calls.sqlite"
+    result = mpirun("-n", 3, "--archive", archive, "calls.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows, trees, info = records(archive)
+    assert info.discarded == 0 and info.tuples == len(rows)
+    assert f"archive {archive}: {len(rows)} events from 3 ranks, 0 discarded" in " ".join(ours(result.stderr))
+
+    # Communicators: 0 is COMM_WORLD; the split's two halves and the duplicate come after.
+    assert trees["comm0"] == {"r0", "r1", "r2"}
+    label = {"comm0": "world"}
+    for tree, members in trees.items():
+        if tree != "comm0":
+            label[tree] = {frozenset({"r0", "r2"}): "pair", frozenset({"r1"}): "single",
+                           frozenset({"r0", "r1", "r2"}): "dup"}[frozenset(members)]
+    assert sorted(label.values()) == ["dup", "pair", "single", "world"]
+    # The archive keeps what analyses need beside the catalogue: hosts, clusters, communicators.
+    communicators = {f"comm{c['id']}": c for c in json.loads(info.extra["communicators"])}
+    assert communicators["comm0"] == {"id": 0, "members": [0, 1, 2], "how": "COMM_WORLD"}
+    pair = next(c for c in communicators.values() if label[f"comm{c['id']}"] == "pair")
+    assert pair["members"] == [2, 0] and pair["how"] == "Split (color 0) of comm 0"
+    assert set(json.loads(info.extra["hosts"])) == {"r0", "r1", "r2"}
+    assert set(json.loads(info.extra["clusters"]).values()) == {"default"}
+
+    def key(row):
+        comm = label[row["element_name"] or row["tree"]]
+        return row["thread"], e.NAMES[row["op"]], bool(row["flags"] & e.REQUEST), comm
+
+    expected = Counter()
+    for rank in ("r0", "r1", "r2"):
+        for op, n in (("MPI_Isend", 2), ("MPI_Irecv", 2), ("MPI_Waitall", 1), ("MPI_Wait", 2),
+                      ("MPI_Sendrecv.send", 1), ("MPI_Sendrecv.recv", 1)):
+            expected[rank, op, False, "world"] += n
+        expected[rank, "MPI_Isend", True, "world"] += 2
+        expected[rank, "MPI_Irecv", True, "world"] += 2
+        for op, n in (("MPI_Bcast", 1), ("MPI_Allreduce", 2), ("MPI_Barrier", 1), ("MPI_Gather", 1)):
+            expected[rank, op, False, "world"] += n
+        expected[rank, "MPI_Bcast", False, "dup"] += 1
+        half = "single" if rank == "r1" else "pair"
+        expected[rank, "MPI_Allreduce", False, half] += 1
+        expected[rank, "MPI_Barrier", False, half] += 1
+    expected["r0", "MPI_Send", False, "world"] += 3
+    expected["r1", "MPI_Recv", False, "world"] += 2
+    expected["r1", "MPI_Probe", False, "world"] += 1
+    expected["r2", "MPI_Recv", False, "world"] += 1
+    for rank in ("r0", "r2"):
+        expected[rank, "MPI_Send", False, "pair"] += 1
+        expected[rank, "MPI_Recv", False, "pair"] += 1
+    assert Counter(key(row) for row in rows) == expected
+
+    def only(thread, op, where="world", request=False, **fields):
+        found = [r for r in rows if r["thread"] == thread and e.NAMES[r["op"]] == op
+                 and bool(r["flags"] & e.REQUEST) == request and label[r["element_name"] or r["tree"]] == where
+                 and all(r[k] == v for k, v in fields.items())]
+        assert len(found) == 1, (thread, op, fields, found)
+        return found[0]
+
+    obj = {"payload": list(range(10))}
+    pickled = len(pickle.dumps(obj, 5))
+    # Blocking sends and receives: peers as world ranks, ANY_SOURCE / ANY_TAG resolved.
+    assert only("r0", "MPI_Send", arg=5)["flags"] == e.PICKLED
+    assert only("r0", "MPI_Send", arg=5)["element"] == 1 and only("r0", "MPI_Send", arg=5)["nbytes"] == pickled
+    assert (only("r0", "MPI_Send", arg=6)["flags"], only("r0", "MPI_Send", arg=6)["element"],
+            only("r0", "MPI_Send", arg=6)["nbytes"]) == (0, 2, 128)
+    first = only("r1", "MPI_Recv", arg=5)
+    assert (first["flags"], first["element"], first["nbytes"]) == (e.PICKLED | e.ANY_SOURCE | e.ANY_TAG, 0, pickled)
+    got = only("r2", "MPI_Recv")
+    assert (got["flags"], got["element"], got["arg"], got["nbytes"]) == (e.ANY_SOURCE, 0, 6, 128)
+    probe = only("r1", "MPI_Probe")
+    assert (probe["element"], probe["arg"], probe["nbytes"]) == (0, 11, len(pickle.dumps("hi", 5)))
+
+    for rank in range(3):
+        thread, right, left = f"r{rank}", (rank + 1) % 3, (rank - 1) % 3
+        # Posts, then the requests' records from post to completion, the receive's actual source.
+        post = only(thread, "MPI_Isend", arg=7)
+        assert (post["element"], post["nbytes"]) == (right, 64)
+        done = only(thread, "MPI_Isend", request=True, arg=7)
+        assert done["t_start"] == post["t_start"] and done["t_end"] > post["t_end"]
+        assert (only(thread, "MPI_Irecv", arg=7)["element"], only(thread, "MPI_Irecv", arg=7)["nbytes"]) == (left, 0)
+        received = only(thread, "MPI_Irecv", request=True, arg=7)
+        assert (received["element"], received["nbytes"]) == (left, 64)
+        assert only(thread, "MPI_Irecv", request=True, arg=8)["nbytes"] == len(pickle.dumps(left, 5))
+        assert only(thread, "MPI_Isend", arg=8)["nbytes"] == len(pickle.dumps(rank, 5))
+        waitall = only(thread, "MPI_Waitall")
+        assert (waitall["element"], waitall["arg"]) == (2, 2)
+        assert (only(thread, "MPI_Sendrecv.send")["element"], only(thread, "MPI_Sendrecv.send")["nbytes"]) == (right, 32)
+        assert (only(thread, "MPI_Sendrecv.recv")["element"], only(thread, "MPI_Sendrecv.recv")["arg"]) == (left, 9)
+        # Collectives on COMM_WORLD: rounds 0..4 in call order, roots as world ranks.
+        coll = [r for r in rows if r["thread"] == thread and r["tree"] == "comm0"]
+        assert [e.NAMES[r["op"]] for r in coll] == ["MPI_Bcast", "MPI_Allreduce", "MPI_Barrier", "MPI_Allreduce",
+                                                     "MPI_Gather"]
+        assert [r["arg"] for r in coll] == [0, 1, 2, 3, 4]
+        assert [r["element"] for r in coll] == [1, e.PEER_NONE, e.PEER_NONE, e.PEER_NONE, 2]
+        assert coll[0]["nbytes"] == (pickled if rank == 1 else 0)
+        # An object allreduce is mpi4py's own algorithm over pickles: it may pickle more than once.
+        assert coll[1]["nbytes"] >= len(pickle.dumps(rank, 5)) and coll[3]["nbytes"] == 128
+        assert coll[3]["flags"] == 0 and coll[1]["flags"] == e.PICKLED
+    # The split's pair: world 2 is its rank 0; peers are world ranks.
+    assert only("r0", "MPI_Send", where="pair")["element"] == 2
+    assert only("r2", "MPI_Send", where="pair")["element"] == 0
+    pair_recv = only("r0", "MPI_Recv", where="pair")
+    assert (pair_recv["flags"], pair_recv["element"], pair_recv["arg"]) == (e.PICKLED | e.ANY_SOURCE, 2, 3)
+
+
+@pytest.mark.slow
+def test_a_tight_loop_of_100000_sends_loses_nothing(tmp_path):
+    archive = tmp_path / "sends.sqlite"
+    result = mpirun("-n", 2, "--archive", archive, "sends.py", 100_000, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    with Archive.open(archive) as db:
+        info = db.info
+        _, counts = db.query("SELECT thread, op, count(*), sum(nbytes) FROM events GROUP BY thread, op")
+    assert info.discarded == 0
+    assert sorted(counts) == [("r0", e.SEND, 100_000, 100_000), ("r1", e.RECV, 100_000, 100_000)]
+    assert info.tuples == 200_000
+
+
+def test_every_wrapped_call_and_constructor_is_collected(tmp_path):
+    archive = tmp_path / "everything.sqlite"
+    result = mpirun("-n", 2, "--archive", archive, "everything.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with Archive.open(archive) as db:
+        _, ops = db.query("SELECT DISTINCT op FROM events")
+        _, comms = db.query("SELECT DISTINCT coalesce(element_name, tree) FROM events")
+        _, ended = db.query(f"SELECT thread, op, flags FROM events WHERE arg IN (98, 99) AND flags & {e.REQUEST}")
+        info = db.info
+    assert info.discarded == 0
+    expected = set(e.NAMES) - {e.PROBE, e.IMPROBE, e.IMRECV, e.IBSEND, e.IRSEND, e.TESTANY, e.TESTSOME}
+    assert {e.NAMES[op] for (op,) in ops} == {e.NAMES[op] for op in expected}
+    # COMM_WORLD, six communicators made from it, a Cartesian one and its Sub (the loop's
+    # barriers and the Sub's; the Cartesian parent makes no call).
+    assert {c for (c,) in comms} == {f"comm{i}" for i in (0, 1, 2, 3, 4, 5, 6, 8)}
+    assert sorted(ended) == [("r0", e.ISEND, e.REQUEST | e.FREED), ("r0", e.IRECV, e.REQUEST | e.CANCELLED),
+                             ("r1", e.ISEND, e.REQUEST | e.FREED), ("r1", e.IRECV, e.REQUEST | e.CANCELLED)]

@@ -1,0 +1,82 @@
+"""Running programs under eventspace.mpi: as `python prog.py` would, with their own output and exit status."""
+
+from __future__ import annotations
+
+import sys
+
+from jobs import PROGRAMS, mpirun, ours, plain, requires_mpi, run
+
+pytestmark = requires_mpi
+
+
+def test_output_is_the_programs_own(tmp_path):
+    mine = mpirun("-n", 3, "output.py", "a", "--b", "c", cwd=tmp_path)
+    theirs = plain(3, "output.py", "a", "--b", "c", cwd=tmp_path)
+    assert mine.returncode == theirs.returncode == 0, mine.stderr
+    assert mine.stdout == theirs.stdout
+    assert "argv ['" in mine.stdout and "'a', '--b', 'c']" in mine.stdout and "name __main__" in mine.stdout
+    assert [line for line in mine.stderr.splitlines() if not line.startswith("eventspace.mpi:")] == ["to stderr"]
+    assert any("run file" in line for line in ours(mine.stderr))
+
+
+def test_exit_status_propagates(tmp_path):
+    mine = mpirun("-n", 2, "exit_code.py", 3, cwd=tmp_path)
+    theirs = plain(2, "exit_code.py", 3, cwd=tmp_path)
+    assert mine.returncode == theirs.returncode == 3
+
+
+def test_an_exception_on_one_rank_aborts_the_job_naming_it(tmp_path):
+    result = mpirun("-n", 3, "fails.py", cwd=tmp_path, timeout=60)
+    assert result.returncode != 0
+    named = [line for line in ours(result.stderr) if "raised" in line]
+    assert named == ["eventspace.mpi: rank 1 raised ZeroDivisionError: rank 1 divides by zero; aborting the MPI job"]
+    assert "Traceback" in result.stderr and 'fails.py", line 7' in result.stderr
+    assert "MPI_Abort" in result.stderr   # the ordinary MPI abort ended the others
+
+
+def test_a_program_without_mpi_runs_with_one_note(tmp_path):
+    result = mpirun("-n", 2, "no_mpi.py", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.splitlines() == ["no MPI here 45", "no MPI here 45"]
+    assert ours(result.stderr) == ["eventspace.mpi: the program never imported mpi4py.MPI: no MPI calls were collected"]
+
+
+def test_a_module_runs_as_python_m_with_stdin_at_rank_0(tmp_path):
+    (tmp_path / "modprog.py").write_text(
+        "import sys\nfrom mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.Get_rank() == 0: print(__name__, sys.argv[1:], sys.stdin.read().strip())\n")
+    result = mpirun("-n", 2, "-m", "modprog", "x", "--y", cwd=tmp_path, input="hello ranks\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "__main__ ['x', '--y'] hello ranks\n"
+    assert "run modprog:" in result.stderr
+
+
+def test_a_missing_mpiexec_names_the_extra(tmp_path):
+    result = mpirun("-n", 2, "--mpiexec", tmp_path / "no-mpiexec", "output.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"eventspace mpirun: no mpiexec at {tmp_path / 'no-mpiexec'}; pip install 'eventspace[mpi]' "
+        "installs one next to Python"]
+
+
+def test_a_missing_mpi4py_names_the_extra(tmp_path):
+    shim = tmp_path / "shim" / "mpi4py"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('no mpi4py in this environment')\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "shim")}
+    launcher = mpirun("-n", 2, "output.py", cwd=tmp_path, env=env)
+    assert launcher.returncode == 2
+    assert launcher.stderr.splitlines() == [
+        f"eventspace mpirun: mpi4py is not installed for {sys.executable}; pip install 'eventspace[mpi]'"]
+    direct = run([sys.executable, "-m", "eventspace.mpi", str(PROGRAMS / "output.py")], tmp_path, env=env)
+    assert direct.returncode == 2
+    assert direct.stderr.splitlines() == ["eventspace.mpi: mpi4py is not installed; pip install 'eventspace[mpi]'"]
+
+
+def test_a_bad_topology_is_one_clear_error_before_any_rank_starts(tmp_path):
+    topology = tmp_path / "t.yaml"
+    topology.write_text("clusters:\n  rack1: {hosts: [a]}\n")
+    result = mpirun("-n", 2, "--topology", topology, "output.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"eventspace mpirun: {topology}:2: clusters.rack1:")
+    assert result.stdout == ""

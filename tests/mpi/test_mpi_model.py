@@ -1,0 +1,117 @@
+"""The parts of eventspace.mpi that need no MPI: encoding, topology, the run's pathmap, the drain."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from eventspace import trace
+from eventspace.catalogue import Catalogue
+from eventspace.mpi import encoding as e
+from eventspace.mpi.drain import Drain
+from eventspace.mpi.generate import Communicator, collector_ids, run_pathmap
+from eventspace.mpi.topology import Topology
+from pastset import TupleServer
+from paths import PathmapError
+from paths import operation as paths_op
+
+
+def test_mpi_op_codes_extend_the_trace_name_space_without_collisions():
+    assert not set(e.NAMES) & set(paths_op.NAMES)
+    assert all(trace.OP_NAMES[code] == name for code, name in e.NAMES.items())
+    assert trace.OP_CODES["MPI_Allreduce"] == e.ALLREDUCE and not e.is_mpi(paths_op.ALLREDUCE)
+    assert e.SENDS.isdisjoint(e.RECEIVES) and e.ROOTED <= e.COLLECTIVES
+
+
+def test_records_and_marks_read_as_phrases():
+    assert e.describe(e.RECV, e.PICKLED, 3, 7, 0) == "MPI_Recv from r3 tag 7 on comm 0"
+    assert e.describe(e.RECV, e.ANY_SOURCE | e.ANY_TAG, e.PEER_ANY, e.TAG_ANY) == "MPI_Recv from any source any tag"
+    assert e.describe(e.ALLREDUCE, 0, e.PEER_NONE, 41, 0) == "MPI_Allreduce on comm 0, round 41"
+    assert e.describe(e.BCAST, 0, 2, 3, 1) == "MPI_Bcast from r2 on comm 1, round 3"
+    assert e.describe(e.IRECV, e.REQUEST, 1, 4, 2) == "request MPI_Irecv from r1 tag 4 on comm 2"
+    assert e.describe(e.SEND, 0, 5, 0) == "MPI_Send to r5 tag 0"
+
+
+def test_a_topology_places_hosts_by_name_or_pattern():
+    topology = Topology.loads("clusters:\n  rack1: [node01, node02]\n  rack2: ['node1*']\n")
+    assert topology.cluster_of(["node01", "node12", "node02"]) == {"node01": "rack1", "node12": "rack2",
+                                                                    "node02": "rack1"}
+    assert Topology().cluster_of(["a", "b"]) == {"a": "default", "b": "default"}
+    with pytest.raises(ValueError, match=r"t.yaml: no cluster holds host zeta; add it under clusters"):
+        Topology.loads("clusters: {rack1: [node01]}\n", "t.yaml").cluster_of(["node01", "zeta"])
+
+
+@pytest.mark.parametrize("text, where", [
+    ("clusters:\n  rack1: {hosts: [a]}\n", "t.yaml:2: clusters.rack1: expected a list"),
+    ("clusters: [a, b]\n", "t.yaml:1: clusters: expected a mapping"),
+    ("racks: {a: [b]}\n", "t.yaml:1: racks: unknown key 'racks'"),
+    ("clusters:\n  rack1: []\n", "t.yaml:2: clusters.rack1: no hosts"),
+    ("clusters: {a: [b\n", "t.yaml:2: (yaml): YAML syntax error"),
+])
+def test_a_bad_topology_is_named_by_file_line_and_key(text, where):
+    with pytest.raises(PathmapError) as err:
+        Topology.loads(text, "t.yaml")
+    assert str(err.value).startswith(where)
+
+
+def test_communicators_declared_later_append_collectors_and_keep_every_id():
+    hosts, clusters = ["h0", "h0", "h1"], {"h0": "c0", "h1": "c1"}
+    world = Communicator(0, (0, 1, 2), "COMM_WORLD")
+    before = Catalogue(run_pathmap("r", hosts, clusters, [world]))
+    split = Communicator(1, (2, 0), "Split (color 0) of comm 0")
+    after = Catalogue(run_pathmap("r", hosts, clusters, [world, split]))
+    assert after.entries[:len(before)] == before.entries
+    assert [(x.role, x.thread, x.element or x.tree) for x in after.entries[len(before):]] == [
+        ("source", "r0", "comm1"), ("source", "r2", "comm1"), ("contribute", "r2", "comm1"),
+        ("contribute", "r0", "comm1")]
+    assert collector_ids(after, 1, 2) == (len(before) + 2, len(before) + 3)
+    assert collector_ids(after, 1, 1) == (0, 0)
+    entry = after[collector_ids(after, 0, 2)[0]]
+    assert (entry.node, entry.cluster, entry.trace_node, entry.path) == ("r2", "c1", "r2", "r2/comm0")
+    only_p2p = Catalogue(run_pathmap("r", hosts, clusters, [world, split], instrument="p2p"))
+    assert {x.role for x in only_p2p} == {"source"} and collector_ids(only_p2p, 1, 0)[1] == 0
+    assert not Catalogue(run_pathmap("r", hosts, clusters, [world], instrument="none")).entries
+
+
+def _ring(keep):
+    server = TupleServer("drain-test")
+    (element,) = server.enter_rings(["trace/1"], trace.FORMAT, keep)
+    return server, element
+
+
+def test_the_drain_loses_nothing_however_late_it_is_taken():
+    server, element = _ring(keep=16)
+    drain = Drain(active=True)
+    append = element.appender(single_writer=True)
+    bound, spill = drain.watch(element)
+    taken, stop = [], threading.Event()
+
+    def writer_races_takes():
+        while not stop.is_set():
+            taken.append(drain.take(most=512))
+
+    racer = threading.Thread(target=writer_races_takes)
+    racer.start()
+    for i in range(20_000):
+        if append(e.SEND, 0, 1, 1, i, 1, i, i + 1) >= bound[0]:
+            spill()
+    stop.set()
+    racer.join()
+    taken.append(drain.take())
+    records = trace.decode(b"".join(data for data, _ in taken))
+    assert sum(lost for _, lost in taken) == 0
+    assert records["arg"].tolist() == list(range(20_000))
+    server.close()
+
+
+def test_without_spills_a_late_drain_would_lose_records():
+    server, element = _ring(keep=16)
+    drain = Drain(active=True)
+    append = element.appender(single_writer=True)
+    drain.watch(element)
+    for i in range(100):
+        append(e.SEND, 0, 1, 1, i, 1, i, i + 1)   # the bound ignored: the ring wraps
+    data, lost = drain.take()
+    assert lost == 100 - 16 and len(trace.decode(data)) == 16
+    server.close()

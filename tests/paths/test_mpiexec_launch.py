@@ -1,0 +1,122 @@
+"""Node servers started by mpiexec: node i of the pathmap as MPI rank i (paths.mpiexec), real mpiexec."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from runs import REPO, gone
+
+from apps.windtunnel.cli import run_windtunnel
+from apps.windtunnel.lattice import grid_sha256, reference_run
+from eventspace.scope import EventScope
+from monitors.heartbeat import Heartbeat
+from paths import RunFile, launch
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+PATHMAP = REPO / "pathmaps" / "windtunnel-4node.yaml"
+requires_mpiexec = pytest.mark.skipif(not os.access(MPIEXEC, os.X_OK),
+                                      reason="needs the mpi extra's mpiexec (pip install 'eventspace[mpi]')")
+
+
+def _alive(pids) -> list[int]:
+    return [pid for pid in pids if not gone(pid)]
+
+
+@requires_mpiexec
+def test_node_i_runs_as_rank_i_and_the_run_is_as_with_local_processes(tmp_path):
+    with launch(PATHMAP, run_dir=tmp_path, mpiexec=[]) as run:
+        pids = run.pids
+        assert sorted(pids) == ["A", "B", "C", "D"]
+        ranks = {node: int(open(f"/proc/{pid}/environ", "rb").read().split(b"PMI_RANK=")[1].split(b"\0")[0])
+                 for node, pid in pids.items()}
+        assert ranks == {"A": 0, "B": 1, "C": 2, "D": 3}
+        # Monitors find it by its run file as any run.
+        with EventScope(RunFile.find(run.name, tmp_path), "all", mode="latest") as scope:
+            assert not scope.pull().missing
+        with Heartbeat(RunFile.find(run.name, tmp_path)) as heartbeat:
+            assert not heartbeat.beat().gone
+    assert not _alive(pids.values()), "a rank outlived the run"
+
+
+@requires_mpiexec
+def test_the_wind_tunnel_under_mpiexec_ends_with_the_reference_grid(tmp_path):
+    summary = run_windtunnel(PATHMAP, "small", 10, 7, 5, tmp_path, mpiexec=[])
+    n = summary.n
+    assert summary.grid_sha256 == grid_sha256(reference_run(n, 10, 7))
+
+
+@requires_mpiexec
+def test_ranks_end_when_their_launcher_is_killed(tmp_path):
+    env = {**os.environ, "EVENTSPACE_RUN_DIR": str(tmp_path)}
+    launcher = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "launch", str(PATHMAP), "--mpiexec"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (tmp_path / "windtunnel-4node.json").exists():
+            time.sleep(0.2)
+        run = RunFile.find("windtunnel-4node", tmp_path)
+        while time.monotonic() < deadline and len(run.pids) < 4:
+            time.sleep(0.2)
+            run = RunFile.find("windtunnel-4node", tmp_path)
+        pids = list(run.pids.values())
+        assert len(pids) == 4 and launcher.poll() is None
+        launcher.kill()   # no chance to stop anything: mpiexec's stdin closes, rank 0 stops the others
+        launcher.wait(10)
+        deadline = time.monotonic() + 20
+        while _alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(pids), "ranks outlived their launcher"
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        subprocess.run(["pkill", "-f", f"--pathmap {tmp_path}"], check=False)
+
+
+@requires_mpiexec
+def test_the_launch_command_starts_and_stops_the_ranks(tmp_path):
+    env = {**os.environ, "EVENTSPACE_RUN_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "eventspace.cli", "launch", str(PATHMAP), "--mpiexec",
+                           "--duration", "1"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "4 nodes up as MPI ranks" in done.stderr and "stopped its 4 nodes" in done.stderr
+    assert not list(tmp_path.glob("*.json")), "the run file outlived the run"
+
+
+def test_a_rank_without_a_node_is_one_line(tmp_path):
+    env = {**os.environ, "PMI_RANK": "9"}
+    done = subprocess.run([sys.executable, "-m", "paths", "--pathmap", str(PATHMAP), "--by-rank"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "node of this rank: rank 9 has no node: the pathmap has 4 nodes; start 4 ranks (mpiexec -n 4)"]
+
+
+def test_by_rank_outside_mpiexec_says_how_to_start_it(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")}
+    done = subprocess.run([sys.executable, "-m", "paths", "--pathmap", str(PATHMAP), "--by-rank"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "start this command with mpiexec or srun" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_launcher_that_is_not_there_is_named(tmp_path):
+    env = {**os.environ, "EVENTSPACE_MPIEXEC": "no-such-mpiexec -x", "EVENTSPACE_RUN_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "eventspace.cli", "launch", str(PATHMAP), "--mpiexec"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "$EVENTSPACE_MPIEXEC names 'no-such-mpiexec', which is not on PATH" in done.stderr
+    assert "Traceback" not in done.stderr and not list(tmp_path.glob("*.json"))
+
+
+def test_mpiexec_args_alone_are_refused(tmp_path):
+    env = {**os.environ, "EVENTSPACE_RUN_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "eventspace.cli", "launch", str(PATHMAP), "--mpiexec-args", "-f h"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "--mpiexec-args without --mpiexec" in done.stderr
