@@ -1,6 +1,6 @@
 /* The compiled event collector: the hot path of eventspace.collector.Collector, in C.
  *
- * Two types:
+ * Three types:
  *   RingAppender(element, single_writer)  appends one trace tuple (=HHIIIIQQ, 36 bytes) to a
  *       pastset BinaryElement's ring: the C form of BinaryElement.appender for the trace format,
  *       with exactly its semantics (see pastset/element.py, _APPEND, _LOCKED, _SINGLE_WRITER):
@@ -11,6 +11,9 @@
  *           move, observe, collectives)
  *       the collecting callable a linked path calls as stage(code, args) (vectorcall): the
  *       semantics of the pure closure in eventspace/collector.py, which stays the reference.
+ *   MpiCall(kind, comm, call, fallback, append, ...)
+ *       the hot path of an MPI collector closure (eventspace/mpi/collector.py) for buffer sends,
+ *       Recv and buffer collectives in their common form; every other form goes to the closure.
  *
  * Self-contained on purpose: the ring's layout is pastset's (a row of a RingSlab or a bytearray
  * of `_cap` records); nothing here depends on where that Python code lives.
@@ -677,6 +680,491 @@ static PyTypeObject CollectType = {
     .tp_traverse = (traverseproc)collect_traverse,
 };
 
+/* -- MpiCall -------------------------------------------------------------------------------- */
+
+/* The hot path of one MPI collector closure (eventspace/mpi/collector.py), for the calls a program
+ * makes in its inner loops with buffers: a blocking buffer send (Send, Ssend, Rsend, Bsend), a
+ * buffer Recv, and the buffer collectives. It handles the common form of the call (positional
+ * arguments; a numpy array, bytes or bytearray where bytes are counted; int ranks and tags) and
+ * writes exactly what the closure writes: the mark in `marks[cid]` while the call runs, then the
+ * record, then spill() when the drain's bound is reached. Any other form of the call goes to the
+ * closure (`fallback`), which stays the reference. */
+
+enum { K_SEND = 0, K_RECV = 1, K_COLLECTIVE = 2 };
+enum { S_NONE = 0, S_SEND = 1, S_ROOT = 2 };   /* what a collective sends: see COLLECTIVES */
+#define PEER_NONE 0xFFFFFFFFull
+
+/* An MpiCall's mark: what a Mark tuple of eventspace.space holds (t_start, op, flags, element,
+ * arg, nbytes), as a sequence of six ints, rewritten in place by each call (no allocation on the
+ * hot path); it stands in the node's marks while a call runs. */
+typedef struct {
+    PyObject_HEAD
+    int64_t t0;
+    uint64_t fields[5];
+} MpiMark;
+
+static Py_ssize_t
+mark_length(PyObject *self)
+{
+    return 6;
+}
+
+static PyObject *
+mark_item(PyObject *self, Py_ssize_t i)
+{
+    MpiMark *m = (MpiMark *)self;
+    if (i == 0)
+        return PyLong_FromLongLong(m->t0);
+    if (i > 0 && i < 6)
+        return PyLong_FromUnsignedLongLong(m->fields[i - 1]);
+    PyErr_SetString(PyExc_IndexError, "a mark has six fields");
+    return NULL;
+}
+
+static PySequenceMethods mark_sequence = {.sq_length = mark_length, .sq_item = mark_item};
+
+static PyTypeObject MpiMarkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.MpiMark",
+    .tp_doc = PyDoc_STR("(t_start, op, flags, element, arg, nbytes) of the MPI call under way."),
+    .tp_basicsize = sizeof(MpiMark),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_as_sequence = &mark_sequence,
+};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    MpiMark *mark;
+    int kind, sends;
+    Py_ssize_t root_at;           /* a collective's root parameter, or -1 */
+    long long rank;               /* this rank in the communicator (is it the root?) */
+    PyObject *comm, *call, *fallback;
+    RingAppender *ring;
+    PyObject *on, *bound, *spill, *marks, *peers, *status, *rounds;
+    PyTypeObject *ndarray;
+    long long any_source, any_tag;
+    Py_ssize_t cid;
+    uint64_t op, flags, error, any_source_flag, any_tag_flag;
+    int64_t offset_ns;
+} MpiCall;
+
+static PyObject *s_nbytes, *s_count, *s_source, *s_tag, *zero;
+
+/* Bytes of a send buffer: 0 and 1 for a numpy array, bytes or bytearray; -1 (no error set) for
+ * anything else, which the closure reads. */
+static int
+buffer_size(MpiCall *self, PyObject *buf, uint64_t *n)
+{
+    if (Py_IS_TYPE(buf, self->ndarray)) {
+        PyObject *v = PyObject_GetAttr(buf, s_nbytes);
+        if (v == NULL) {
+            PyErr_Clear();
+            return -1;
+        }
+        unsigned long long k = PyLong_AsUnsignedLongLong(v);
+        Py_DECREF(v);
+        if (k == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        *n = k < U32 ? k : U32;
+        return 0;
+    }
+    if (PyBytes_CheckExact(buf) || PyByteArray_CheckExact(buf)) {
+        Py_ssize_t k = PyBytes_CheckExact(buf) ? PyBytes_GET_SIZE(buf) : PyByteArray_GET_SIZE(buf);
+        *n = (uint64_t)k < U32 ? (uint64_t)k : U32;
+        return 0;
+    }
+    return -1;
+}
+
+/* An exact int's value; 0, or -1 (no error set) for anything else or out of range. */
+static int
+small_int(PyObject *obj, long long *out)
+{
+    if (!PyLong_CheckExact(obj))
+        return -1;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* peers[rank] as a u32 (the communicator rank's world rank, or PEER_NONE/PEER_ANY for the special
+ * ranks, which index the list from its end), PEER_NONE when it has none. */
+static uint64_t
+peer_of(MpiCall *self, long long rank)
+{
+    Py_ssize_t n = PyList_GET_SIZE(self->peers);
+    if (rank < 0)
+        rank += n;
+    if (rank < 0 || rank >= n)
+        return PEER_NONE;
+    unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(self->peers, rank));
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return PEER_NONE;
+    }
+    return v & U32;
+}
+
+/* marks[cid] = this call's mark, or 0 (mark NULL). */
+static int
+set_mark(MpiCall *self, MpiMark *mark)
+{
+    if (self->cid >= PyList_GET_SIZE(self->marks)) {
+        PyErr_SetString(PyExc_IndexError, "the node's marks hold no slot for this collector");
+        return -1;
+    }
+    PyObject *v = mark == NULL ? zero : (PyObject *)mark;
+    Py_INCREF(v);
+    return PyList_SetItem(self->marks, self->cid, v);  /* steals v */
+}
+
+static int
+mark_start(MpiCall *self, int64_t t0, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
+{
+    MpiMark *m = self->mark;
+    m->t0 = t0;
+    m->fields[0] = self->op;
+    m->fields[1] = flags;
+    m->fields[2] = peer;
+    m->fields[3] = arg;
+    m->fields[4] = n;
+    return set_mark(self, m);
+}
+
+/* The record, then spill() when the drain's bound is reached; -1 with an exception set. */
+static int
+record(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n, int64_t t0, int64_t t1)
+{
+    uint64_t v[8] = {self->op, flags, (uint64_t)self->cid, peer, arg, n, (uint64_t)t0, (uint64_t)t1};
+    Py_ssize_t last = ring_append(self->ring, v);
+    if (last < 0)
+        return -1;
+    PyObject *bound = PyList_GET_ITEM(self->bound, 0);
+    Py_ssize_t b = PyLong_AsSsize_t(bound);
+    if (b == -1 && PyErr_Occurred())
+        return -1;
+    return last >= b ? call_void(self->spill) : 0;
+}
+
+/* The call failed: its record with the error flag, then the call's exception again. */
+static PyObject *
+failed(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, int64_t t0)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (set_mark(self, NULL) < 0
+        || record(self, flags | self->error, peer, arg, 0, t0, now(self->offset_ns)) < 0) {
+        _PyErr_ChainExceptions(type, value, tb);
+        return NULL;
+    }
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+static PyObject *
+to_fallback(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static int
+collecting(MpiCall *self)
+{
+    return PyObject_IsTrue(PyList_GET_ITEM(self->on, 0));
+}
+
+/* Send(buf, dest, tag=0) */
+static PyObject *
+mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    long long dest, tag = 0;
+    uint64_t n;
+    if (kwnames != NULL || nargs < 2 || nargs > 3 || small_int(args[1], &dest) < 0
+        || (nargs == 3 && (small_int(args[2], &tag) < 0 || tag < 0 || (uint64_t)tag > U32))
+        || buffer_size(self, args[0], &n) < 0)
+        return to_fallback(self, args, nargsf, kwnames);
+    PyObject *call_args[4] = {self->comm, args[0], args[1], nargs == 3 ? args[2] : zero};
+    int on = collecting(self);
+    if (on <= 0)
+        return on < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 4, NULL);
+    uint64_t peer = peer_of(self, dest);
+    int64_t t0 = now(self->offset_ns);
+    if (mark_start(self, t0, self->flags, peer, (uint64_t)tag, n) < 0)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(self->call, call_args, 4, NULL);
+    if (result == NULL)
+        return failed(self, self->flags, peer, (uint64_t)tag, t0);
+    int64_t t1 = now(self->offset_ns);
+    if (set_mark(self, NULL) < 0 || record(self, self->flags, peer, (uint64_t)tag, n, t0, t1) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+/* The Status field `name` as a long long. */
+static int
+status_field(PyObject *status, PyObject *name, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(status, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None) */
+static PyObject *
+mpi_recv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    long long source = self->any_source, tag = self->any_tag;
+    if (kwnames != NULL || nargs < 1 || nargs > 4 || (nargs > 1 && small_int(args[1], &source) < 0)
+        || (nargs > 2 && small_int(args[2], &tag) < 0))
+        return to_fallback(self, args, nargsf, kwnames);
+    PyObject *status = nargs > 3 && args[3] != Py_None ? args[3] : self->status;
+    PyObject *source_obj = nargs > 1 ? args[1] : NULL, *tag_obj = nargs > 2 ? args[2] : NULL;
+    PyObject *made[2] = {NULL, NULL};
+    if (source_obj == NULL && (source_obj = made[0] = PyLong_FromLongLong(source)) == NULL)
+        return NULL;
+    if (tag_obj == NULL && (tag_obj = made[1] = PyLong_FromLongLong(tag)) == NULL) {
+        Py_DECREF(made[0]);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *call_args[5] = {self->comm, args[0], source_obj, tag_obj, status};
+    int on = collecting(self);
+    if (on <= 0) {
+        if (on == 0)
+            result = PyObject_Vectorcall(self->call, call_args, 4 + (nargs > 3), NULL);
+        goto done;
+    }
+    uint64_t f = self->flags | (source == self->any_source ? self->any_source_flag : 0)
+                 | (tag == self->any_tag ? self->any_tag_flag : 0);
+    uint64_t want = peer_of(self, source), wanted_tag = (uint64_t)tag & U32;
+    int64_t t0 = now(self->offset_ns);
+    if (mark_start(self, t0, f, want, wanted_tag, 0) < 0)
+        goto done;
+    result = PyObject_Vectorcall(self->call, call_args, 5, NULL);
+    if (result == NULL) {
+        failed(self, f, want, wanted_tag, t0);
+        goto done;
+    }
+    int64_t t1 = now(self->offset_ns);
+    /* A receive from a named rank with a named tag matched exactly those: the Status is read for
+     * them only when the program left one open (or named MPI.PROC_NULL, whose tag is ANY_TAG). */
+    long long got_source = source, got_tag = tag, count;
+    int named = source >= 0 && tag >= 0;
+    if (set_mark(self, NULL) < 0 || (!named && status_field(status, s_source, &got_source) < 0)
+        || (!named && status_field(status, s_tag, &got_tag) < 0) || status_field(status, s_count, &count) < 0
+        || record(self, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
+                  count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1) < 0)
+        Py_CLEAR(result);
+done:
+    Py_XDECREF(made[0]);
+    Py_XDECREF(made[1]);
+    return result;
+}
+
+/* A buffer collective (Barrier, Bcast, Allreduce, Reduce, Gather, ...): numbered by the
+ * communicator's round counter, which the closure shares. */
+static PyObject *
+mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    long long root = 0;
+    uint64_t n = 0;
+    if (kwnames != NULL || (self->root_at >= 0 && self->root_at < nargs && small_int(args[self->root_at], &root) < 0))
+        return to_fallback(self, args, nargsf, kwnames);
+    /* a rooted send buffer counts at the root only (elsewhere it is often None) */
+    int counted = self->sends == S_SEND || (self->sends == S_ROOT && root == self->rank);
+    if (counted && (nargs < 1 || buffer_size(self, args[0], &n) < 0))
+        return to_fallback(self, args, nargsf, kwnames);
+    PyObject *next = PyIter_Next(self->rounds);
+    if (next == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "the round counter ended");
+        return NULL;
+    }
+    uint64_t round = PyLong_AsUnsignedLongLongMask(next) & U32;
+    Py_DECREF(next);
+    PyObject *stack[16];
+    if (nargs + 1 > 16)
+        return to_fallback(self, args, nargsf, kwnames);  /* cannot be: collectives take few arguments */
+    stack[0] = self->comm;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        stack[i + 1] = args[i];
+    int on = collecting(self);
+    if (on <= 0)
+        return on < 0 ? NULL : PyObject_Vectorcall(self->call, stack, nargs + 1, NULL);
+    uint64_t peer = self->root_at < 0 ? PEER_NONE : peer_of(self, root);
+    int64_t t0 = now(self->offset_ns);
+    if (mark_start(self, t0, self->flags, peer, round, n) < 0)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(self->call, stack, nargs + 1, NULL);
+    if (result == NULL)
+        return failed(self, self->flags, peer, round, t0);
+    int64_t t1 = now(self->offset_ns);
+    if (set_mark(self, NULL) < 0 || record(self, self->flags, peer, round, n, t0, t1) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+static PyObject *
+mpicall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    MpiCall *self = (MpiCall *)callable;
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 0)
+        kwnames = NULL;
+    switch (self->kind) {
+    case K_SEND:
+        return mpi_send(self, args, nargsf, kwnames);
+    case K_RECV:
+        return mpi_recv(self, args, nargsf, kwnames);
+    default:
+        return mpi_collective(self, args, nargsf, kwnames);
+    }
+}
+
+static PyObject *
+mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"kind", "comm", "call", "fallback", "append", "on", "bound", "spill", "marks",
+                            "peers", "status", "rounds", "ndarray", "cid", "op", "flags", "error",
+                            "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
+                            "sends", "root_at", "rank", NULL};
+    int kind, sends = S_NONE;
+    PyObject *comm, *call, *fallback, *append, *on, *bound, *spill, *marks, *peers, *status, *rounds,
+        *ndarray;
+    Py_ssize_t cid, root_at = -1;
+    unsigned long long op, flags, error, any_source_flag, any_tag_flag;
+    long long any_source, any_tag, offset_ns, rank = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inL:MpiCall", names, &kind, &comm, &call,
+                                     &fallback, &append, &on, &bound, &spill, &marks, &peers, &status, &rounds,
+                                     &ndarray, &cid, &op, &flags, &error, &any_source, &any_tag,
+                                     &any_source_flag, &any_tag_flag, &offset_ns, &sends, &root_at, &rank))
+        return NULL;
+    if (kind < K_SEND || kind > K_COLLECTIVE || sends < S_NONE || sends > S_ROOT) {
+        PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv) or 2 (collective); sends 0, 1 or 2");
+        return NULL;
+    }
+    if (!Py_IS_TYPE(append, &RingAppenderType) || !PyList_CheckExact(on) || PyList_GET_SIZE(on) != 1
+        || !PyList_CheckExact(bound) || PyList_GET_SIZE(bound) != 1 || !PyList_CheckExact(marks)
+        || !PyList_CheckExact(peers) || !PyType_Check(ndarray) || cid < 0
+        || (kind == K_COLLECTIVE && !PyIter_Check(rounds))) {
+        PyErr_SetString(PyExc_TypeError, "MpiCall needs a RingAppender, one-item lists for on and bound, lists "
+                        "for marks and peers, the ndarray type, and for a collective its round iterator");
+        return NULL;
+    }
+    if (op > 0xFFFF || flags > 0xFFFF || error > 0xFFFF || (uint64_t)cid > U32) {
+        PyErr_SetString(PyExc_ValueError, "op and flags are u16, the collector id a u32");
+        return NULL;
+    }
+    MpiCall *self = (MpiCall *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = mpicall_vectorcall;
+    self->mark = PyObject_New(MpiMark, &MpiMarkType);
+    if (self->mark == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->kind = kind;
+    self->sends = sends;
+    self->root_at = root_at;
+    self->rank = rank;
+    PyObject **slots[] = {&self->comm, &self->call, &self->fallback, (PyObject **)&self->ring, &self->on,
+                          &self->bound, &self->spill, &self->marks, &self->peers, &self->status, &self->rounds,
+                          (PyObject **)&self->ndarray};
+    PyObject *values[] = {comm, call, fallback, append, on, bound, spill, marks, peers, status, rounds, ndarray};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        Py_INCREF(values[i]);
+        *slots[i] = values[i];
+    }
+    self->cid = cid;
+    self->op = op;
+    self->flags = flags;
+    self->error = error;
+    self->any_source = any_source;
+    self->any_tag = any_tag;
+    self->any_source_flag = any_source_flag;
+    self->any_tag_flag = any_tag_flag;
+    self->offset_ns = offset_ns;
+    return (PyObject *)self;
+}
+
+static int
+mpicall_traverse(MpiCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->comm);
+    Py_VISIT(self->call);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->ring);
+    Py_VISIT(self->on);
+    Py_VISIT(self->bound);
+    Py_VISIT(self->spill);
+    Py_VISIT(self->marks);
+    Py_VISIT(self->peers);
+    Py_VISIT(self->status);
+    Py_VISIT(self->rounds);
+    Py_VISIT(self->ndarray);
+    return 0;
+}
+
+static int
+mpicall_clear(MpiCall *self)
+{
+    Py_CLEAR(self->comm);
+    Py_CLEAR(self->call);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->ring);
+    Py_CLEAR(self->on);
+    Py_CLEAR(self->bound);
+    Py_CLEAR(self->spill);
+    Py_CLEAR(self->marks);
+    Py_CLEAR(self->peers);
+    Py_CLEAR(self->status);
+    Py_CLEAR(self->rounds);
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->mark);
+    return 0;
+}
+
+static void
+mpicall_dealloc(MpiCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    mpicall_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject MpiCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.MpiCall",
+    .tp_doc = PyDoc_STR("The compiled hot path of an MPI collector closure (eventspace/mpi/collector.py): "
+                        "a buffer send, Recv or collective on one communicator; other forms of the "
+                        "call go to the closure."),
+    .tp_basicsize = sizeof(MpiCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(MpiCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = mpicall_new,
+    .tp_dealloc = (destructor)mpicall_dealloc,
+    .tp_traverse = (traverseproc)mpicall_traverse,
+    .tp_clear = (inquiry)mpicall_clear,
+};
+
 /* -- the module ----------------------------------------------------------------------------- */
 
 static struct PyModuleDef module = {
@@ -693,7 +1181,8 @@ PyInit__collector(void)
         {&s_last, "_last"}, {&s_first, "_first"}, {&s_sleepers, "_sleepers"}, {&s_parked, "_parked"},
         {&s_signal_change, "_signal_change"}, {&s_template, "template"}, {&s_mismatch, "_mismatch"},
         {&s_ring, "_ring"}, {&s_cap, "_cap"}, {&s_size, "_size"}, {&s_keep, "keep"}, {&s_mutex, "mutex"},
-        {&s_acquire, "acquire"}, {&s_release, "release"},
+        {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_nbytes, "nbytes"}, {&s_count, "count"},
+        {&s_source, "source"}, {&s_tag, "tag"},
     };
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
         if (*strings[i].slot == NULL && (*strings[i].slot = PyUnicode_InternFromString(strings[i].text)) == NULL)
@@ -701,14 +1190,18 @@ PyInit__collector(void)
     }
     if (u32_mask == NULL && (u32_mask = PyLong_FromUnsignedLongLong(U32)) == NULL)
         return NULL;
-    if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&CollectType) < 0)
+    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
+    if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&CollectType) < 0 || PyType_Ready(&MpiCallType) < 0
+        || PyType_Ready(&MpiMarkType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "RECORD_SIZE", RECORD) < 0
         || PyModule_AddObjectRef(m, "RingAppender", (PyObject *)&RingAppenderType) < 0
-        || PyModule_AddObjectRef(m, "Collect", (PyObject *)&CollectType) < 0) {
+        || PyModule_AddObjectRef(m, "Collect", (PyObject *)&CollectType) < 0
+        || PyModule_AddObjectRef(m, "MpiCall", (PyObject *)&MpiCallType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

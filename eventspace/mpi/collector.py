@@ -35,14 +35,36 @@ class Channel:
     """One collector of this rank on one communicator: its id, its trace element's append, its
     on/off switch, the drain's bound and spill, the node's clock and in-flight table (where it
     leaves its mark: the record as known when a call begins), the communicator's rank -> world
-    rank table (`peers`), and a Status to read receives with."""
+    rank table (`peers`), and a Status to read receives with. With `compiled` (the compiled
+    collector module, eventspace.compiled) and `offset_ns` (the node clock's offset) its hot calls
+    run compiled (`compiled_call`)."""
 
-    __slots__ = ("cid", "append", "on", "bound", "spill", "clock", "inflight", "peers", "status")
+    __slots__ = ("cid", "append", "on", "bound", "spill", "clock", "inflight", "peers", "status", "compiled",
+                 "offset_ns")
 
-    def __init__(self, cid, append, on, bound, spill, clock, inflight, peers):
+    def __init__(self, cid, append, on, bound, spill, clock, inflight, peers, compiled=None, offset_ns=0):
         self.cid, self.append, self.on, self.bound, self.spill = cid, append, on, bound, spill
         self.clock, self.inflight, self.peers = clock, inflight, peers
         self.status = MPI.Status()
+        fast = (compiled is not None and type(append) is compiled.RingAppender and type(peers) is list
+                and type(bound) is list and type(inflight) is list)
+        self.compiled, self.offset_ns = (compiled if fast else None), offset_ns
+
+
+# What the compiled call is (eventspace/_collector.c, MpiCall): its kinds, and what a collective sends.
+_SEND, _RECV, _COLLECTIVE = 0, 1, 2
+_COMPILED_SENDS = {"none": 0, "send": 1, "piece": 1, "root": 2, "root-send": 2}
+
+
+def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None, sends=0, root_at=-1, rank=0):
+    """The compiled form of collector `closure` (kind _SEND, _RECV or _COLLECTIVE) where the
+    channel runs compiled: it writes what the closure writes for the common form of the call, in
+    C, and hands every other form to the closure. Else the closure itself."""
+    if ch.compiled is None:
+        return closure
+    return ch.compiled.MpiCall(kind, comm, call, closure, ch.append, ch.on, ch.bound, ch.spill, ch.inflight,
+                               ch.peers, ch.status, rounds, ndarray, ch.cid, op, flags, ERROR, ANY_SOURCE,
+                               ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, root_at, rank)
 
 
 def peer_table(world_ranks) -> list | dict:
@@ -151,7 +173,9 @@ def _send(comm, call, op, ch, flags, request_class=None):
             spill()
         return result
 
-    return send
+    if pickled or request_class is not None:
+        return send
+    return compiled_call(_SEND, comm, call, ch, op, flags, send)
 
 
 def _recv(comm, call, op, ch, flags):
@@ -188,7 +212,8 @@ def _recv(comm, call, op, ch, flags):
 
     if flags:
         recv.__defaults__ = (None, ANY_SOURCE, ANY_TAG, None)
-    return recv
+        return recv
+    return compiled_call(_RECV, comm, call, ch, op, flags, recv)
 
 
 def _post_recv(comm, call, ch, flags, request_class):
@@ -483,7 +508,10 @@ def _collective(comm, call, ch, rounds, rank, size, op, pickled, params, root_pa
             spill()
         return result
 
-    return collective
+    if pickled or sends not in _COMPILED_SENDS:
+        return collective
+    return compiled_call(_COLLECTIVE, comm, call, ch, op, flags, collective, rounds, _COMPILED_SENDS[sends],
+                         root_at, rank)
 
 
 def _positional(params, args, kwargs) -> tuple:

@@ -183,7 +183,7 @@ class Rank:
         self.rings.append(element)
         bound, spill = self.drain.watch(element)
         return Channel(cid, space.appender(entry), space.flag(cid), bound, spill, space.clock,
-                       space.marks, peers)
+                       space.marks, peers, space.compiled, space.clock_offset_ns)
 
     def adopt(self, comm, how: str, parent):
         """A communicator the program made from traced `parent`: declared to the run (collective

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from collections import Counter
 
 import pytest
 
+from eventspace import compiled, trace
 from eventspace.archive import Archive
 from eventspace.mpi import encoding as e
 from jobs import mpirun, ours, requires_mpi
@@ -162,3 +164,35 @@ def test_every_wrapped_call_and_constructor_is_collected(tmp_path):
     assert {c for (c,) in comms} == {f"comm{i}" for i in (0, 1, 2, 3, 4, 5, 6, 8)}
     assert sorted(ended) == [("r0", e.ISEND, e.REQUEST | e.FREED), ("r0", e.IRECV, e.REQUEST | e.CANCELLED),
                              ("r1", e.ISEND, e.REQUEST | e.FREED), ("r1", e.IRECV, e.REQUEST | e.CANCELLED)]
+
+
+def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
+    """Buffer sends, Recv and buffer collectives run compiled where the extension is built
+    (eventspace/_collector.c, MpiCall); each form of those calls gives the same records as the
+    pure-Python closures, which stay the reference (EVENTSPACE_PURE=1)."""
+    fields = ("thread", "op", "flags", "element", "arg", "nbytes", "coalesce(element_name, tree)")
+    seen = {}
+    for how, env in (("compiled", {}), ("pure", {"EVENTSPACE_PURE": "1"})):
+        archive = tmp_path / f"{how}.sqlite"
+        result = mpirun("-n", 2, "--archive", archive, "compiled.py", cwd=tmp_path,
+                        env={**os.environ, "PYTHONWARNINGS": "ignore", **env})
+        assert result.returncode == 0, result.stderr
+        seen[how] = result.stdout
+        with Archive.open(archive) as db:
+            _, rows = db.query(f"SELECT {', '.join(fields)} FROM events")
+            assert db.info.discarded == 0
+        seen[how, "rows"] = Counter(rows)
+    if compiled.collector_module() is not None:
+        assert "collector MpiCall" in seen["compiled"]
+    assert "collector function" in seen["pure"]
+    assert seen["compiled", "rows"] == seen["pure", "rows"]
+    rows = seen["pure", "rows"]
+    # The forms each path takes are all there: the sends' bytes, the failed send, receives of
+    # every source and tag, the rooted collectives' bytes at the root only.
+    assert rows["r0", e.SEND, 0, 1, 0, 7, "comm0"] == 1
+    assert rows["r0", e.SEND, trace.ERROR, e.PEER_NONE, 7, 0, "comm0"] == 1
+    assert rows["r1", e.RECV, e.ANY_SOURCE | e.ANY_TAG, 0, 0, 7, "comm0"] == 1
+    assert rows["r1", e.RECV, e.ANY_SOURCE, 0, 2, 8, "comm0"] == 1
+    assert rows["r1", e.RECV, 0, e.PEER_NONE, e.TAG_ANY, 0, "comm0"] == 1
+    assert rows["r1", e.BCAST, 0, 1, 1, 16, "comm0"] == rows["r0", e.BCAST, 0, 1, 1, 0, "comm0"] == 1
+    assert sum(n for (thread, op, *_), n in rows.items() if op == e.ALLREDUCE) == 6

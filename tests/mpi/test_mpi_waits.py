@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from jobs import monitor, requires_mpi, start, stop, until_live
 
 pytestmark = requires_mpi
@@ -21,8 +23,9 @@ def waiting_in(beat) -> dict[str, str]:
     return {t["thread"]: t["waiting_in"] for t in beat["threads"] if t["status"] == "waiting"}
 
 
-def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(tmp_path):
-    job = start(tmp_path, 2, "dead-p2p", "waits.py", "p2p")
+@pytest.mark.parametrize("mode", ["p2p", "p2p-buffer"])
+def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(tmp_path, mode):
+    job = start(tmp_path, 2, "dead-p2p", "waits.py", mode)
     try:
         until_live("dead-p2p", job)
         time.sleep(0.5)   # past the Barrier: both ranks are in their receive

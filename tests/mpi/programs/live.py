@@ -26,4 +26,4 @@ if len(sys.argv) > 2:
         comm.send("go", 1, tag=7)
     elif r == 1:
         comm.recv(source=0, tag=7)
-print(f"{r} steps {steps}", flush=True)   # one write: mpiexec sets PYTHONUNBUFFERED, ranks share stdout
+sys.stdout.write(f"{r} steps {steps}\n")   # one write (print writes the line, then its end, and ranks share stdout)

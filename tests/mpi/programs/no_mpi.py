@@ -1,3 +1,5 @@
 """Never touches MPI."""
 
-print(f"no MPI here {sum(range(10))}")   # one write: mpiexec sets PYTHONUNBUFFERED, ranks share stdout
+import sys
+
+sys.stdout.write(f"no MPI here {sum(range(10))}\n")   # one write (print writes the line, then its end, and ranks share stdout)

@@ -21,4 +21,4 @@ if r == 2:
     while not os.path.exists(sys.argv[1]):
         time.sleep(0.05)
 comm.Barrier()
-print(f"{r} done", flush=True)   # one write: mpiexec sets PYTHONUNBUFFERED, ranks share stdout
+sys.stdout.write(f"{r} done\n")   # one write (print writes the line, then its end, and ranks share stdout)

@@ -1,6 +1,7 @@
 """Ranks that block, as its first argument says, after a Barrier (each rank has a record):
 
 p2p         ranks 0 and 1 each receive from the other first: a deadlock;
+p2p-buffer  the same with buffer receives (Recv, whose collector runs compiled where it is built);
 collective  ranks 0 and 1 enter an Allreduce, rank 2 receives from rank 0 (tag 5): a deadlock;
 late        ranks 0 and 1 enter an Allreduce that rank 2 joins once the file named by the second
             argument exists: no deadlock, only a late rank.
@@ -18,6 +19,8 @@ mode = sys.argv[1]
 comm.Barrier()
 if mode == "p2p":
     comm.recv(source=1 - r, tag=0)
+elif mode == "p2p-buffer":
+    comm.Recv(bytearray(8), 1 - r, 0)
 elif mode == "collective":
     if r == 2:
         comm.recv(source=0, tag=5)
@@ -28,4 +31,4 @@ elif mode == "late":
         while not os.path.exists(sys.argv[2]):
             time.sleep(0.05)
     comm.allreduce(r)
-print(f"{r} done", flush=True)   # one write: mpiexec sets PYTHONUNBUFFERED, ranks share stdout
+sys.stdout.write(f"{r} done\n")   # one write (print writes the line, then its end, and ranks share stdout)

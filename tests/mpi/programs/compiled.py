@@ -1,0 +1,48 @@
+"""The calls whose collectors run compiled (eventspace/_collector.c, MpiCall), in every form that
+path takes and a few it hands to the closure, on 2 ranks; prints the type of comm.Send's
+collector (tests/mpi/test_mpi_collect.py runs it compiled and pure and compares the records)."""
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+r = comm.Get_rank()
+other = 1 - r
+ints = np.arange(4, dtype="i4")          # 16 bytes
+got = np.empty(4, dtype="i4")
+status = MPI.Status()
+
+if r == 0:
+    comm.Send(ints, 1, 1)
+    comm.Send(b"seven b", 1)              # tag 0 by default
+    comm.Ssend(bytearray(8), 1, 2)
+    comm.Send(ints, dest=1, tag=3)        # keywords: the closure
+    comm.Send([ints, MPI.INT], 1, 4)      # a buffer spec: the closure
+    comm.Rsend(ints[:1], MPI.PROC_NULL, 5)
+    comm.Send(ints, 1, 6)
+else:
+    comm.Recv(got, 0, 1)
+    comm.Recv(bytearray(16))              # ANY_SOURCE, ANY_TAG
+    comm.Recv(got, MPI.ANY_SOURCE, 2, status)
+    comm.Recv(got, 0, MPI.ANY_TAG)
+    comm.Recv(got, source=0, tag=4)
+    comm.Recv(got, MPI.PROC_NULL, 5)
+    comm.Recv(got, 0, 6, None)
+try:
+    comm.Send(ints, comm.Get_size() + 3, 7)   # no such rank: MPI's error, recorded as failed
+except MPI.Exception:
+    pass
+comm.Barrier()
+comm.Bcast(ints, 1)
+comm.Reduce(ints, got if r == 1 else None, MPI.SUM, 1)
+comm.Scatter(np.arange(8, dtype="i4") if r == 0 else None, got[:4], 0)
+comm.Gather(ints[:2], np.empty(4, "i4") if r == 0 else None, 0)
+comm.Allreduce(ints, got)
+comm.Allreduce(ints, got, op=MPI.MAX)    # keywords: the closure, in the same round count
+comm.Allreduce(MPI.IN_PLACE, got)        # IN_PLACE: the closure
+comm.Alltoall(np.arange(2, dtype="i4"), np.empty(2, "i4"))
+comm.Barrier()
+if r == 0:
+    sys.stdout.write(f"collector {type(comm.Send).__name__}\n")
