@@ -26,6 +26,7 @@ MAX_BYTES_ENV = "EVENTSPACE_YAML_MAX_BYTES"
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 # A pathmap nests 6 levels; PyYAML's C composer recurses per level and crashes near 30,000.
 MAX_DEPTH = 100
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep; a YAML input here needs a handful of levels: remove the extra nesting"
 # An alias (`*name`, or a merge `<<: *name`) stands for everything under its anchor, and PyYAML
 # copies merged entries: 556 bytes of nested merges expand to 43 million entries. All the aliases
 # of one file may stand for at most this many YAML nodes (scalars, lists, mappings).
@@ -196,6 +197,9 @@ class Document:
             else:
                 line = None
             what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            if "nesting depth" in what:   # libyaml's own limit (PyYAML >= 6.0.3), far above ours
+                self.problems.append(Problem(self.source, line, "(yaml)", _TOO_DEEP))
+                return None
             self.problems.append(Problem(self.source, line, "(yaml)",
                                          f"YAML syntax error: {what}; fix the YAML at this line"))
             return None
@@ -393,8 +397,7 @@ def _bounds_problem(text: str, source: str) -> Problem | None:
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.CollectionStartEvent):
             if len(open_) >= MAX_DEPTH:
-                return refuse(event, f"nested more than {MAX_DEPTH} levels deep; a YAML input here needs a "
-                                     "handful of levels: remove the extra nesting")
+                return refuse(event, _TOO_DEEP)
             open_.append([event.anchor, 1, 1])
             continue
         if isinstance(event, yaml.CollectionEndEvent):

@@ -146,7 +146,9 @@ def test_repeated_duplicate_key_errors_are_told_once(tmp_path):
     done = eventspace("pathmap", "validate", "dup.yaml", cwd=tmp_path)
     lines = done.stdout.splitlines()
     assert done.returncode == 1 and len(lines) == len(set(lines)), f"{len(lines)} lines, {len(set(lines))} distinct"
-    assert sum("duplicate key 'n'" in line for line in lines) == 1
+    # PyYAML before 6.0.3 keeps every merged copy of `n` (one problem, told once); later ones
+    # merge them as YAML says (the first wins), so there is none.
+    assert sum("duplicate key 'n'" in line for line in lines) <= 1 and len(lines) < 12, lines
     assert lines[-1] == f"{len(lines) - 1} problems in dup.yaml"
 
 
