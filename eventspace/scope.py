@@ -169,14 +169,19 @@ class EventScope:
         """The joins of the tree for `settings` (default: the current ones), root last."""
         settings = settings or self.settings
         pm = self.pathmap
-        members = [e.trace for e in self.entries]
-        node_of = {e.trace: e.trace_node for e in self.entries}
+        # The tree is laid over the nodes that hold the view's trace elements, not over the
+        # elements themselves: a node answers one read for all of its elements (range_many), so
+        # a join per group of elements on one node would only add a level that forwards.
+        held: dict[str, list[str]] = {}
+        for entry in self.entries:
+            held.setdefault(entry.trace_node, []).append(entry.trace)
         cluster_of = {n.name: n.cluster for n in pm.nodes}
-        graph = lay_out(Shape.parse(settings.shape), members, node_of, cluster_of, [n.name for n in pm.nodes])
+        graph = lay_out(Shape.parse(settings.shape), list(held), {n: n for n in held}, cluster_of,
+                        [n.name for n in pm.nodes])
         root = graph.graph["root"]
         depth = nx.shortest_path_length(graph.reverse(copy=False), root)
         # The nodes whose trace elements each join's subtree reads (edges lead up: its ancestors).
-        reads = {v: {node_of[m.name] for m in nx.ancestors(graph, v) if isinstance(m, Member)}
+        reads = {v: {m.name for m in nx.ancestors(graph, v) if isinstance(m, Member)}
                  for v in graph if isinstance(v, TreeJoin)}
         prefix = f"{self._id}.{self._generation}"
         near = settings.placement == "near"
@@ -188,7 +193,7 @@ class EventScope:
             children = []
             for child in graph.predecessors(join):
                 if isinstance(child, Member):
-                    leaves.setdefault(node_of[child.name], []).append(child.name)
+                    leaves[child.name] = held[child.name]
                 else:
                     children.append([graph.nodes[child]["node"] if near else None, keys[child],
                                      sorted(reads[child])])

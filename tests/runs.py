@@ -25,6 +25,8 @@ ENV = {"PYTHONPATH": str(PROGRAMS)}
 TWO_NODES = "clusters: {c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.1}}}}"
 THREE_NODES = ("clusters: {c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.1}}}, "
                "c2: {nodes: {C: {host: 127.0.0.1}}}}")
+FOUR_NODES = ("clusters: {c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.1}}}, "
+              "c2: {nodes: {C: {host: 127.0.0.1}, D: {host: 127.0.0.1}}}}")
 
 
 def ring_app(n: int) -> AppMap:

@@ -12,10 +12,7 @@ from eventspace import classes, histogram, trace
 from eventspace.catalogue import Catalogue
 from eventspace.stages import ScopeStage, StageError, check_tree, compile_stages
 from paths import Instrument, Selector
-from runs import pathmap_for, ring_app
-
-FOUR_NODES = ("clusters: {c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.1}}}, "
-              "c2: {nodes: {C: {host: 127.0.0.1}, D: {host: 127.0.0.1}}}}")
+from runs import FOUR_NODES, pathmap_for, ring_app
 MOVE, OBSERVE, ALLREDUCE = (trace.OP_CODES[n] for n in ("move", "observe", "allreduce"))
 
 

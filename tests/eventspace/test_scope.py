@@ -21,7 +21,7 @@ from eventspace.scope import EventScope, ScopeError
 from eventspace.stages import StageError
 from eventspace.view import ViewError
 from paths import Instrument, Selector, launch
-from runs import ENV, THREE_NODES, TWO_NODES, InProcessRun, pathmap_for, ring_app
+from runs import ENV, FOUR_NODES, THREE_NODES, TWO_NODES, InProcessRun, pathmap_for, ring_app
 
 KEEP = 50
 
@@ -203,17 +203,18 @@ def test_a_node_that_dies_is_reported_missing_and_the_pull_does_not_hang(tmp_pat
 
 
 def test_a_join_that_does_not_answer_leaves_the_nodes_below_it_unreached_not_missing(tmp_path):
-    pm = instrumented(name="unreached")
+    pm = instrumented(8, FOUR_NODES, name="unreached")
     with launch(pm, run_dir=tmp_path, env=ENV) as run:
         run.run("programs:ring", {"steps": 3}, timeout=60)
         with EventScope(run, "all", tree="kary:2", placement="near", timeout=1.0) as scope:
-            below_b = {n for spec in scope.plan() for node, _, nodes in spec.children if node == "B"
-                       for n in nodes} - {"B"}
-            assert below_b, "no join on B reads another node's trace elements"
-            run.kill("B")
-            run._processes["B"].wait(10)
+            # The tree is laid over the nodes: joins (A, B) on A and (C, D) on C under the root on A.
+            below_c = {n for spec in scope.plan() for node, _, nodes in spec.children if node == "C"
+                       for n in nodes} - {"C"}
+            assert below_c == {"D"}, "the join on C does not read D's trace elements"
+            run.kill("C")
+            run._processes["C"].wait(10)
             pulled = scope.pull()
-            assert pulled.missing == {"B"} and pulled.unreached == below_b
+            assert pulled.missing == {"C"} and pulled.unreached == below_c
             # Everything that does not hang below a join on B, or live on B, still came.
             specs = {spec.key: spec for spec in scope.plan()}
 
@@ -221,8 +222,8 @@ def test_a_join_that_does_not_answer_leaves_the_nodes_below_it_unreached_not_mis
                 return ({name for names in spec.leaves.values() for name in names}
                         | {name for _, key, _ in spec.children for name in below(specs[key])})
 
-            lost = {name for spec in specs.values() if spec.node == "B" for name in below(spec)}
-            expected = {e.id for e in scope.entries if e.trace_node != "B" and e.trace not in lost}
+            lost = {name for spec in specs.values() if spec.node == "C" for name in below(spec)}
+            expected = {e.id for e in scope.entries if e.trace_node != "C" and e.trace not in lost}
             assert expected
             assert expected <= set(pulled.records["collector"].tolist())
 

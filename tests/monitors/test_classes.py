@@ -9,7 +9,7 @@ import pytest
 
 from eventspace import histogram
 from eventspace.scope import EventScope
-from eventspace.stages import StageError
+from eventspace.stages import ScopeStage, StageError, check_tree
 from monitors.classes import ClassesMon, describe
 from paths import Instrument, Selector, launch
 from runs import ENV, THREE_NODES, finish, pathmap_for, read_until, ring_app, start_monitor
@@ -61,8 +61,18 @@ def test_nodes_form_classes_too_and_a_tree_that_splits_a_member_is_refused(uneve
         time.sleep(0.5)
         report = mon.poll()
     assert sorted(m for c in report.classes for m in c.members) == ["A", "B", "C"]
-    with pytest.raises(StageError, match="more than one join"):
-        EventScope(uneven, "all", tree="kary:2", stages=["classes:ops@thread"])
+    # Trees are laid over nodes, so a k-ary one keeps each node's trace elements under one join...
+    with ClassesMon(uneven, by="node", tree="kary:2") as mon:
+        mon.poll()
+        time.sleep(0.5)
+        assert sorted(m for c in mon.poll().classes for m in c.members) == ["A", "B", "C"]
+    with EventScope(uneven, "all", tree="kary:2") as scope:
+        catalogue, leaves = scope.catalogue, [spec.leaves for spec in scope.plan()]
+    # ...and a tree whose joins would split a member's trace elements is refused.
+    node, names = next((node, names) for mine in leaves for node, names in mine.items() if len(names) > 1)
+    split = [{node: names[:1]}, {node: names[1:]}]
+    with pytest.raises(StageError, match=f"node {node} are read by more than one join"):
+        check_tree([ScopeStage.parse("classes:ops@node")], split, catalogue)
 
 
 def test_histograms_of_durations_merge_in_the_node_servers(uneven):
