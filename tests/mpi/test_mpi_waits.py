@@ -25,11 +25,12 @@ def waiting_in(beat) -> dict[str, str]:
 
 @pytest.mark.parametrize("mode", ["p2p", "p2p-buffer"])
 def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(tmp_path, mode):
-    job = start(tmp_path, 2, "dead-p2p", "waits.py", mode)
+    name = f"dead-{mode}"   # a run name of its own: the other case's run file may outlive its kill
+    job = start(tmp_path, 2, name, "waits.py", mode)
     try:
-        until_live("dead-p2p", job)
+        until_live(name, job)
         time.sleep(0.5)   # past the Barrier: both ranks are in their receive
-        seen = beats("dead-p2p", tmp_path, 4)
+        seen = beats(name, tmp_path, 4)
     finally:
         stop(job)
     found = [i for i, beat in enumerate(seen) if beat["deadlock"]]
