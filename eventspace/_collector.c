@@ -983,7 +983,9 @@ mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kw
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     long long root = 0;
     uint64_t n = 0;
-    if (kwnames != NULL || (self->root_at >= 0 && self->root_at < nargs && small_int(args[self->root_at], &root) < 0))
+    PyObject *stack[16];
+    if (kwnames != NULL || nargs + 1 > 16   /* cannot be: collectives take few arguments */
+        || (self->root_at >= 0 && self->root_at < nargs && small_int(args[self->root_at], &root) < 0))
         return to_fallback(self, args, nargsf, kwnames);
     /* a rooted send buffer counts at the root only (elsewhere it is often None) */
     int counted = self->sends == S_SEND || (self->sends == S_ROOT && root == self->rank);
@@ -997,9 +999,6 @@ mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kw
     }
     uint64_t round = PyLong_AsUnsignedLongLongMask(next) & U32;
     Py_DECREF(next);
-    PyObject *stack[16];
-    if (nargs + 1 > 16)
-        return to_fallback(self, args, nargsf, kwnames);  /* cannot be: collectives take few arguments */
     stack[0] = self->comm;
     for (Py_ssize_t i = 0; i < nargs; i++)
         stack[i + 1] = args[i];
