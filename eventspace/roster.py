@@ -81,7 +81,10 @@ def roster_node(pathmap) -> str:
 
 class RosterWriter:
     """Writes one scope's reports. Never raises and never blocks long: a node that does not
-    answer costs at most `timeout` seconds, and the next report tries again. Used by one thread."""
+    answer costs at most `timeout` seconds (one whose connection closed, at most GONE_AFTER),
+    and the next report tries again. Used by one thread."""
+
+    GONE_AFTER = 0.5
 
     def __init__(self, endpoint: str, timeout: float = 2.0):
         self._endpoint = endpoint
@@ -90,10 +93,16 @@ class RosterWriter:
         self._element = None
         self.wrote = False
 
+    @property
+    def connected(self) -> bool:
+        """Whether the last report reached the roster (the next goes over the same connection)."""
+        return self._element is not None
+
     def write(self, entry: ScopeEntry) -> None:
         try:
             if self._element is None:
-                self._client = pastset.connect(self._endpoint, timeout=self._timeout, gone_after=self._timeout)
+                self._client = pastset.connect(self._endpoint, timeout=self._timeout,
+                                               gone_after=min(self._timeout, self.GONE_AFTER))
                 self._element = self._client.enter(ROSTER, TEMPLATE, keep=KEEP)
             self._element.move(entry.values())
             self.wrote = True

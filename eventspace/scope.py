@@ -452,7 +452,7 @@ class EventScope:
             self._ask_each(fanout, [(node, RENEW, keys, self.lease) for node, keys in by_node.items()])
         if fanout is not None:
             fanout.close()
-        if roster.wrote:  # gone from dashboards at once, not after STALE_AFTER
+        if roster.wrote and roster.connected:  # gone from dashboards at once, not after STALE_AFTER
             roster.write(self.roster_entry(open=False))
         roster.close()
 

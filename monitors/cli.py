@@ -263,12 +263,14 @@ def _dashboard(args) -> int:
     from rich.live import Live
 
     from paths import attach
+    from paths.runfile import run_ended
 
     from .dashboard import Dashboard, render
 
     run_file = live_run(args.run, "dashboard")
     run = attach(run_file)
-    board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}", trees=args.tree)
+    board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}", trees=args.tree,
+                      ended=lambda: run_ended(run_file))
     console = Console()
     try:
         with Live(render(board.update()), console=console, auto_refresh=False) as view:

@@ -23,6 +23,10 @@ from .render import heartbeat_grid, open_round, status_counts, system_bars, wors
 from .system import SystemMon
 
 
+class RunEnded(PastSetError):
+    """The run a dashboard watches ended during an update (the message says why)."""
+
+
 @dataclass
 class DashboardState:
     """Everything one frame shows, as plain data (rendering is `render`)."""
@@ -45,11 +49,14 @@ class Dashboard:
     named) and, with `system`, a SystemMon (each node's CPU, memory and communication) against a
     live run, reads the run's roster of scopes (every monitor's, wherever it runs), and turns
     them into a DashboardState every `update()`. `progress` is a callable giving {thread:
-    {"step": n}} (e.g. a paths.Run's `progress`)."""
+    {"step": n}} (e.g. a paths.Run's `progress`). `ended` is a callable giving why the run ended
+    (None while it has not, as `paths.runfile.run_ended`): asked between panels, so that an update
+    of a run that ends under it raises RunEnded at once instead of waiting for each panel's nodes."""
 
     def __init__(self, run, *, progress=None, title: str | None = None, heartbeat: bool = True,
-                 colop: bool = True, trees: list[str] | None = None, system: bool = True):
+                 colop: bool = True, trees: list[str] | None = None, system: bool = True, ended=None):
         self.started = time.monotonic()
+        self.ended = ended
         pathmap, endpoints = resolve(run)
         self.roster = Roster(endpoints[roster_node(pathmap)])
         self.heartbeat = Heartbeat(run) if heartbeat else None
@@ -75,12 +82,15 @@ class Dashboard:
                                steps_per_s=self.state.steps_per_s)
         if beat and self.heartbeat:
             state.heartbeat = self.heartbeat.beat()
+            self._check_ended()
         if beat and self.colops:
             for mon in self.colops:
                 mon.poll()
             state.colops = [mon.report() for mon in self.colops]
+            self._check_ended()
         if beat and self.system:
             state.nodes = self.system.poll()
+            self._check_ended()
         try:
             state.scopes = self.roster.active()
             self._scopes_seen.update(a.entry.scope for a in state.scopes)
@@ -89,6 +99,7 @@ class Dashboard:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         state.cpu_seconds = usage.ru_utime + usage.ru_stime
         if self.progress is not None:
+            self._check_ended()
             try:
                 progress = self.progress()
             except PastSetError:
@@ -102,6 +113,11 @@ class Dashboard:
         state.notes = list(self.state.notes)
         self.state = state
         return state
+
+    def _check_ended(self) -> None:
+        why = self.ended() if self.ended is not None else None
+        if why:
+            raise RunEnded(why)
 
     def summary(self) -> str:
         """One line of what the dashboard saw."""

@@ -19,6 +19,9 @@ from .security import Security, resolve
 _BATCH_READS = (p.LATEST_MANY, p.RANGE_MANY, p.LATEST_RECORDS)
 # Encoded name lists kept for rounds to come (see Round): a monitor's few joins, several times over.
 _NAMES_KEPT = 256
+# Seconds of silence after which a round looks whether the nodes it still waits for are connected:
+# a node whose connection closed will never answer, and is given up at once, not at the deadline.
+_LOOK_EVERY = 0.1
 
 
 class Fanout:
@@ -164,7 +167,11 @@ class Fanout:
             remaining = deadline - monotonic()
             if remaining <= 0:
                 break
-            for sock, _ in self._poller.poll(max(1, int(remaining * 1000))):
+            ready = self._poller.poll(max(1, int(min(remaining, _LOOK_EVERY) * 1000)))
+            if not ready:
+                self._give_up_gone(waiting, missing)
+                continue
+            for sock, _ in ready:
                 if not owed.get(sock):
                     _drain(sock)  # only late replies or probes there: read out, so that poll waits
                     continue
@@ -189,6 +196,19 @@ class Fanout:
                     self._drop(node)  # a fresh socket next time: no stale queue behind a dead peer
                 # A connected node keeps its socket: a new connection to a paused server would only
                 # wait in its kernel's accept queue; its late replies are dropped by request id.
+
+    def _give_up_gone(self, waiting: dict, missing: set[str]) -> None:
+        """Take the nodes of `waiting` whose connection has closed since their request was sent out
+        of it, into `missing`: they are gone, and their sockets are dropped."""
+        gone = {node for node in set(waiting.values()) if node in self._channels and not self._reachable(node)}
+        if not gone:
+            return
+        for on_reply, node in list(waiting.items()):
+            if node in gone:
+                del waiting[on_reply]
+        missing.update(gone)
+        for node in gone:
+            self._drop(node)
 
 
 class Reply:

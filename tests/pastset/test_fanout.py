@@ -2,6 +2,10 @@
 calls, errors and nodes that are not there."""
 
 import struct
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
@@ -96,3 +100,33 @@ def test_only_batch_reads_of_one_kind_node_and_bound_are_merged():
         ("A", 18, 1), ("B", 18, 1), ("A", 18, 1), ("A", 15, None), ("A", 16, 9), ("A", 16, 9), ("A", 16, 8)])]
     groups = [[request[-1] for request in group] for group in _merged(requests)]
     assert groups == [[0, 2], [1], [3], [4, 5], [6]]
+
+
+HOLDING_NODE = """
+import sys, time
+import pastset
+server = pastset.TupleServer("H")
+server.host("hold", lambda: time.sleep(120))
+print(server.serve("tcp://127.0.0.1:0"), flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_round_gives_up_on_a_node_whose_process_ends_under_it_without_waiting_out_its_timeout():
+    """A node killed while it holds a round's request will never answer: the round says so as soon
+    as its connection closes (a dashboard's panels each waited out their timeout after a run stopped)."""
+    node = subprocess.Popen([sys.executable, "-c", HOLDING_NODE], stdout=subprocess.PIPE, text=True)
+    fanout = pastset.Fanout({"H": node.stdout.readline().strip()})
+    try:
+        pulls = fanout.round(60)
+        held = pulls.call("H", "hold")
+        threading.Timer(0.5, node.kill).start()
+        started = time.monotonic()
+        missing = pulls.wait()
+        waited = time.monotonic() - started
+    finally:
+        fanout.close()
+        node.kill()
+        node.wait()
+    assert missing == {"H"} and fanout.gone(missing) == {"H"} and not held.answered
+    assert waited < 30, f"the round waited {waited:.1f} s of its 60 s for a node that was gone"
