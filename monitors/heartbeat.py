@@ -177,7 +177,7 @@ class Judge:
         # A thread stopped outside communication is the one others wait on, unless nobody waits or
         # moves at all: then the application as a whole is quiet, and no thread is to blame.
         seen = [t for t in seen if self.node_of[t] not in missing]
-        everyone_idle = not inside and len(still) == len(seen)
+        everyone_idle = not inside and set(seen) <= set(still)   # (still may hold threads of nodes gone since)
         beats = []
         suspects = set()
         for thread in self.threads:
