@@ -8,7 +8,6 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
-import networkx as nx
 import numpy as np
 
 from paths import Pathmap, RunFile, Shape
@@ -179,6 +178,7 @@ class EventScope:
         graph = lay_out(Shape.parse(settings.shape), list(held), {n: n for n in held}, cluster_of,
                         [n.name for n in pm.nodes])
         root = graph.graph["root"]
+        import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
         depth = nx.shortest_path_length(graph.reverse(copy=False), root)
         # The nodes whose trace elements each join's subtree reads (edges lead up: its ancestors).
         reads = {v: {m.name for m in nx.ancestors(graph, v) if isinstance(m, Member)}

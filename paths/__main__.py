@@ -13,6 +13,7 @@ import threading
 from pastset import PastSetError
 from pastset.security import use as use_security
 
+from . import snapshot
 from .document import PathmapError
 from .mpiexec import my_rank
 from .node import STOP, NodeServer
@@ -21,7 +22,8 @@ from .wrapper import PathsError
 
 
 def run_node(pathmap_file: str, node: str | None, bind: str | None = None, launched: bool = False,
-             endpoints: dict | None = None, insecure: bool = False, grace: float | None = None) -> int:
+             endpoints: dict | None = None, insecure: bool = False, grace: float | None = None,
+             checked: str | None = None) -> int:
     """Run one node until stopped; print one JSON line {node, endpoint, pid} once it serves.
 
     Launched (by `paths.launch`): the node also stops when its stdin closes, so that it never
@@ -29,14 +31,16 @@ def run_node(pathmap_file: str, node: str | None, bind: str | None = None, launc
     `security` section, else $EVENTSPACE_KEYS) become the process's, so that everything that
     connects from inside it (scope joins placed on the node) speaks CURVE too. A non-loopback
     address without CURVE needs `insecure`. `grace` replaces the pathmap's `liveness.grace`: how
-    long this node waits on another that keeps its connection but does not answer.
+    long this node waits on another that keeps its connection but does not answer. `checked`: the
+    digest of the checked pathmap its launcher wrote beside the snapshot (paths.snapshot), loaded
+    instead of the YAML.
 
     `node` None: the node whose index in the pathmap is this process's MPI rank (started by
     mpiexec, paths.mpiexec). Launched so, only rank 0 has the launcher's stdin (an MPI launcher
     forwards it to rank 0 alone): when it closes, rank 0 stops every node it knows, then itself;
     before it knows them it exits with status 1, on which the MPI launcher ends the other ranks.
     """
-    pathmap = Pathmap.load(pathmap_file).with_grace(grace)
+    pathmap = (snapshot.load(pathmap_file, checked) if checked else Pathmap.load(pathmap_file)).with_grace(grace)
     rank = None
     if node is None:
         rank = my_rank()
@@ -111,11 +115,14 @@ def main(argv=None) -> int:
     parser.add_argument("--endpoints", default=None, help="JSON {node: endpoint} of the other nodes")
     parser.add_argument("--insecure", action="store_true",
                         help="allow a non-loopback address without authentication")
+    parser.add_argument("--checked", metavar="SHA256",
+                        help="load the checked pathmap its launcher wrote beside --pathmap, if its digest is this")
     add_grace_option(parser)
     args = parser.parse_args(argv)
     try:
         return run_node(args.pathmap, args.node, args.bind, args.launched,
-                        json.loads(args.endpoints) if args.endpoints else None, args.insecure, args.grace)
+                        json.loads(args.endpoints) if args.endpoints else None, args.insecure, args.grace,
+                        args.checked)
     except (PathmapError, PastSetError, PathsError, OSError) as exc:
         print(f"node {args.node or 'of this rank'}: {exc}", file=sys.stderr, flush=True)
         return 2

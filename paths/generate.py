@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from .document import PathmapError, Problem
 from .inputs import AppMap, AppTree, ClusterMap, Placement
@@ -10,6 +10,9 @@ from .pathmap import Pathmap
 from .registry import JOIN_TYPE_OF_KIND
 from .sections import ElementSpec, Path, Stage, Thread, Tree
 from .shapes import LayoutJoin, Member, Shape, lay_out
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def generate(app: AppMap, cluster: ClusterMap, mapping: Placement, tree_shape: str | Shape = "flat",
@@ -98,6 +101,7 @@ def _tree(tree: AppTree, graph: nx.DiGraph, shape: str) -> tuple[list[Stage], Tr
         return graph.nodes[vertex]["node"]
 
     # Top-down (root first, then level by level), so the written pathmap reads like the tree.
+    import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
     order = [v for v in nx.bfs_tree(graph.reverse(copy=False), root) if isinstance(v, LayoutJoin)]
     stages = [Stage(sid(j), join_type, node(j), {"fan_in": graph.in_degree(j)}) for j in order]
     entries: dict[str, str] = {}

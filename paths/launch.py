@@ -20,6 +20,7 @@ from pastset.security import bind_problem
 
 from . import mpiexec as by_mpiexec
 from . import runfile
+from . import snapshot as snapshots
 from .node import INFO, JOIN, LINK, START, STOP
 from .pathmap import Pathmap, SecuritySpec
 from .runfile import RunFile
@@ -281,9 +282,9 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     processes: dict[str, subprocess.Popen] = {}
     run = None
     try:
-        snapshot.write_text(pathmap.dumps(header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
-                                                 f"for run {run_file.name}; written by paths.launch"))
-        node_command = [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--launched",
+        digest = snapshots.write(pathmap, snapshot, header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
+                                                          f"for run {run_file.name}; written by paths.launch")
+        node_command = [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--checked", digest, "--launched",
                         *(["--insecure"] if insecure else [])]
         if mpiexec is not None:
             ranks_log = run_file.log("mpiexec")
@@ -303,7 +304,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
                     )
             endpoints = _await_endpoints(processes, logs, start_timeout)
             pids = {n: p.pid for n, p in processes.items()}
-        run_file = run_file.ready(endpoints, pids)
+        run_file = run_file.ready(endpoints, pids, checked=digest)
         run = Run(pathmap, run_file, processes, logs, security)
         for node in endpoints:
             run.client(node).call(LINK, endpoints, timeout=10)

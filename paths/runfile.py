@@ -15,8 +15,10 @@ from pathlib import Path as FilePath
 
 import pastset
 
+from . import snapshot as snapshots
 from .pathmap import Pathmap
 from .process import Owner, exited, refused
+from .wrapper import PathsError
 
 # Where run files live, in order: this variable, $XDG_RUNTIME_DIR/eventspace/runs, ~/.eventspace/runs.
 RUN_DIR_ENV = "EVENTSPACE_RUN_DIR"
@@ -60,6 +62,7 @@ class RunFile:
     source: str = ""                 # the pathmap file the run was launched from, as the launcher named it
     owner: Owner | None = None       # the launcher (None in run files written by older versions)
     pathmap_name: str = ""           # the pathmap's name (the run's name, unless another run held it)
+    checked: str = ""                # the digest of the checked pathmap beside the snapshot (paths.snapshot)
 
     @property
     def name(self) -> str:
@@ -74,6 +77,12 @@ class RunFile:
         return not self.endpoints
 
     def pathmap(self) -> Pathmap:
+        """The run's pathmap: the checked one its launcher kept beside the snapshot, if it is this
+        user's own file and is the one the launcher wrote (seconds faster for a large pathmap),
+        else the snapshot, read and checked again."""
+        if self.checked:
+            with contextlib.suppress(PathsError):
+                return snapshots.load(self.pathmap_file, self.checked, own=True)
         return Pathmap.load(self.pathmap_file)
 
     def log(self, node: str) -> FilePath:
@@ -91,7 +100,7 @@ class RunFile:
         return {"name": self.name, "pathmap": self.pathmap_name, "pathmap_file": self.pathmap_file,
                 "source": self.source,
                 "endpoints": dict(self.endpoints), "pids": dict(self.pids), "started": self.started,
-                "owner": self.owner.as_dict() if self.owner else None}
+                "owner": self.owner.as_dict() if self.owner else None, "checked": self.checked}
 
     def write(self, path: str | os.PathLike) -> RunFile:
         """Write this run file to `path` (replacing what is there, atomically); the copy at `path`."""
@@ -102,9 +111,10 @@ class RunFile:
         tmp.replace(path)  # readers never see half a file
         return replace(self, path=os.fspath(path))
 
-    def ready(self, endpoints: dict[str, str], pids: dict[str, int]) -> RunFile:
-        """Publish the nodes of a registered run: its run file, rewritten with their endpoints and pids."""
-        return replace(self, endpoints=dict(endpoints), pids=dict(pids)).write(self.path)
+    def ready(self, endpoints: dict[str, str], pids: dict[str, int], checked: str = "") -> RunFile:
+        """Publish the nodes of a registered run: its run file, rewritten with their endpoints and pids
+        (and the digest of the checked pathmap its launcher wrote, if it did)."""
+        return replace(self, endpoints=dict(endpoints), pids=dict(pids), checked=checked).write(self.path)
 
     def unregister(self) -> None:
         """Remove this run's run file, pathmap snapshot and monitor entries, if they are still its own
@@ -129,7 +139,7 @@ class RunFile:
             data = json.loads(path.read_text())
             run = cls(str(data["pathmap_file"]), dict(data["endpoints"]), dict(data["pids"]),
                       float(data["started"]), os.fspath(path), str(data.get("source", "")),
-                      Owner.from_dict(data.get("owner")), str(data.get("pathmap", "")))
+                      Owner.from_dict(data.get("owner")), str(data.get("pathmap", "")), str(data.get("checked", "")))
         except FileNotFoundError:
             raise RunError(f"no run file {path}: is the run live? start one with `eventspace run`, "
                            "list the live ones with `eventspace runs`, or pass the run file the launcher "
@@ -298,8 +308,8 @@ def _stale(path: FilePath) -> bool:
 
 
 def _remove_run(run: RunFile) -> None:
-    for done in (FilePath(run.path), FilePath(run.pathmap_file)):
-        done.unlink(missing_ok=True)
+    FilePath(run.path).unlink(missing_ok=True)
+    snapshots.remove(run.pathmap_file)
     _clear_monitors(run)
     run.drop_empty_logs(run.pids)
 

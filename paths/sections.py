@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import pastset
 from pastset.client import GRACE
 from pastset.security import default as default_security
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 # Each trace element's discard threshold (tuples) when the instrument section names none.
 DEFAULT_KEEP = 200
@@ -126,6 +129,7 @@ class Tree:
 
     def graph(self) -> nx.DiGraph:
         """The stages as a networkx DiGraph with an edge from each child to its parent."""
+        import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
         graph = nx.DiGraph()
         graph.add_nodes_from(self.stage_ids)
         graph.add_edges_from(self.edges.items())

@@ -6,8 +6,10 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
 SHAPES = ("flat", "kary:K", "knomial:K", "per-node", "per-cluster")
 
@@ -68,6 +70,7 @@ def lay_out(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
         raise ValueError("a tree needs at least one member")
     rank = {n: i for i, n in enumerate(node_order)}
     ordered = sorted(members, key=lambda m: rank[node_of[m]])  # stable: keeps order within a node
+    import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
     graph = nx.DiGraph()
     for m in ordered:
         graph.add_node(Member(m), node=node_of[m])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import networkx as nx
 
 from ..document import Key, suggest
 from ..registry import JOIN_TYPE_OF_KIND, JOIN_TYPES
@@ -42,6 +41,7 @@ def _check_tree(c: Checker, tree: Tree) -> None:
     if tree.root in tree.edges:
         c.add(key + ("edges", tree.root), f"the root {tree.root} has a parent; the root is "
                                           "the top of the tree: remove this edge or change root")
+    import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
     try:
         cycle = nx.find_cycle(tree.graph())
     except nx.NetworkXNoCycle:
