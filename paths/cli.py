@@ -212,7 +212,8 @@ def _known(lookup, name: str, what: str, names: list[str]):
 _INSTRUMENT_HELP = {
     "all": "a collector on every path and at every tree point", "paths": "a collector on every path",
     "trees": "collectors at every tree point (contribute, arrival, departure)",
-    "sinks": "a collector in front of every element", "none": "remove every collector",
+    "sinks": "a collector in front of every element",
+    "ends": "all, and a collector in front of every element", "none": "remove every collector",
 }
 
 

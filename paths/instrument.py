@@ -111,7 +111,7 @@ def _unique(points: list[CollectorPoint]) -> tuple[CollectorPoint, ...]:
     return tuple(dict.fromkeys(points))
 
 
-PRESETS = ("all", "paths", "trees", "sinks", "none")
+PRESETS = ("all", "paths", "trees", "sinks", "ends", "none")
 
 
 def preset(pathmap, what: str = "all", threads: tuple[str, ...] = (), keep: int = DEFAULT_KEEP,
@@ -120,17 +120,19 @@ def preset(pathmap, what: str = "all", threads: tuple[str, ...] = (), keep: int 
 
     `what`: `all` (a source collector on every path and every point of every tree), `paths`
     (source collectors only), `trees` (tree points only), `sinks` (one collector in front of
-    every element), `none`. `threads` narrows it to those threads' paths and contributions.
+    every element), `ends` (`all`, and a collector in front of every element too: what the thread
+    saw and what the element received, for every operation), `none`. `threads` narrows it to
+    those threads' paths and contributions.
     """
     tree_names = tuple(t.name for t in pathmap.trees)
     rules: list[Selector] = []
     # `all` over a pathmap without paths (a collectives-only app) is its trees' points alone.
-    if what == "paths" or (what == "all" and pathmap.paths):
+    if what == "paths" or (what in ("all", "ends") and pathmap.paths):
         rules.append(Selector(at=("source",), threads=threads))
-    if what in ("all", "trees") and tree_names:
+    if what in ("all", "ends", "trees") and tree_names:
         rules.append(Selector(trees=tree_names, threads=threads,
                               at=("contribute",) if threads else ()))
-    if what == "sinks":
+    if what in ("sinks", "ends"):
         rules.append(Selector(at=("sink",), threads=threads))
     if what not in PRESETS:
         raise ValueError(f"unknown instrumentation {what!r}; use {', '.join(PRESETS[:-1])} or {PRESETS[-1]}")

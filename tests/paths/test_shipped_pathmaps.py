@@ -9,7 +9,7 @@ from paths import Pathmap
 
 SHIPPED = ["example-toy.yaml", "toy-2node.yaml", "cluster-4node.yaml", "windtunnel-toy.yaml",
            "windtunnel-2node.yaml", "windtunnel-4node.yaml", "windtunnel-paper.yaml",
-           "collectives-flat.yaml", "collectives-kary.yaml"]
+           "collectives-flat.yaml", "collectives-kary.yaml", "windtunnel-64node.yaml"]
 GENERATED = SHIPPED[1:]
 
 

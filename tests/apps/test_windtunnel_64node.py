@@ -1,0 +1,79 @@
+"""The scale layout: the wind tunnel on 64 node processes, 1,024 threads and 19,601 trace
+elements (pathmaps/windtunnel-64node.yaml), watched by a heartbeat, all on this one machine."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from apps.windtunnel.lattice import grid_sha256, reference_run
+from monitors.heartbeat import ALIVE, STALLED
+from paths import Pathmap, RunError, RunFile
+from runs import REPO
+
+N, STEPS, SEED = 1024, 40, 7           # N = 1,024: one row of the grid per thread
+STALL = ("T700", 25, 10.0)             # thread, step, seconds: late enough for the heartbeat to be watching
+LAYOUT = REPO / "pathmaps" / "windtunnel-64node.yaml"
+
+
+def test_the_scale_layout_is_64_nodes_1024_threads_and_over_16000_trace_elements():
+    pm = Pathmap.load(LAYOUT)
+    assert (len(pm.nodes), len(pm.clusters), len(pm.threads)) == (64, 8, 1024)
+    assert len(pm.collector_points()) >= 16_000  # a trace element each
+    assert {len(pm.threads_on(n.name)) for n in pm.nodes} == {16}
+
+
+@pytest.mark.slow
+def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalled_thread_is_flagged(tmp_path):
+    thread, at_step, seconds = STALL
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "eventspace.cli", "run", "windtunnel", "--pathmap", str(LAYOUT), "--size", str(N),
+         "--steps", str(STEPS), "--seed", str(SEED), "--stall", f"{thread}:{at_step}:{seconds}",
+         "--run-dir", str(tmp_path), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    heartbeat = None
+    beats_file = tmp_path / "heartbeat.jsonl"   # a beat of 1,024 threads fills a pipe: the heartbeat writes a file
+    try:
+        run_file = until_live(tmp_path / "windtunnel-64node.json", runner)
+        with open(beats_file, "w") as beats_out:
+            heartbeat = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "monitor", "heartbeat", "--run",
+                                          run_file.path, "--interval", "1", "--json"],
+                                         stdout=beats_out, stderr=subprocess.STDOUT, text=True,
+                                         env={**os.environ, "COLUMNS": "400"})  # its last line unwrapped
+        out, err = runner.communicate(timeout=300)
+        assert runner.returncode == 0, err[-3000:]
+        heartbeat.wait(timeout=60)
+    finally:
+        for proc in (runner, heartbeat):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    watched = beats_file.read_text()
+    summary = json.loads(out)
+    assert (summary["threads"], summary["nodes"], summary["steps"]) == (1024, 64, STEPS)
+    assert summary["grid_sha256"] == grid_sha256(reference_run(N, STEPS, SEED))
+    beats = [json.loads(line) for line in watched.splitlines() if line.startswith("{")]
+    statuses = [{b["thread"]: b["status"] for b in beat["threads"]} for beat in beats]
+    assert statuses and all(len(s) == 1024 for s in statuses), watched[-2000:]
+    flagged_at = [i for i, s in enumerate(statuses) if s[thread] == STALLED]
+    assert flagged_at, f"{thread} was never flagged: {[s[thread] for s in statuses]}"
+    last_alive = max(i for i, s in enumerate(statuses[:flagged_at[0]]) if s[thread] == ALIVE)
+    assert flagged_at[0] - last_alive <= 3, [s[thread] for s in statuses]
+    others = {t for s in statuses for t, status in s.items() if status == STALLED and t != thread}
+    assert not others, f"healthy threads flagged: {sorted(others)[:10]}"
+    assert "run windtunnel-64node ended" in watched.splitlines()[-1]
+
+
+def until_live(path, runner, timeout=180.0) -> RunFile:
+    """The run file at `path` once every node serves (AssertionError if `runner` ends first)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert runner.poll() is None, runner.communicate()[1][-3000:]
+        try:
+            return RunFile.find(str(path)).check_live()
+        except RunError:
+            time.sleep(0.2)
+    raise AssertionError(f"the run did not come up within {timeout} s")
