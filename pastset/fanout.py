@@ -12,7 +12,7 @@ from . import protocol as p
 from .client import as_batch
 from .errors import BadArgument, PastSetError, ProtocolError, ServerGone
 from .local import SCHEME as LOCAL, LocalClient
-from .requests import Channel, Matcher
+from .requests import Channel, Matcher, shared_context
 from .security import Security, resolve
 
 # Batch reads: per-element lists, then one value; such reads to one node in one round merge into one request.
@@ -43,7 +43,7 @@ class Fanout:
 
     def __init__(self, endpoints: dict[str, str], context: zmq.Context | None = None,
                  security: Security | None = None):
-        self._ctx = context or zmq.Context.instance()
+        self._ctx = context or shared_context()
         self._security = resolve(security)
         self._endpoints = dict(endpoints)
         self._channels: dict[str, Channel] = {}

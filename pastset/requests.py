@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import resource
+import threading
 
 import msgpack
 import zmq
@@ -14,6 +16,25 @@ from .security import Security
 _unpackb = msgpack.unpackb
 _NOBODY = object()
 
+
+
+_SHARED: zmq.Context | None = None
+_SHARED_MUTEX = threading.Lock()
+
+
+def shared_context() -> zmq.Context:
+    """The process's shared ZeroMQ context (fan-outs' sockets), allowed as many sockets as the process
+    may open files (each takes two): ZeroMQ's default of 1,023 is only five fan-outs over 64 nodes,
+    a DEALER and its connection watch's two sockets per node. Set before its first socket, as
+    ZeroMQ requires; a context that another part of the process made first keeps its own limit."""
+    global _SHARED
+    with _SHARED_MUTEX:
+        if _SHARED is None:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            _SHARED = zmq.Context.instance()
+            if soft == resource.RLIM_INFINITY or soft // 2 > _SHARED.get(zmq.MAX_SOCKETS):
+                _SHARED.set(zmq.MAX_SOCKETS, 65536 if soft == resource.RLIM_INFINITY else soft // 2)
+        return _SHARED
 
 class Channel:
     """One DEALER socket to one node server, owned by one thread, with its connection watched

@@ -130,3 +130,22 @@ def test_a_round_gives_up_on_a_node_whose_process_ends_under_it_without_waiting_
         node.wait()
     assert missing == {"H"} and fanout.gone(missing) == {"H"} and not held.answered
     assert waited < 30, f"the round waited {waited:.1f} s of its 60 s for a node that was gone"
+
+
+def test_a_monitor_may_hold_many_fanouts_over_64_nodes():
+    """Each node a fan-out reaches takes three ZeroMQ sockets: ZeroMQ's default limit of 1,023 sockets
+    per context ended a benchmark's sixth scope over 64 nodes with "Too many open files"."""
+    server = pastset.TupleServer("N")
+    endpoint = server.serve("tcp://127.0.0.1:0")
+    endpoints = {f"n{i}": endpoint for i in range(64)}   # one server under 64 names: a socket each
+    fanouts = [pastset.Fanout(endpoints) for _ in range(8)]
+    try:
+        for fanout in fanouts:
+            pulls = fanout.round(10)
+            for node in endpoints:
+                pulls.ping(node)
+            assert pulls.wait() == set()
+    finally:
+        for fanout in fanouts:
+            fanout.close()
+        server.close()
