@@ -23,17 +23,18 @@ _SHARED_MUTEX = threading.Lock()
 
 
 def shared_context() -> zmq.Context:
-    """The process's shared ZeroMQ context (fan-outs' sockets), allowed as many sockets as the process
-    may open files (each takes two): ZeroMQ's default of 1,023 is only five fan-outs over 64 nodes,
-    a DEALER and its connection watch's two sockets per node. Set before its first socket, as
-    ZeroMQ requires; a context that another part of the process made first keeps its own limit."""
+    """pastset's ZeroMQ context for the process (fan-outs' sockets), allowed as many sockets as the
+    process may open files (each takes two): ZeroMQ's default of 1,023 is only five fan-outs over
+    64 nodes, a DEALER and its connection watch's two sockets per node. Its own, not
+    `zmq.Context.instance()`: the limit must be set before the context's first socket."""
     global _SHARED
     with _SHARED_MUTEX:
         if _SHARED is None:
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-            _SHARED = zmq.Context.instance()
-            if soft == resource.RLIM_INFINITY or soft // 2 > _SHARED.get(zmq.MAX_SOCKETS):
-                _SHARED.set(zmq.MAX_SOCKETS, 65536 if soft == resource.RLIM_INFINITY else soft // 2)
+            context = zmq.Context()
+            if soft == resource.RLIM_INFINITY or soft // 2 > context.get(zmq.MAX_SOCKETS):
+                context.set(zmq.MAX_SOCKETS, 65536 if soft == resource.RLIM_INFINITY else soft // 2)
+            _SHARED = context
         return _SHARED
 
 class Channel:
