@@ -6,7 +6,7 @@ Launches the pathmap (default pathmaps/windtunnel-paper.yaml: 8 nodes, 140 threa
 collectors) on this machine, runs a few wind-tunnel steps of a tiny size so that every trace
 element holds records, and then, with the application idle, pulls `latest` scopes over views
 of the paper's sizes: one collector, one thread (its 12 paths and its contribute point), one
-node, and every collector. Each view is pulled by trees flat, kary:8 and per-node, placed in
+node, and every collector. Each view is pulled by trees flat, kary:8, per-node and per-cluster, placed in
 the monitor or near the data (in the node servers), concurrently; the largest view also one
 child after another. Beside each view, in the same rounds, a bare peer pulls the same trace
 elements with plain pyzmq DEALER sockets: one pastset LATEST_RECORDS request per node, sent to
@@ -45,7 +45,7 @@ from paths import Pathmap, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = ROOT / "pathmaps" / "windtunnel-paper.yaml"
-TREES = ("flat", "kary:8", "per-node")
+TREES = ("flat", "kary:8", "per-node", "per-cluster")
 PLACEMENTS = ("monitor", "near")
 
 

@@ -178,6 +178,12 @@ class EventScope:
         graph = lay_out(Shape.parse(settings.shape), list(held), {n: n for n in held}, cluster_of,
                         [n.name for n in pm.nodes])
         root = graph.graph["root"]
+        # A join of one child would only forward that child's reply (per-node over nodes: a join
+        # per node reading just its own node): the child answers the join above directly.
+        for join in [v for v in graph if isinstance(v, TreeJoin) and v != root and graph.in_degree(v) == 1]:
+            (child,), (parent,) = graph.predecessors(join), graph.successors(join)
+            graph.remove_node(join)
+            graph.add_edge(child, parent)
         import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
         depth = nx.shortest_path_length(graph.reverse(copy=False), root)
         # The nodes whose trace elements each join's subtree reads (edges lead up: its ancestors).
@@ -321,14 +327,16 @@ class EventScope:
             return Pulled.from_wire(reply.value)
         # The root's node did not answer: ask the joins below it from here, so that a dead root
         # node neither blinds the scope nor hides which other nodes answer. The root's own leaf
-        # reads are skipped (in stream mode their cursors live in the root): their nodes are
-        # unreached.
+        # reads are made from here too in latest mode; in the other modes they are skipped (their
+        # cursors live in the root): their nodes are unreached.
+        leaves = ({node: names for node, names in root.leaves.items() if node != root.node}
+                  if self.mode == "latest" else {})
         if self._bypass is None:
-            self._bypass = GatherJoin(replace(root, node=None, leaves={}), self.catalogue)
+            self._bypass = GatherJoin(replace(root, node=None, leaves=leaves), self.catalogue)
         pulled = self._bypass.pull(self._fanout)
         pulled.missing.add(root.node)
         pulled.gone |= self._fanout.gone({root.node})
-        pulled.unreached |= set(root.leaves)
+        pulled.unreached |= set(root.leaves) - set(leaves)
         return pulled
 
     def _correct(self, records: np.ndarray) -> np.ndarray:
