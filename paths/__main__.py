@@ -61,7 +61,10 @@ def run_node(pathmap_file: str, node: str | None, bind: str | None = None, launc
     except PastSetError:
         server.close()
         raise
-    print(json.dumps({"node": node, "endpoint": endpoint, "pid": os.getpid()}), flush=True)
+    # One write, newline included: under mpiexec every rank's output shares one stream, and with
+    # PYTHONUNBUFFERED print writes the line and its newline apart, so two ranks' lines could merge.
+    sys.stdout.write(json.dumps({"node": node, "endpoint": endpoint, "pid": os.getpid()}) + "\n")
+    sys.stdout.flush()
     abandoned = threading.Event()   # the launcher went away before it stopped the node
     if launched and rank in (None, 0):
         threading.Thread(target=_watch_stdin, args=(server, rank is not None, abandoned), daemon=True).start()

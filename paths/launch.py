@@ -408,12 +408,24 @@ def _await_ranks(ranks: subprocess.Popen, nodes: list[str], log: FilePath,
                              f"{' | '.join(tail) or 'no output'} (log: {log})")
         *lines, pending = (pending + chunk).split(b"\n")
         for line in lines:
-            try:
-                said = json.loads(line)
-                endpoints[said["node"]], pids[said["node"]] = said["endpoint"], int(said["pid"])
-            except (ValueError, KeyError, TypeError):
-                continue
+            for said in _json_objects(line):
+                with contextlib.suppress(KeyError, TypeError, ValueError):
+                    endpoints[said["node"]], pids[said["node"]] = said["endpoint"], int(said["pid"])
     return endpoints, pids
+
+
+def _json_objects(line: bytes) -> Iterator[dict]:
+    """The JSON objects on one line of the ranks' shared output: usually one, but a launcher may
+    put two ranks' lines together (`{...}{...}`) where one wrote its newline apart."""
+    text, decoder, at = line.decode(errors="replace"), json.JSONDecoder(), 0
+    while (at := text.find("{", at)) >= 0:
+        try:
+            said, at = decoder.raw_decode(text, at)
+        except ValueError:
+            at += 1
+            continue
+        if isinstance(said, dict):
+            yield said
 
 
 def _stop_processes(processes: dict[str, subprocess.Popen], timeout: float) -> None:

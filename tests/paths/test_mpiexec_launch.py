@@ -17,6 +17,7 @@ from apps.windtunnel.lattice import grid_sha256, reference_run
 from eventspace.scope import EventScope
 from monitors.heartbeat import Heartbeat
 from paths import RunFile, launch
+from paths.launch import _await_ranks
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 PATHMAP = REPO / "pathmaps" / "windtunnel-4node.yaml"
@@ -120,3 +121,20 @@ def test_mpiexec_args_alone_are_refused(tmp_path):
     done = subprocess.run([sys.executable, "-m", "eventspace.cli", "launch", str(PATHMAP), "--mpiexec-args", "-f h"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "--mpiexec-args without --mpiexec" in done.stderr
+
+
+MERGED = ('{"node": "A", "endpoint": "tcp://127.0.0.1:5001", "pid": 11}'
+          '{"node": "D", "endpoint": "tcp://127.0.0.1:5004", "pid": 14}\n\n')
+
+
+def test_two_ranks_lines_run_together_by_the_launcher_are_both_read(tmp_path):
+    """Ranks share mpiexec's output: a rank that wrote its newline apart (PYTHONUNBUFFERED) had its
+    line run into the next rank's, and the launch waited a minute for two nodes that were serving."""
+    ranks = subprocess.Popen([sys.executable, "-c", f"import sys, time; sys.stdout.write({MERGED!r}); "
+                              "sys.stdout.flush(); time.sleep(30)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        endpoints, pids = _await_ranks(ranks, ["A", "D"], tmp_path / "ranks.log", 10)
+    finally:
+        ranks.kill()
+        ranks.communicate()
+    assert endpoints == {"A": "tcp://127.0.0.1:5001", "D": "tcp://127.0.0.1:5004"} and pids == {"A": 11, "D": 14}
