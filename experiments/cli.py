@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-NAMES = ("collect", "scopes", "reconfigure", "monitors", "trees")
+NAMES = ("collect", "scopes", "reconfigure", "monitors", "trees", "scale")
 
 
 def register(subparsers) -> None:

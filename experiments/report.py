@@ -103,6 +103,17 @@ def plot(result: Result, folder: Path) -> Path | None:
         ax.set_xlabel("participants")
         ax.set_ylabel("allreduce latency, median (µs)")
         ax.legend()
+    elif result.name == "scale":
+        for nodes in dict.fromkeys(r[0] for r in rows):
+            for tree in dict.fromkeys(r[2] for r in rows):
+                mine = [r for r in rows if r[0] == nodes and r[2] == tree]
+                ax.plot([r[cols["trace elements"]] for r in mine], [r[cols["observe Hz"]] for r in mine],
+                        "o-" if tree.endswith("monitor") else "s--", label=f"{nodes} nodes, {tree}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("trace elements in the view")
+        ax.set_ylabel("observe rate (Hz)")
+        ax.legend(fontsize=7)
     ax.set_title(result.title, fontsize=9)
     fig.tight_layout()
     path = folder / f"{result.name}.png"

@@ -254,7 +254,92 @@ def trees(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
                   rows, _meta(scale, nodes=4, rounds=scale.rounds), raw)
 
 
-EXPERIMENTS = {"collect": collect, "scopes": scopes, "reconfigure": reconfigure, "monitors": monitors, "trees": trees}
+# -- scale: one application over more and more nodes, watched through bigger and bigger views --------------
+
+# Per scale: the wind tunnel's threads, the node counts it is spread over (8 a cluster), the view sizes.
+SCALE_RUNS = {"tiny": (16, (1, 2), (100, 200)), "quick": (256, (8, 16), (1000, 4000)),
+              "full": (1024, (8, 16, 32, 64), (1000, 4000, 16000))}
+SCALE_TREES = (("flat/monitor", dict(tree="flat", placement="monitor")),
+               ("per-cluster/near", dict(tree="per-cluster", placement="near")))
+SCALE_SECONDS = {"tiny": 0.5, "quick": 2.0, "full": 3.0}   # of pulling, per figure
+
+
+def scaled(threads: int, nodes: int) -> Pathmap:
+    """The wind tunnel's `threads` threads on `nodes` node processes (clusters of 8), every path
+    collected at both ends and every tree point (the 64-node layout's instrumentation)."""
+    from apps.windtunnel.appmap import app_map
+    from paths.instrument import preset
+
+    lines = ["clusters:"]
+    for c in range(0, nodes, 8):
+        members = ", ".join(f"n{k}: {{host: 127.0.0.1}}" for k in range(c, min(c + 8, nodes)))
+        lines.append(f"  c{c // 8}: {{nodes: {{{members}}}}}")
+    pm = generate(app_map(threads), ClusterMap.loads("\n".join(lines)), Placement(rule="block"),
+                  "per-cluster", name=f"scale-{nodes}node")
+    return dataclasses.replace(pm, instrument=preset(pm, "ends")).validate()
+
+
+def scaling(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
+    """Observe rate and the monitor's CPU per pull against view size and node count: one wind tunnel
+    (its trace elements filled by a short run, then idle) spread over more node processes each time,
+    views of the first threads holding about each size, pulled flat in the monitor and per-cluster
+    near the data. The ratio column is each figure's rate over the flat monitor's of the same view."""
+    import resource
+
+    from eventspace.catalogue import Catalogue
+
+    threads, node_counts, view_sizes = SCALE_RUNS[scale.name]
+    seconds = SCALE_SECONDS[scale.name]
+    rows, raw = [], {}
+    for nodes in node_counts:
+        pm = scaled(threads, nodes)
+        catalogue = Catalogue(pm)
+        with launch(pm, run_dir=run_dir) as run:
+            run.run("windtunnel", {"size": threads + threads % 2, "steps": 3}, timeout=600)
+            for size in view_sizes:
+                view = _threads_holding(pm, catalogue, size)
+                flat_rate = None
+                for label, config in SCALE_TREES:
+                    with EventScope(run, view, mode="latest", **config) as scope:
+                        scope.pull()   # warm: joins placed, names encoded
+                        cpu, pulls = _cpu(resource), 0
+                        started = time.monotonic()
+                        while time.monotonic() - started < seconds:
+                            scope.pull()
+                            pulls += 1
+                        wall, cpu = time.monotonic() - started, _cpu(resource) - cpu
+                        elements = len(scope.entries)
+                    rate = pulls / wall
+                    flat_rate = flat_rate or rate
+                    raw[f"{nodes}/{size}/{label}"] = {"pulls": pulls, "seconds": wall, "cpu_seconds": cpu}
+                    rows.append([nodes, elements, label, round(rate), round(1e3 * cpu / pulls, 2),
+                                 round(rate / flat_rate, 2)])
+                    if progress:
+                        progress()
+    return Result("scale", f"Observe rate against view size and node count ({threads} threads, latest mode, app idle)",
+                  ["nodes", "trace elements", "tree", "observe Hz", "monitor CPU ms/pull", "vs flat"],
+                  rows, _meta(scale, threads=threads), raw)
+
+
+def _threads_holding(pm: Pathmap, catalogue, size: int) -> str:
+    """A view of the first threads whose trace elements number at least `size` (or all threads)."""
+    from eventspace.view import View
+
+    chosen = []
+    for thread in pm.threads:
+        chosen.append(thread.name)
+        if len(View.parse(f"thread:{','.join(chosen)}").select(catalogue)) >= size:
+            break
+    return f"thread:{','.join(chosen)}"
+
+
+def _cpu(resource) -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+EXPERIMENTS = {"collect": collect, "scopes": scopes, "reconfigure": reconfigure, "monitors": monitors, "trees": trees,
+               "scale": scaling}
 
 
 def _ms(seconds: list[float]) -> float:
@@ -273,4 +358,5 @@ def work(name: str, scale: Scale, sizes=None) -> int:
     chosen = len([s for s in scale.sizes if sizes is None or s in sizes]) or 1
     return {"collect": chosen, "scopes": len(VIEWS) * len(_scope_sizes(scale, sizes)), "reconfigure": len(CONFIGS),
             "monitors": 5, "trees": sum(1 for p in scale.participants for s in TREE_SHAPES
-                                         if s == "flat" or int(s.split(':')[1]) < p)}[name]
+                                         if s == "flat" or int(s.split(':')[1]) < p),
+            "scale": len(SCALE_RUNS[scale.name][1]) * len(SCALE_RUNS[scale.name][2]) * len(SCALE_TREES)}[name]
