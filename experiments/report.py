@@ -27,7 +27,7 @@ def write(result: Result, folder: Path) -> list[Path]:
 
 def index(folder: Path) -> Path:
     """`README.md` in `folder`: every result there (from its JSON), in the experiments' order."""
-    order = ("collect", "scopes", "reconfigure", "monitors", "trees")
+    order = ("collect", "scopes", "reconfigure", "monitors", "trees", "scale")
     found = {p.stem: Result(**json.loads(p.read_text())) for p in folder.glob("*.json")}
     parts = ["# Experiment results", ""]
     for name in sorted(found, key=lambda n: order.index(n) if n in order else len(order)):
@@ -104,11 +104,11 @@ def plot(result: Result, folder: Path) -> Path | None:
         ax.set_ylabel("allreduce latency, median (µs)")
         ax.legend()
     elif result.name == "scale":
-        for nodes in dict.fromkeys(r[0] for r in rows):
+        for colour, nodes in enumerate(dict.fromkeys(r[0] for r in rows)):
             for tree in dict.fromkeys(r[2] for r in rows):
                 mine = [r for r in rows if r[0] == nodes and r[2] == tree]
                 ax.plot([r[cols["trace elements"]] for r in mine], [r[cols["observe Hz"]] for r in mine],
-                        "o-" if tree.endswith("monitor") else "s--", label=f"{nodes} nodes, {tree}")
+                        "o-" if tree.endswith("monitor") else "s--", color=f"C{colour}", label=f"{nodes} nodes, {tree}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("trace elements in the view")

@@ -318,19 +318,21 @@ def scaling(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
                         progress()
     return Result("scale", f"Observe rate against view size and node count ({threads} threads, latest mode, app idle)",
                   ["nodes", "trace elements", "tree", "observe Hz", "monitor CPU ms/pull", "vs flat"],
-                  rows, _meta(scale, threads=threads), raw)
+                  rows, _meta(scale, threads=threads, pathmap=f"generated: the wind tunnel's {threads} threads on "
+                                                             f"{', '.join(map(str, node_counts))} nodes"), raw)
 
 
 def _threads_holding(pm: Pathmap, catalogue, size: int) -> str:
-    """A view of the first threads whose trace elements number at least `size` (or all threads)."""
+    """A view of the first threads whose trace elements number at least `size`; `all` where every
+    thread's do not (the sinks in front of elements belong to no thread)."""
     from eventspace.view import View
 
     chosen = []
     for thread in pm.threads:
         chosen.append(thread.name)
         if len(View.parse(f"thread:{','.join(chosen)}").select(catalogue)) >= size:
-            break
-    return f"thread:{','.join(chosen)}"
+            return f"thread:{','.join(chosen)}"
+    return "all"
 
 
 def _cpu(resource) -> float:
