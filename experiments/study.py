@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import resource
 import statistics
 import tempfile
 import time
@@ -284,8 +285,6 @@ def scaling(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
     (its trace elements filled by a short run, then idle) spread over more node processes each time,
     views of the first threads holding about each size, pulled flat in the monitor and per-cluster
     near the data. The ratio column is each figure's rate over the flat monitor's of the same view."""
-    import resource
-
     from eventspace.catalogue import Catalogue
 
     threads, node_counts, view_sizes = SCALE_RUNS[scale.name]
@@ -302,12 +301,12 @@ def scaling(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
                 for label, config in SCALE_TREES:
                     with EventScope(run, view, mode="latest", **config) as scope:
                         scope.pull()   # warm: joins placed, names encoded
-                        cpu, pulls = _cpu(resource), 0
+                        cpu, pulls = _cpu(), 0
                         started = time.monotonic()
                         while time.monotonic() - started < seconds:
                             scope.pull()
                             pulls += 1
-                        wall, cpu = time.monotonic() - started, _cpu(resource) - cpu
+                        wall, cpu = time.monotonic() - started, _cpu() - cpu
                         elements = len(scope.entries)
                     rate = pulls / wall
                     flat_rate = flat_rate or rate
@@ -335,7 +334,8 @@ def _threads_holding(pm: Pathmap, catalogue, size: int) -> str:
     return "all"
 
 
-def _cpu(resource) -> float:
+def _cpu() -> float:
+    """This process's CPU seconds, user and system."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 

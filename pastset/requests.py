@@ -16,8 +16,6 @@ from .security import Security
 _unpackb = msgpack.unpackb
 _NOBODY = object()
 
-
-
 _SHARED: zmq.Context | None = None
 _SHARED_MUTEX = threading.Lock()
 
@@ -36,6 +34,7 @@ def shared_context() -> zmq.Context:
                 context.set(zmq.MAX_SOCKETS, 65536 if soft == resource.RLIM_INFINITY else soft // 2)
             _SHARED = context
         return _SHARED
+
 
 class Channel:
     """One DEALER socket to one node server, owned by one thread, with its connection watched

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from ..document import Key, suggest
 from ..registry import JOIN_TYPE_OF_KIND, JOIN_TYPES
 from ..sections import Tree
