@@ -38,7 +38,8 @@ def run_node(pathmap_file: str, node: str | None, bind: str | None = None, launc
     `node` None: the node whose index in the pathmap is this process's MPI rank (started by
     mpiexec, paths.mpiexec). Launched so, only rank 0 has the launcher's stdin (an MPI launcher
     forwards it to rank 0 alone): when it closes, rank 0 stops every node it knows, then itself;
-    before it knows them it exits with status 1, on which the MPI launcher ends the other ranks.
+    if it knew none yet, or one did not stop, it exits with status 1, on which the MPI launcher ends
+    the other ranks.
     """
     pathmap = (snapshot.load(pathmap_file, checked) if checked else Pathmap.load(pathmap_file)).with_grace(grace)
     rank = None
@@ -88,12 +89,14 @@ def _watch_stdin(server: NodeServer, ranks: bool, abandoned: threading.Event) ->
     finally:
         if ranks and not server.wait_stopped(0):
             others = [n for n in server.endpoints if n != server.name]
+            stopped = 0
             for other in others:
                 try:
-                    server.client(other).call(STOP, timeout=1)
+                    server.client(other).call(STOP, timeout=5)
+                    stopped += 1
                 except PastSetError:
-                    pass   # gone already
-            if not others:
+                    pass   # gone already, or not answering: our status 1 has the MPI launcher end it
+            if not others or stopped < len(others):
                 abandoned.set()
         server.request_stop()
 
