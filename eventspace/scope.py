@@ -179,8 +179,10 @@ class EventScope:
                         [n.name for n in pm.nodes])
         root = graph.graph["root"]
         # A join of one child would only forward that child's reply (per-node over nodes: a join
-        # per node reading just its own node): the child answers the join above directly.
-        for join in [v for v in graph if isinstance(v, TreeJoin) and v != root and graph.in_degree(v) == 1]:
+        # per node reading just its own node): the child answers the join above directly. Not so
+        # where stages run over a node's own records: there, that join cuts what leaves its node.
+        for join in [v for v in graph if isinstance(v, TreeJoin) and v != root and graph.in_degree(v) == 1
+                     and (not settings.stages or isinstance(next(iter(graph.predecessors(v))), TreeJoin))]:
             (child,), (parent,) = graph.predecessors(join), graph.successors(join)
             graph.remove_node(join)
             graph.add_edge(child, parent)

@@ -298,3 +298,15 @@ def test_a_join_that_would_read_one_node_only_is_not_made_its_node_answers_the_j
         plan = {spec.key.rsplit("/", 1)[1]: "".join(sorted(spec.leaves)) for spec in scope.plan()}
         assert plan == joins
         assert len(scope.pull().records) == len(scope.entries)
+
+
+def test_with_a_reducing_stage_each_node_keeps_its_join_so_only_the_reduced_records_leave_it(in_process):
+    """A join over one node's records is worth making when it runs the scope's stages: newest
+    event per thread on each node sends one record per thread up, not every trace element's."""
+    with EventScope(in_process, "all", tree="per-node", placement="near",
+                    stages=["reduce:max_t_end@thread"]) as scope:
+        plan = {spec.key.rsplit("/", 1)[1]: "".join(sorted(spec.leaves)) for spec in scope.plan()}
+        assert sorted(plan.values()) == ["", "A", "B", "C"]
+        assert {spec.node for spec in scope.plan() if spec.leaves} == {"A", "B", "C"}
+        threads = {entry.thread for entry in scope.entries if entry.thread}
+        assert len(scope.pull().records) <= len(threads) + 1
