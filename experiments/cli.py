@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-NAMES = ("collect", "scopes", "reconfigure", "monitors", "trees", "scale")
+NAMES = ("collect", "scopes", "reconfigure", "monitors", "trees", "scale", "clusters")
 
 
 def register(subparsers) -> None:
@@ -18,6 +18,9 @@ def register(subparsers) -> None:
                              "(wins over --quick)")
     parser.add_argument("--sizes", help="comma-separated sizes to run (default: the scale's)")
     parser.add_argument("--out", default="experiment-results", help="folder for the results (default %(default)s)")
+    parser.add_argument("--cleanup", action="store_true",
+                        help="with clusters: remove what a crashed run left (its namespaces, bridges, relay and "
+                             "node processes), then stop")
     parser.set_defaults(func=_run)
 
 
@@ -36,7 +39,24 @@ def _run(args) -> int:
         if unknown:
             raise ValueError(f"unknown size {', '.join(unknown)} at scale {scale.name}; "
                              f"use {', '.join(scale.sizes)}")
+    if args.cleanup:
+        if args.name != "clusters":
+            raise ValueError("--cleanup goes with the clusters experiment: eventspace experiment clusters --cleanup")
+        from .network import cleanup
+
+        removed = cleanup()
+        print("\n".join(f"removed {thing}" for thing in removed) or "nothing of the clusters experiment was left")
+        return 0
     names = NAMES if args.name == "all" else (args.name,)
+    if "clusters" in names:
+        from .network import unavailable
+
+        problem = unavailable()
+        if problem and args.name == "clusters":
+            raise RuntimeError(f"the clusters experiment cannot run here: {problem}")
+        if problem:
+            print(f"skipping experiment clusters: {problem}")
+            names = tuple(n for n in names if n != "clusters")
     out = Path(args.out)
     console = Console()
     started = time.monotonic()

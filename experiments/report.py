@@ -27,7 +27,7 @@ def write(result: Result, folder: Path) -> list[Path]:
 
 def index(folder: Path) -> Path:
     """`README.md` in `folder`: every result there (from its JSON), in the experiments' order."""
-    order = ("collect", "scopes", "reconfigure", "monitors", "trees", "scale")
+    order = ("collect", "scopes", "reconfigure", "monitors", "trees", "scale", "clusters")
     found = {p.stem: Result(**json.loads(p.read_text())) for p in folder.glob("*.json")}
     parts = ["# Experiment results", ""]
     for name in sorted(found, key=lambda n: order.index(n) if n in order else len(order)):
@@ -67,9 +67,11 @@ def plot(result: Result, folder: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     cols = {c: i for i, c in enumerate(result.columns)}
     rows = result.rows
+    if result.name == "clusters":
+        return _save(_clusters_figure(plt, result, cols), result, folder, plt)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     if result.name == "collect":
         ax.bar([r[cols["size"]] for r in rows], [r[cols["slowdown"]] for r in rows], color="tab:blue")
         ax.axhline(1.0, color="grey", lw=0.8)
@@ -115,8 +117,36 @@ def plot(result: Result, folder: Path) -> Path | None:
         ax.set_ylabel("observe rate (Hz)")
         ax.legend(fontsize=7)
     ax.set_title(result.title, fontsize=9)
+    return _save(fig, result, folder, plt)
+
+
+def _save(fig, result: Result, folder: Path, plt) -> Path:
     fig.tight_layout()
     path = folder / f"{result.name}.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _clusters_figure(plt, result: Result, cols: dict[str, int]):
+    """One panel per link setting and stage: each tree's slowdown against its observe rate, the
+    link's kilobytes per pull beside its name."""
+    rows = result.rows
+    links, stages = list(dict.fromkeys(r[0] for r in rows)), list(dict.fromkeys(r[1] for r in rows))
+    fig, axes = plt.subplots(len(links), len(stages), figsize=(4.2 * len(stages), 3.4 * len(links)),
+                             sharex=True, sharey=True, squeeze=False)
+    for i, link in enumerate(links):
+        for j, stage in enumerate(stages):
+            ax = axes[i][j]
+            for colour, r in enumerate(r for r in rows if r[0] == link and r[1] == stage):
+                ax.plot(r[cols["slowdown"]], r[cols["observe Hz"]], "o", color=f"C{colour}")
+                ax.annotate(f"{r[cols['tree']]} ({r[cols['link kB/pull']]} kB)",
+                            (r[cols["slowdown"]], r[cols["observe Hz"]]), fontsize=6, xytext=(4, 3),
+                            textcoords="offset points")
+            ax.set_title(f"link {link}, {stage}", fontsize=8)
+            if i == len(links) - 1:
+                ax.set_xlabel("application slowdown")
+            if j == 0:
+                ax.set_ylabel("observe rate (Hz)")
+    fig.suptitle(result.title, fontsize=9)
+    return fig

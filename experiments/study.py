@@ -340,8 +340,15 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def clusters(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
+    """The reconfigure study on two emulated clusters over a slow link (experiments.clusters)."""
+    from .clusters import clusters as on_two_clusters
+
+    return on_two_clusters(scale, sizes, run_dir, progress)
+
+
 EXPERIMENTS = {"collect": collect, "scopes": scopes, "reconfigure": reconfigure, "monitors": monitors, "trees": trees,
-               "scale": scaling}
+               "scale": scaling, "clusters": clusters}
 
 
 def _ms(seconds: list[float]) -> float:
@@ -361,4 +368,5 @@ def work(name: str, scale: Scale, sizes=None) -> int:
     return {"collect": chosen, "scopes": len(VIEWS) * len(_scope_sizes(scale, sizes)), "reconfigure": len(CONFIGS),
             "monitors": 5, "trees": sum(1 for p in scale.participants for s in TREE_SHAPES
                                          if s == "flat" or int(s.split(':')[1]) < p),
-            "scale": len(SCALE_RUNS[scale.name][1]) * len(SCALE_RUNS[scale.name][2]) * len(SCALE_TREES)}[name]
+            "scale": len(SCALE_RUNS[scale.name][1]) * len(SCALE_RUNS[scale.name][2]) * len(SCALE_TREES),
+            "clusters": 20}[name]

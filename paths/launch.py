@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path as FilePath
 
 import pastset
@@ -230,7 +230,8 @@ class Run:
 def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike | None = None,
            start_timeout: float | None = None, env: dict[str, str] | None = None,
            path: Iterable[str | os.PathLike] = (), insecure: bool = False,
-           grace: float | None = None, mpiexec: Sequence[str] | None = None) -> Iterator[Run]:
+           grace: float | None = None, mpiexec: Sequence[str] | None = None,
+           on_host: Mapping[str, Sequence[str]] | None = None) -> Iterator[Run]:
     """Start one node server process per pathmap node on this machine; stop them all on exit.
 
     Registers the run (`paths.runfile.register`: its name is the pathmap's, or `NAME-2`, ... while
@@ -260,6 +261,10 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     `mpiexec -n N ARGS python -m paths --by-rank` instead, node i as rank i, wherever the MPI
     launcher places its ranks (paths.mpiexec says which launcher); the run is the same. Every
     node's log is then the launcher's output (one file).
+
+    `on_host` (node -> a command prefix, e.g. `["ip", "netns", "exec", "h1"]` or `["ssh", "h1"]`):
+    start that node's process through the prefix; it must keep the process's stdin and stdout
+    (the node reports where it listens on stdout and stops when its stdin closes).
     """
     pathmap = Pathmap.load(pathmap) if not isinstance(pathmap, Pathmap) else pathmap.validate()
     pathmap = pathmap.with_grace(grace)
@@ -299,7 +304,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
             for node in pathmap.nodes:
                 with open(logs[node.name], "wb") as node_log:
                     processes[node.name] = subprocess.Popen(
-                        [*node_command, "--node", node.name],
+                        [*(on_host or {}).get(node.name, ()), *node_command, "--node", node.name],
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=node_log, env=node_env,
                     )
             endpoints = _await_endpoints(processes, logs, start_timeout)
