@@ -1,4 +1,10 @@
-"""Node clocks: what collectors time with, and each node's offset from the monitor's, estimated NTP-style."""
+"""Node clocks: what collectors time with, and each node's offset from the monitor's, estimated NTP-style.
+
+Two schemes (the pathmap's `clock.scheme`; `synchronise` picks): "direct", the monitor exchanges
+with every node in turn; "tree", MRNet's two phases: each cluster's first node measures the rest
+of its cluster (all clusters at once), then the monitor measures the first nodes, and a node's
+offset is its first node's plus its own from that first node.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from dataclasses import dataclass
 
 from pastset import Fanout, PastSetError
 
-from .hosted import CLOCK
+from .hosted import CLOCK, CLOCK_CHILDREN
 
 
 def monotonic_clock(offset_ns: int):
@@ -69,6 +75,53 @@ def _best(fanout: Fanout, node: str, samples: int, timeout: float) -> tuple[int,
         if best is None or delay < best[1]:
             best = (offset, delay, (t0 + t3) // 2)
     return best
+
+
+def synchronise(pathmap, endpoints: dict[str, str], scheme: str | None = None,
+                timeout: float = 2.0) -> dict[str, ClockEstimate]:
+    """Every node's offset from this process's clock, by `scheme` (default: the pathmap's
+    `clock.scheme`) with its `clock.samples`. PastSetError naming a node that does not answer."""
+    scheme = scheme or pathmap.clock.scheme
+    samples = pathmap.clock.samples
+    if scheme == "direct":
+        return estimate(endpoints, samples, timeout=timeout)
+    if scheme != "tree":
+        raise ValueError(f"unknown clock scheme {scheme!r}; use direct or tree")
+    cluster_of = {n.name: n.cluster for n in pathmap.nodes}
+    return tree_estimate(endpoints, {node: cluster_of.get(node, node) for node in endpoints}, samples, timeout)
+
+
+def tree_estimate(endpoints: dict[str, str], clusters: dict[str, str], samples: int = 8,
+                  timeout: float = 2.0) -> dict[str, ClockEstimate]:
+    """MRNet's two-phase estimate: in each cluster (`clusters`: node -> its cluster) the first
+    node measures the others' offsets from its own clock (every cluster at once); then this
+    process measures each first node's. A node's offset is the sum along its path, and so is its
+    delay (the error is at most half of it). PastSetError naming the node that could not measure."""
+    members: dict[str, list[str]] = {}
+    for node in endpoints:
+        members.setdefault(clusters[node], []).append(node)
+    fronts = {group[0]: group[1:] for group in members.values()}
+    fanout = Fanout(endpoints)
+    try:
+        longest = max((len(children) for children in fronts.values()), default=0)
+        query = fanout.round(timeout * (1 + samples * longest))
+        replies = {front: query.call(front, CLOCK_CHILDREN, children, samples, timeout)
+                   for front, children in fronts.items() if children}
+        query.wait()
+        for front, reply in replies.items():
+            if not reply.ok:
+                raise PastSetError(f"node {front} could not measure its cluster's clocks: "
+                                   f"{reply.error if reply.error is not None else 'no reply'}")
+        top = {front: _best(fanout, front, samples, timeout) for front in fronts}
+    finally:
+        fanout.close()
+    out = {}
+    for front, (offset, delay, _) in top.items():
+        out[front] = ClockEstimate(front, offset, delay)
+        if front in replies:
+            for child, (child_offset, child_delay) in replies[front].value.items():
+                out[child] = ClockEstimate(child, offset + child_offset, delay + child_delay)
+    return {node: out[node] for node in endpoints}
 
 
 def relative_to(estimates: dict[str, ClockEstimate], reference: str) -> dict[str, int]:

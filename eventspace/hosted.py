@@ -1,6 +1,7 @@
 """The names of the calls every node's event space hosts (see `pastset.TupleServer.host`), in one place."""
 
 CLOCK = "eventspace.clock"              # () -> this node's clock, ns
+CLOCK_CHILDREN = "eventspace.clock.children"  # ([nodes], samples, timeout) -> {node: [offset ns, delay ns]} from here
 INFLIGHT = "eventspace.inflight"        # () -> [[collector id, start ns, *mark], ...] of operations under way
 INSTALL = "eventspace.scope.install"    # (join spec, lease s) -> None: place a scope join here
 PULL = "eventspace.scope.pull"          # (key) -> a placed join's Pulled, as wire data

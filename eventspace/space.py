@@ -14,7 +14,7 @@ from . import compiled, trace
 from .catalogue import Catalogue
 from .clock import monotonic_clock
 from .gather import GatherJoin, JoinSpec
-from .hosted import CLOCK, CURSORS, INFLIGHT, INSTALL, LIST, PULL, REMOVE, RENEW
+from .hosted import CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, PULL, REMOVE, RENEW
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]
@@ -97,7 +97,8 @@ class NodeSpace:
         self._joins_mutex = threading.Lock()  # held while _joins changes
         self._fanouts = threading.local()      # each worker thread asks other nodes with its own sockets
         for name, fn in ((INSTALL, self.install), (PULL, self.pull), (REMOVE, self.remove),
-                         (RENEW, self.renew), (LIST, self.joins), (CURSORS, self.cursors)):
+                         (RENEW, self.renew), (LIST, self.joins), (CURSORS, self.cursors),
+                         (CLOCK_CHILDREN, self.clock_children)):
             node.server.host(name, fn)
         self._sweeper = threading.Thread(target=self._sweep, name=f"eventspace-leases-{node.name}", daemon=True)
         self._sweeper.start()
@@ -118,6 +119,20 @@ class NodeSpace:
             return element.appender(single_writer)
         handle = self.node.client(entry.trace_node).element(entry.trace)
         return lambda *record: handle.move(record)
+
+    def clock_children(self, nodes: list[str], samples: int, timeout: float) -> dict[str, list[int]]:
+        """The first phase of the tree clock scheme (eventspace.clock.tree_estimate): the offsets
+        of this run's `nodes` from this node's clock, and the least round trip each, measured
+        from here. Only nodes of the run's pathmap are asked (never an address from the caller)."""
+        from .clock import estimate
+
+        known = {n.name for n in self.node.pathmap.nodes}
+        unknown = [n for n in nodes if n not in known]
+        if unknown:
+            raise ValueError(f"cannot measure the clock of {', '.join(map(str, unknown))}: not a node of this run")
+        shift = self.clock() - time.monotonic_ns()   # this node's clock minus the one estimate times with
+        estimates = estimate({n: self.node.endpoint_of(n) for n in nodes}, int(samples), timeout=float(timeout))
+        return {n: [e.offset_ns - shift, e.delay_ns] for n, e in estimates.items()}
 
     def in_flight(self) -> list[list[int]]:
         """[collector id, start ns] of every collected operation under way on this node now,

@@ -119,7 +119,7 @@ class ColOpMon(ScopeMon):
         pm = self.scope.pathmap
         if sync_clocks:
             nodes = sorted({e.node for e in self.scope.entries})
-            estimates = clock.estimate({n: self.scope.endpoints[n] for n in nodes}, samples=pm.clock.samples)
+            estimates = clock.synchronise(pm, {n: self.scope.endpoints[n] for n in nodes})
             self.scope.clock_offsets = {n: e.offset_ns for n, e in estimates.items()}
         self.rounds = Rounds(self.scope.catalogue, tree, keep_rounds)
         self.members = self.rounds.members

@@ -69,8 +69,7 @@ class GetEventMon:
                                 concurrency=concurrency, timeout=timeout, name="getevent")
         if sync_clocks:
             nodes = {e.node for e in self.scope.entries} | {e.trace_node for e in self.scope.entries}
-            estimates = clock.estimate({n: self.scope.endpoints[n] for n in sorted(nodes)},
-                                       samples=self.scope.pathmap.clock.samples)
+            estimates = clock.synchronise(self.scope.pathmap, {n: self.scope.endpoints[n] for n in sorted(nodes)})
             self.scope.clock_offsets = {n: e.offset_ns for n, e in estimates.items()}
         self.recorded = clock.WallClock.now()
         self.stats = GetEventStats()

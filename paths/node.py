@@ -191,6 +191,10 @@ class NodeServer:
         except LookupError as exc:
             raise PathsError(str(exc)) from None
 
+    def endpoint_of(self, node: str) -> str:
+        """Where node `node` of this run listens (the launcher's word, else the pathmap's)."""
+        return self.endpoints.get(node) or _pathmap_endpoint(self.pathmap, node)
+
     def client(self, node: str) -> pastset.Client:
         """A client of another node's server (one per node, shared by this process's threads)."""
         client = self._clients.get(node)
@@ -198,7 +202,7 @@ class NodeServer:
             with self._clients_mutex:
                 client = self._clients.get(node)
                 if client is None:
-                    endpoint = self.endpoints.get(node) or _pathmap_endpoint(self.pathmap, node)
+                    endpoint = self.endpoint_of(node)
                     # A first contact may find the node paused too: it gets the same grace.
                     grace = self.pathmap.liveness.grace
                     client = pastset.connect(endpoint, security=self.security, timeout=grace, grace=grace)

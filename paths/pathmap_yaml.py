@@ -123,10 +123,10 @@ def _read_instrument(doc: Document, node) -> Instrument:
 
 
 def _read_clock(doc: Document, node) -> Clock:
-    f = doc.fields(node, ("clock",), ("samples", "drift", "reference"),
-                   example="{samples: 8, drift: false}")
+    f = doc.fields(node, ("clock",), ("samples", "drift", "reference", "scheme"),
+                   example="{samples: 8, drift: false, scheme: direct}")
     return Clock(samples=f.integer("samples", 8), drift=f.boolean("drift", False),
-                 reference=f.name("reference", None) or None)
+                 reference=f.name("reference", None) or None, scheme=f.name("scheme", "direct") or "direct")
 
 
 def _read_liveness(doc: Document, node) -> Liveness:
@@ -204,6 +204,8 @@ def write(pm, header: str | None = None) -> str:
     clock = _Flow(samples=pm.clock.samples, drift=pm.clock.drift)
     if pm.clock.reference is not None:
         clock["reference"] = pm.clock.reference
+    if pm.clock.scheme != "direct":
+        clock["scheme"] = pm.clock.scheme
     data["clock"] = clock
     if pm.security.keys is not None:
         data["security"] = _Flow(keys=pm.security.keys)

@@ -146,15 +146,21 @@ class TreePoints:
     departure: tuple[str, ...]
 
 
+CLOCK_SCHEMES = ("direct", "tree")
+
+
 @dataclass(frozen=True)
 class Clock:
     """Clock synchronisation: `samples` NTP-style exchanges per node (the one with the least
     delay counts), a second round for `drift`, offsets relative to `reference` (default: the
-    first node)."""
+    first node). `scheme`: "direct" (the monitor asks every node) or "tree" (MRNet's two phases:
+    each cluster's first node asks the rest of its cluster, the monitor asks the first nodes, and
+    the offsets add up; see eventspace.clock)."""
 
     samples: int = 8
     drift: bool = False
     reference: str | None = None
+    scheme: str = "direct"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from pastset.errors import PastSetError
 from pastset.security import problems as key_problems
 
 from ..registry import is_module_name
+from ..sections import CLOCK_SCHEMES
 from .checker import Checker
 
 
@@ -31,6 +32,10 @@ def _check_clock(c: Checker) -> None:
                                     "write e.g. samples: 8")
     if clock.reference is not None and clock.reference not in c.nodes:
         c.unknown(("clock", "reference"), "node", clock.reference, c.nodes)
+    if clock.scheme not in CLOCK_SCHEMES:
+        c.add(("clock", "scheme"), f"unknown clock scheme {clock.scheme!r}; use {' or '.join(CLOCK_SCHEMES)} "
+                                   "(direct: the monitor asks every node; tree: each cluster's first node asks "
+                                   "the others, the monitor asks the first nodes)")
 
 
 def _check_security(c: Checker) -> None:

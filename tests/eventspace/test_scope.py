@@ -17,6 +17,7 @@ import pytest
 import pastset
 from eventspace import clock, trace
 from eventspace.catalogue import Catalogue
+from eventspace.hosted import CLOCK_CHILDREN
 from eventspace.scope import EventScope, ScopeError
 from eventspace.stages import StageError
 from eventspace.view import ViewError
@@ -259,11 +260,18 @@ def test_joins_of_a_monitor_that_died_go_when_their_lease_ends(launched):
         proc.stdout.close()
 
 
-def test_clock_offsets_are_estimated_within_a_millisecond(tmp_path):
+@pytest.mark.parametrize("scheme", ["direct", "tree"])
+def test_clock_offsets_are_estimated_within_a_millisecond(tmp_path, scheme):
+    """Direct: the monitor asks each node. Tree (MRNet's two phases): A asks B, its cluster's other
+    node, while C is a cluster alone; the monitor asks A and C, and B's offset is A's plus B's from A."""
     offsets = {"A": 0, "B": 50_000_000, "C": -50_000_000}
-    pm = instrumented(nodes={n: {"clock_offset_ns": o} for n, o in offsets.items()}, name="clocks")
+    clusters = {"A": "c1", "B": "c1", "C": "c2"}
+    pm = instrumented(nodes={n: {"clock_offset_ns": o, "cluster": clusters[n]} for n, o in offsets.items()},
+                      name="clocks")
+    pm = dataclasses.replace(pm, clock=dataclasses.replace(pm.clock, samples=16, scheme=scheme)).validate()
     with launch(pm, run_dir=tmp_path, env=ENV) as run:
-        estimates = clock.estimate(run.endpoints, samples=16)
+        estimates = clock.synchronise(pm, run.endpoints)
+        assert sorted(estimates) == sorted(offsets)
         for node, truth in offsets.items():
             assert abs(estimates[node].offset_ns - truth) < 1_000_000, (node, estimates[node])
         assert abs(clock.relative_to(estimates, "B")["C"] - (-100_000_000)) < 2_000_000
@@ -275,6 +283,16 @@ def test_clock_offsets_are_estimated_within_a_millisecond(tmp_path):
         # On the monitor's clock, every event happened in the last minute, whatever its node's offset.
         assert ((now - events["t_end"].astype(np.int64)) < 60e9).all()
         assert ((now - events["t_end"].astype(np.int64)) > 0).all()
+
+
+def test_a_node_measures_the_clocks_of_its_run_s_nodes_only(launched):
+    """The tree scheme's first phase has a node open connections: to the run's nodes, never to an
+    address a caller names."""
+    with pastset.connect(launched.endpoints["A"]) as client:
+        measured = client.call(CLOCK_CHILDREN, ["B", "C"], 2, 2.0)
+        assert sorted(measured) == ["B", "C"] and all(delay > 0 for _, delay in measured.values())
+        with pytest.raises(pastset.PastSetError, match="tcp://10.0.0.1:22: not a node of this run"):
+            client.call(CLOCK_CHILDREN, ["tcp://10.0.0.1:22"], 1, 0.5)
 
 
 def test_a_pull_through_a_closed_scope_is_refused(finished):

@@ -76,6 +76,8 @@ CASES = {
                           ["expected a list"]),
     "thread not a mapping": ("  T0: {node: A}", "  T0: [A]", "threads.T0", 0, ["expected a mapping"]),
     "drift not a boolean": ("drift: false", "drift: maybe", "clock.drift", 0, ["true or false"]),
+    "unknown clock scheme": ("drift: false", "drift: false, scheme: ntp", "clock.scheme", 0,
+                             ["unknown clock scheme 'ntp'", "use direct or tree"]),
     "keep zero": ("keep: 10}", "keep: 0}", "elements.e10.keep", 0, ["positive whole number"]),
     "delta negative": ("delta: 2}", "delta: -3}", "elements.e01.delta", 0, ["positive whole number"]),
     "keep not whole": ("keep: 10}", "keep: 1.5}", "elements.e10.keep", 0, ["whole number"]),

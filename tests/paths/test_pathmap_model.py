@@ -109,7 +109,7 @@ def test_round_trip_keeps_awkward_names_and_values(base_text):
         stages=tuple(dataclasses.replace(s, params={**s.params, "note": "a: b # c", "levels": [1, 2.5, True]})
                      if s.id == "T0/e01/remote" else s for s in pm.stages),
         allow_modules=("mylib.wrappers", "other.pkg"),
-        clock=Clock(samples=2, drift=True),
+        clock=Clock(samples=2, drift=True, scheme="tree"),
     )
     odd.validate()
     assert Pathmap.loads(odd.dumps()) == odd
