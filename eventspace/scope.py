@@ -38,8 +38,10 @@ class TreeSettings:
     """How a scope's gather tree is shaped and placed.
 
     `shape`: flat | kary:K | knomial:K | per-node | per-cluster. `placement`: `near` runs each
-    join inside the node server the tree puts it on (close to the trace elements it reads);
-    `monitor` runs every join in the scope's own process. `concurrency`: a join asks its
+    join below the root inside the node server the tree puts it on (close to the trace elements
+    it reads), and the root in the scope's own process, as MRNet's front end: a root on a node
+    would only forward its result to the monitor, one more hop per pull; `monitor` runs every join
+    in the scope's own process. `concurrency`: a join asks its
     children all at once, or one after another. `stages`: applied at every join, in order.
     `max_rate`: pulls per second at most (None: as fast as asked).
     """
@@ -186,6 +188,21 @@ class EventScope:
             (child,), (parent,) = graph.predecessors(join), graph.successors(join)
             graph.remove_node(join)
             graph.add_edge(child, parent)
+        if settings.placement == "near":
+            # A join placed on the node of the join above it would cost that node a call to itself
+            # per pull: the join above reads its children instead (stages compose: a join's are
+            # applied at every level, so once over the union is the same). The root runs here.
+            merged = True
+            while merged:
+                merged = False
+                for join in [v for v in graph if isinstance(v, TreeJoin) and v != root]:
+                    (parent,) = graph.successors(join)
+                    if parent != root and graph.nodes[join]["node"] == graph.nodes[parent]["node"]:
+                        for child in list(graph.predecessors(join)):
+                            graph.add_edge(child, parent)
+                        graph.remove_node(join)
+                        merged = True
+                        break
         import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
         depth = nx.shortest_path_length(graph.reverse(copy=False), root)
         # The nodes whose trace elements each join's subtree reads (edges lead up: its ancestors).
@@ -196,7 +213,7 @@ class EventScope:
         keys = {v: f"{prefix}/{v.label}" for v in graph if isinstance(v, TreeJoin)}
         specs = []
         for join in sorted(keys, key=lambda j: -depth[j]):   # leaves' joins first, root last
-            node = graph.nodes[join]["node"] if near else None
+            node = graph.nodes[join]["node"] if near and join != root else None   # the root: here
             leaves: dict[str, list[str]] = {}
             children = []
             for child in graph.predecessors(join):
@@ -237,7 +254,6 @@ class EventScope:
     def _build(self) -> None:
         specs = self.plan()
         self._root = specs[-1]
-        self._bypass = None
         self._joins: dict[str, GatherJoin] = {}
         installed = []
         try:
@@ -284,9 +300,9 @@ class EventScope:
 
     def pull(self) -> Pull:
         """Pull the tree once: blocks at most about `timeout` seconds (nodes that do not answer are
-        listed in `missing`; when the root join's node is one of them, the joins below it are
-        asked directly, within about another `timeout`), and, with `max_rate`, until the rate
-        allows another pull."""
+        listed in `missing`; when a node holding a near join is one of them, the nodes whose
+        records that join would have read are listed in `unreached`), and, with `max_rate`,
+        until the rate allows another pull."""
         if self._closed:
             raise ScopeError("the scope is closed")
         with self._mutex:
@@ -298,11 +314,7 @@ class EventScope:
             self._last_pull = time.monotonic()
             started = time.perf_counter()
             sent, received = self._fanout.bytes_sent, self._fanout.bytes_received
-            root = self._root
-            if root.node is None:
-                pulled = self._joins[root.key].pull(self._fanout)
-            else:
-                pulled = self._pull_remote_root(root)
+            pulled = self._joins[self._root.key].pull(self._fanout)
             seconds = time.perf_counter() - started
             records = self._correct(pulled.records)
             stats = self._stats
@@ -320,26 +332,6 @@ class EventScope:
                 records = self.catalogue.label(records)
             return Pull(records, pulled.discarded, pulled.missing, seconds, pulled.gone,
                         pulled.unreached - pulled.missing)
-
-    def _pull_remote_root(self, root: JoinSpec) -> Pulled:
-        pulling = self._fanout.round(self.timeout)
-        reply = pulling.call(root.node, PULL, root.key)
-        pulling.wait()
-        if reply.ok:
-            return Pulled.from_wire(reply.value)
-        # The root's node did not answer: ask the joins below it from here, so that a dead root
-        # node neither blinds the scope nor hides which other nodes answer. The root's own leaf
-        # reads are made from here too in latest mode; in the other modes they are skipped (their
-        # cursors live in the root): their nodes are unreached.
-        leaves = ({node: names for node, names in root.leaves.items() if node != root.node}
-                  if self.mode == "latest" else {})
-        if self._bypass is None:
-            self._bypass = GatherJoin(replace(root, node=None, leaves=leaves), self.catalogue)
-        pulled = self._bypass.pull(self._fanout)
-        pulled.missing.add(root.node)
-        pulled.gone |= self._fanout.gone({root.node})
-        pulled.unreached |= set(root.leaves) - set(leaves)
-        return pulled
 
     def _correct(self, records: np.ndarray) -> np.ndarray:
         """Timestamps on the monitor's clock: each node's estimated offset taken off its events."""

@@ -36,7 +36,7 @@ class Phase:
 def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.pftrace", pathmap=DEFAULT_PATHMAP,
              size: str = "small", console: Console | None = None, live: bool = True) -> dict:
     """Launch the wind tunnel, attach heartbeat, getevent (to `trace`) and colop, show the dashboard,
-    reshape getevent's scope from flat/monitor to per-node/near halfway, stop everything; returns
+    reshape getevent's scope from flat/monitor to kary:2/near halfway, stop everything; returns
     the summary (also printed)."""
     from paths import Pathmap, launch
 
@@ -46,7 +46,7 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.pftrace", p
     console = console or Console()
     pm = Pathmap.load(pathmap)
     trace = Path(trace).resolve()
-    phases = [Phase("flat/monitor"), Phase("per-node/near")]
+    phases = [Phase("flat/monitor"), Phase("kary:2/near")]
     with launch(pm) as run:
         pids = run.pids
         # The monitors attach first (clock synchronisation takes a moment), then the run starts.
@@ -65,9 +65,9 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.pftrace", p
                     if phase == 0 and now - started >= duration / 2:
                         phases[0] = _close_phase(phases[0], getevent, now - phase_started, board.state.steps - steps_at)
                         before = getevent.stats.pulls, getevent.scope.stats().seconds, getevent.stats.tuples
-                        getevent.scope.reconfigure(tree="per-node", placement="near")
+                        getevent.scope.reconfigure(tree="kary:2", placement="near")
                         board.state.notes.append(
-                            f"{now - started:.0f} s: reshaped getevent's scope from flat/monitor to per-node/near "
+                            f"{now - started:.0f} s: reshaped getevent's scope from flat/monitor to kary:2/near "
                             f"(joins now run inside the node servers)")
                         phase, phase_started, steps_at = 1, now, board.state.steps
                         phases[1].pulls, phases[1].pull_seconds, phases[1].events = (-before[0], -before[1], -before[2])

@@ -21,7 +21,7 @@ def test_the_demo_runs_end_to_end_and_writes_a_native_perfetto_trace(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["threads"] == 16 and summary["nodes"] == 4 and summary["steps"] > 0
-    assert [p["tree"] for p in summary["phases"]] == ["flat/monitor", "per-node/near"]
+    assert [p["tree"] for p in summary["phases"]] == ["flat/monitor", "kary:2/near"]
     assert all(p["observe_rate"] > 0 and p["steps_per_s"] > 0 for p in summary["phases"])
     assert summary["events"] > 0 and summary["stalled"] == []
     assert summary["trace"] == str(trace)

@@ -66,7 +66,9 @@ def live(tmp_path_factory):
 MONITOR = textwrap.dedent("""\
     import sys
     from eventspace.scope import EventScope
-    scope = EventScope(sys.argv[1], "all", tree="per-node", placement="near", lease=1.0)
+    # Each node keeps a join that sends only its threads' newest events (the heartbeat's tree).
+    scope = EventScope(sys.argv[1], "all", tree="per-node", placement="near", lease=1.0,
+                       stages=["reduce:max_t_end@thread"])
     scope.pull()
     print("placed", flush=True)
     while True:   # pull as fast as it can: the perturbation the application feels
