@@ -117,7 +117,7 @@ def scopes(scale: Scale, sizes=None, run_dir=None, progress=None, tree="flat", p
 
 CONFIGS = (
     ("flat/monitor", dict(tree="flat", placement="monitor")),
-    ("kary:8/near", dict(tree="kary:8", placement="near")),
+    ("kary:2/near", dict(tree="kary:2", placement="near")),
     ("per-node/near", dict(tree="per-node", placement="near")),
     ("per-node/near sequential", dict(tree="per-node", placement="near", concurrency="sequential")),
     ("per-node/near max 20 Hz", dict(tree="per-node", placement="near", max_rate=20.0)),
@@ -141,12 +141,16 @@ def reconfigure(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result
                 rates: list[float] = []
 
                 def make_pull(config=config):
-                    scope.reconfigure(**{"max_rate": None, **config})   # one scope, reshaped each time
+                    # One scope, reshaped each time: what a configuration does not set is reset.
+                    scope.reconfigure(**{"max_rate": None, "concurrency": "concurrent", **config})
                     return scope.pull, lambda: None
 
                 result = alternate(scale.repeats, lambda: step_time(run, n, steps),
                                    monitored(run, n, steps, make_pull, rates))
-                raw[label] = {**result.as_dict(), "observe_rates": rates}
+                settings = scope.settings   # what was pulled with, as the label says
+                raw[label] = {**result.as_dict(), "observe_rates": rates,
+                              "settings": {"tree": settings.shape, "placement": settings.placement,
+                                           "concurrency": settings.concurrency, "max_rate": settings.max_rate}}
                 rows.append([label, len(scope.entries), round(statistics.median(rates)), round(result.slowdown, 3),
                              f"±{result.spread:.1%}"])
                 if progress:

@@ -262,10 +262,13 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     launcher places its ranks (paths.mpiexec says which launcher); the run is the same. Every
     node's log is then the launcher's output (one file).
 
-    `on_host` (node -> a command prefix, e.g. `["ip", "netns", "exec", "h1"]` or `["ssh", "h1"]`):
-    start that node's process through the prefix; it must keep the process's stdin and stdout
-    (the node reports where it listens on stdout and stops when its stdin closes).
+    `on_host` (node -> a command prefix, e.g. `["ip", "netns", "exec", "h1"]`): start that node's
+    process through the prefix; it must keep the process's stdin and stdout (the node reports
+    where it listens on stdout and stops when its stdin closes) and see this machine's files
+    (the node reads the pathmap snapshot in the run directory). Not with `mpiexec`.
     """
+    if on_host and mpiexec is not None:
+        raise PathsError("launch(on_host=..., mpiexec=...): the MPI launcher places the nodes itself; give one of them")
     pathmap = Pathmap.load(pathmap) if not isinstance(pathmap, Pathmap) else pathmap.validate()
     pathmap = pathmap.with_grace(grace)
     if start_timeout is None:  # 8 nodes importing numpy at once on 2 busy cores take a while

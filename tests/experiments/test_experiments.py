@@ -26,6 +26,11 @@ def test_every_experiment_writes_its_table_as_json_and_markdown(tmp_path, capsys
         assert (out / f"{name}.md").read_text().startswith(f"### {result['title']}")
     assert "# Experiment results" in (out / "README.md").read_text()
     assert "all done" in capsys.readouterr().out
+    reconfigure = json.loads((out / "reconfigure.json").read_text())
+    for label, figures in reconfigure["raw"].items():   # each row pulled as its label says, nothing carried over
+        assert figures["settings"]["concurrency"] == ("sequential" if "sequential" in label else "concurrent"), label
+        assert (figures["settings"]["max_rate"] is not None) == ("max" in label), label
+        assert label.startswith(f"{figures['settings']['tree']}/{figures['settings']['placement']}"), label
     if "clusters" in ran:
         clusters = json.loads((out / "clusters.json").read_text())
         # The monitor sits in cluster 1: cluster 2 is behind the 5 ms (each way) link.
