@@ -72,12 +72,12 @@ def main(argv=None) -> int:
         if args.loopback:
             pm, offsets = layout(args.nodes, None)
         else:
-            from experiments.clusters import _keys
+            from experiments.clusters import curve_keys
             from experiments.network import Clusters
 
             net = stack.enter_context(Clusters(hosts=args.nodes // 2, delay_ms=args.delay_ms, back_ms=args.back_ms,
                                                ports=(PORT,)))
-            stack.enter_context(_keys())
+            stack.enter_context(curve_keys())
             hosts = net.namespaces()
             pm, offsets = layout(args.nodes, hosts)
             on_host = {node.name: net.command(ns) for node, ns in zip(pm.nodes, hosts)}

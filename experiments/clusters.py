@@ -58,7 +58,7 @@ def two_clusters(threads: int, hosts: int, net: Clusters) -> Pathmap:
 
 
 @contextlib.contextmanager
-def _keys():
+def curve_keys():
     """A fresh CURVE key directory for the nodes and this process (through $EVENTSPACE_KEYS)."""
     from pastset import security
 
@@ -85,14 +85,17 @@ def link_bytes() -> int:
     return total
 
 
-def clusters(scale, sizes=None, run_dir=None, progress=None):
-    """Observe rate and slowdown of the reconfigure study's trees on two emulated clusters, per
-    link setting and stage; with the application idle, the rate and the link's bytes per pull."""
-    from .study import Result, _meta
+TITLE = "Two clusters over an emulated slow link: observe rate and slowdown per tree (all view)"
+COLUMNS = ["link", "stage", "tree", "observe Hz", "slowdown", "spread", "idle Hz", "link kB/pull"]
 
-    threads, hosts, n, steps, repeats, idle = CLUSTER_RUNS[scale.name]
+
+def measure(scale_name: str, run_dir=None, progress=None) -> tuple[list[list], dict, dict]:
+    """Observe rate and slowdown of the reconfigure study's trees on two emulated clusters, per
+    link setting and stage; with the application idle, the rate and the link's bytes per pull.
+    Returns (rows as COLUMNS, raw figures, what it ran on)."""
+    threads, hosts, n, steps, repeats, idle = CLUSTER_RUNS[scale_name]
     rows, raw = [], {}
-    with Clusters(hosts=hosts, delay_ms=DELAY_MS, ports=(PORT,)) as net, _keys():
+    with Clusters(hosts=hosts, delay_ms=DELAY_MS, ports=(PORT,)) as net, curve_keys():
         pm = two_clusters(threads, hosts, net)
         on_host = {node.name: net.command(PREFIX + node.name) for node in pm.nodes}
         with launch(pm, run_dir=run_dir, on_host=on_host) as run:
@@ -114,11 +117,10 @@ def clusters(scale, sizes=None, run_dir=None, progress=None):
                                          f"±{result.spread:.1%}", round(idle_rate), round(per_pull / 1e3, 1)])
                             if progress:
                                 progress()
-    return Result("clusters", "Two clusters over an emulated slow link: observe rate and slowdown per tree (all view)",
-                  ["link", "stage", "tree", "observe Hz", "slowdown", "spread", "idle Hz", "link kB/pull"], rows,
-                  _meta(scale, pathmap=f"generated: the wind tunnel's {threads} threads on 2 clusters of {hosts} "
-                                       f"namespace hosts", size=n, steps=steps, delay_ms=DELAY_MS,
-                        round_trip_ms=round_trips, trace_elements=len(pm.collector_points())), raw)
+    meta = dict(pathmap=f"generated: the wind tunnel's {threads} threads on 2 clusters of {hosts} namespace hosts",
+                size=n, steps=steps, delay_ms=DELAY_MS, round_trip_ms=round_trips,
+                trace_elements=len(pm.collector_points()))
+    return rows, raw, meta
 
 
 def _round_trips(run) -> dict[str, float]:
