@@ -25,6 +25,9 @@ def register(subparsers) -> None:
     scope.add_argument("--concurrency", default="concurrent", choices=("concurrent", "sequential"))
     scope.add_argument("--stage", action="append", help="a stage at every join, e.g. reduce:max_t_end@thread (repeatable)")
     scope.add_argument("--max-rate", type=float, help="pulls per second at most")
+    scope.add_argument("--pipeline", type=int, default=1, metavar="K",
+                       help="pulls kept in flight (latest and backlog modes; default %(default)s): "
+                            "K times the rate where a pull waits on a slow link")
     scope.add_argument("--pulls", type=int, default=100, help="how many pulls (default %(default)s)")
     scope.add_argument("--show", type=int, default=5, help="events of the last pull to print (default %(default)s)")
     scope.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -46,7 +49,8 @@ def _scope(args) -> int:
     run = RunFile.find(args.run).check_live()
     ended = None
     with EventScope(run, args.view, mode=args.mode, tree=args.tree, placement=args.placement,
-                    concurrency=args.concurrency, stages=args.stage or (), max_rate=args.max_rate) as scope:
+                    concurrency=args.concurrency, stages=args.stage or (), max_rate=args.max_rate,
+                    pipeline=args.pipeline) as scope:
         records = []
         started = time.monotonic()
         for _ in range(args.pulls):

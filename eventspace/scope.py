@@ -6,7 +6,9 @@ import os
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field, replace
+from queue import SimpleQueue
 
 import numpy as np
 
@@ -27,6 +29,7 @@ from .view import View
 PLACEMENTS = ("monitor", "near")
 CONCURRENCY = ("concurrent", "sequential")
 PLACE_TIMEOUT = 10.0   # seconds a node may take to place a near join
+MAX_PIPELINE = 16      # pulls one scope may keep in flight
 
 
 class ScopeError(ValueError):
@@ -127,12 +130,17 @@ class EventScope:
     Every scope reports itself, as `name`, to the run's roster (eventspace.roster: an element on
     the run's first node) about once a second, so that a dashboard anywhere shows every active
     scope of every monitor: its view, tree, observe rate and cost.
+
+    `pipeline` K > 1 keeps K pulls in flight (latest and backlog modes): `pull()` returns the
+    oldest finished one and starts another, so that where a pull is one slow round trip (a
+    monitor behind a wide-area link) the observe rate is K times higher. Each pull still holds
+    the whole view, as of when it was asked.
     """
 
     def __init__(self, run, view: str | View = "all", *, mode: str = "latest", tree: str = "flat",
                  placement: str = "monitor", concurrency: str = "concurrent", stages=(),
                  max_rate: float | None = None, timeout: float = 2.0, lease: float = 10.0,
-                 clock_offsets: dict[str, int] | None = None, name: str = "scope"):
+                 clock_offsets: dict[str, int] | None = None, name: str = "scope", pipeline: int = 1):
         self.name = name
         self.pathmap, self.endpoints = resolve(run)
         self.catalogue = Catalogue(self.pathmap)
@@ -141,6 +149,10 @@ class EventScope:
         if mode not in MODES:
             raise ScopeError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
         self.mode = mode
+        self.pipeline = self._checked_pipeline(pipeline)
+        self._inflight: deque = deque()   # futures of the pulls under way (pipeline > 1)
+        self._slots: SimpleQueue | None = None   # one fan-out and copy of the monitor's joins per pull in flight
+        self._pool = None
         self.timeout = timeout
         self.lease = lease
         self.settings = TreeSettings(tree, placement, concurrency, tuple(stages), max_rate).checked(
@@ -253,6 +265,7 @@ class EventScope:
 
     def _build(self) -> None:
         specs = self.plan()
+        self._specs = specs
         self._root = specs[-1]
         self._joins: dict[str, GatherJoin] = {}
         installed = []
@@ -313,25 +326,83 @@ class EventScope:
                     time.sleep(wait)
             self._last_pull = time.monotonic()
             started = time.perf_counter()
-            sent, received = self._fanout.bytes_sent, self._fanout.bytes_received
-            pulled = self._joins[self._root.key].pull(self._fanout)
-            seconds = time.perf_counter() - started
+            if self.pipeline > 1:
+                pulled, took, bytes_in, bytes_out = self._pipelined()
+            else:
+                pulled, took, bytes_in, bytes_out = self._pull_once(self._joins, self._root.key, self._fanout)
             records = self._correct(pulled.records)
             stats = self._stats
             stats.pulls += 1
-            stats.seconds += seconds
+            stats.seconds += time.perf_counter() - started   # waited here: pulls in flight overlap
             stats.tuples += len(records)
             stats.discarded += pulled.discarded
-            stats.bytes_in += self._fanout.bytes_received - received
-            stats.bytes_out += self._fanout.bytes_sent - sent
+            stats.bytes_in += bytes_in
+            stats.bytes_out += bytes_out
             for level, values in pulled.levels.items():
                 mine = stats.levels.setdefault(level, [0.0, 0, 0])
                 for i, v in enumerate(values):
                     mine[i] += v
             if self.settings.stages and self.settings.stages[-1].startswith("convert"):
                 records = self.catalogue.label(records)
-            return Pull(records, pulled.discarded, pulled.missing, seconds, pulled.gone,
+            return Pull(records, pulled.discarded, pulled.missing, took, pulled.gone,
                         pulled.unreached - pulled.missing)
+
+    @staticmethod
+    def _pull_once(joins: dict, root: str, fanout) -> tuple[Pulled, float, int, int]:
+        """One pull of the tree from `root` through `fanout`: (what it brought, seconds, bytes in, out)."""
+        started = time.perf_counter()
+        sent, received = fanout.bytes_sent, fanout.bytes_received
+        pulled = joins[root].pull(fanout)
+        return (pulled, time.perf_counter() - started, fanout.bytes_received - received,
+                fanout.bytes_sent - sent)
+
+    def _checked_pipeline(self, pipeline) -> int:
+        if isinstance(pipeline, bool) or not isinstance(pipeline, int) or not 1 <= pipeline <= MAX_PIPELINE:
+            raise ScopeError(f"pipeline must be a whole number from 1 to {MAX_PIPELINE} (pulls in flight), "
+                             f"got {pipeline!r}")
+        if pipeline > 1 and self.mode == "stream":
+            raise ScopeError("pipeline > 1 needs latest or backlog mode: in stream mode, pulls in flight "
+                             "together would each read from the same cursors, and deliver records twice")
+        return pipeline
+
+    def _pipelined(self) -> tuple[Pulled, float, int, int]:
+        """Keep `pipeline` pulls in flight, each through a slot of its own; the oldest one's result."""
+        if self._slots is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._slots = SimpleQueue()
+            for _ in range(self.pipeline):
+                joins: dict[str, GatherJoin] = {}
+                for spec in self._specs:
+                    if spec.node is None:
+                        joins[spec.key] = GatherJoin(spec, self.catalogue, joins=joins)
+                self._slots.put((joins, Fanout(self.endpoints)))
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(MAX_PIPELINE, thread_name_prefix=f"{self.name}-pipeline")
+        root, slots = self._root.key, self._slots
+        while len(self._inflight) < self.pipeline:
+            self._inflight.append(self._pool.submit(self._pull_in_slot, slots, root))
+        return self._inflight.popleft().result()
+
+    def _pull_in_slot(self, slots: SimpleQueue, root: str) -> tuple[Pulled, float, int, int]:
+        joins, fanout = slots.get()
+        try:
+            return self._pull_once(joins, root, fanout)
+        finally:
+            slots.put((joins, fanout))
+
+    def _drain(self) -> None:
+        """Wait out the pulls in flight (their results are dropped) and let the slots go: the tree
+        is about to change, or the scope to close."""
+        while self._inflight:
+            try:
+                self._inflight.popleft().result()
+            except Exception:   # a pull of the tree that is going: nobody waits for its result
+                pass
+        if self._slots is not None:
+            while not self._slots.empty():
+                self._slots.get()[1].close()
+            self._slots = None
 
     def _correct(self, records: np.ndarray) -> np.ndarray:
         """Timestamps on the monitor's clock: each node's estimated offset taken off its events."""
@@ -385,9 +456,12 @@ class EventScope:
     # -- reshaping -------------------------------------------------------------------------------
 
     def reconfigure(self, *, tree: str | None = None, placement: str | None = None,
-                    concurrency: str | None = None, stages=None, max_rate: float | None = ...) -> None:
+                    concurrency: str | None = None, stages=None, max_rate: float | None = ...,
+                    pipeline: int | None = None) -> None:
         """Swap the gather tree while the application runs. In stream mode, no record is lost or
-        repeated across the swap: the read cursors move from the old joins to the new ones."""
+        repeated across the swap: the read cursors move from the old joins to the new ones. The
+        pulls in flight (`pipeline`) finish on the old tree first; their results are dropped."""
+        pipeline = self._checked_pipeline(pipeline) if pipeline is not None else self.pipeline
         settings = self.settings
         new = TreeSettings(
             tree if tree is not None else settings.shape,
@@ -398,6 +472,8 @@ class EventScope:
         ).checked(self.pathmap.allow_modules)
         self.plan(new)   # a tree the stages cannot run on fails here, before anything changes
         with self._mutex:
+            self._drain()
+            self.pipeline = pipeline
             self._cursors = self._collect_cursors()
             old_installed = self._installed
             self.settings = new
@@ -465,6 +541,9 @@ class EventScope:
         with self._mutex:
             self._closed = True
             self._closing.set()
+            self._drain()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
             self._remove(self._installed)
             self._installed = []
         self._renewer.join(timeout=self.timeout + 1)

@@ -36,6 +36,8 @@ CLUSTER_TREES = (
     ("per-cluster/near", dict(tree="per-cluster", placement="near")),
     ("per-node/near sequential", dict(tree="per-node", placement="near", concurrency="sequential")),
     ("per-node/near max 20 Hz", dict(tree="per-node", placement="near", max_rate=20.0)),
+    ("flat/monitor, 4 in flight", dict(tree="flat", placement="monitor", pipeline=4)),
+    ("per-cluster/near, 4 in flight", dict(tree="per-cluster", placement="near", pipeline=4)),
 )
 PORT = 7000   # every host is a namespace of its own: one port for all
 DELAY_MS = 5.0
@@ -106,7 +108,8 @@ def measure(scale_name: str, run_dir=None, progress=None) -> tuple[list[list], d
                 for stage, stages in STAGES:
                     with EventScope(run, "all", mode="latest", stages=stages) as scope:
                         for label, config in CLUSTER_TREES:
-                            scope.reconfigure(**{"max_rate": None, "concurrency": "concurrent", **config})
+                            scope.reconfigure(**{"max_rate": None, "concurrency": "concurrent", "pipeline": 1,
+                                                 **config})
                             idle_rate, per_pull = _idle(scope, idle)
                             rates: list[float] = []
                             result = alternate(repeats, lambda: step_time(run, n, steps),

@@ -369,9 +369,12 @@ def _scope_sizes(scale: Scale, sizes) -> dict[str, int]:
 
 def work(name: str, scale: Scale, sizes=None) -> int:
     """How many progress steps experiment `name` makes (for progress bars)."""
+    if name == "clusters":
+        from .clusters import CLUSTER_TREES, LINKS, STAGES
+
+        return len(LINKS) * len(STAGES) * len(CLUSTER_TREES)
     chosen = len([s for s in scale.sizes if sizes is None or s in sizes]) or 1
     return {"collect": chosen, "scopes": len(VIEWS) * len(_scope_sizes(scale, sizes)), "reconfigure": len(CONFIGS),
             "monitors": 5, "trees": sum(1 for p in scale.participants for s in TREE_SHAPES
                                          if s == "flat" or int(s.split(':')[1]) < p),
-            "scale": len(SCALE_RUNS[scale.name][1]) * len(SCALE_RUNS[scale.name][2]) * len(SCALE_TREES),
-            "clusters": 20}[name]
+            "scale": len(SCALE_RUNS[scale.name][1]) * len(SCALE_RUNS[scale.name][2]) * len(SCALE_TREES)}[name]

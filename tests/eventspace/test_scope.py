@@ -340,3 +340,31 @@ def test_with_a_reducing_stage_each_node_keeps_its_join_so_only_the_reduced_reco
         assert {spec.node for spec in scope.plan() if spec.leaves} == {"A", "B", "C"}
         threads = {entry.thread for entry in scope.entries if entry.thread}
         assert len(scope.pull().records) <= len(threads) + 1
+
+
+def test_a_pipelined_scope_delivers_whole_pulls_and_reshapes_and_closes_with_pulls_in_flight(launched):
+    """pipeline=3 keeps three pulls under way: each one returned is the whole view, as unpipelined."""
+    with EventScope(launched, "all", pipeline=3) as scope:
+        whole = {e.id for e in scope.entries}
+        for _ in range(5):
+            pulled = scope.pull()
+            assert set(pulled.records["collector"].tolist()) == whole and not pulled.missing
+        assert scope.stats().pulls == 5     # the two still in flight are not counted until delivered
+        scope.reconfigure(tree="per-cluster", placement="near", pipeline=2)
+        assert scope.installed() and scope.pipeline == 2
+        for _ in range(3):
+            assert set(scope.pull().records["collector"].tolist()) == whole
+        installed = scope.installed()
+    # Closed with a pull in flight: its joins are gone from the node servers.
+    for node, key in installed:
+        assert key not in launched.client(node).call("eventspace.scope.list")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mode="stream", pipeline=2), "needs latest or backlog mode"),
+    (dict(pipeline=0), "whole number from 1 to 16"),
+    (dict(pipeline=2.5), "whole number from 1 to 16"),
+])
+def test_a_pipeline_the_scope_cannot_keep_is_refused(launched, kwargs, message):
+    with pytest.raises(ScopeError, match=message):
+        EventScope(launched, "all", **kwargs)

@@ -52,5 +52,11 @@ def test_the_scope_command_pulls_and_reports_its_figures(tmp_path, capsys):
         figures = json.loads(capsys.readouterr().out)
         assert figures["pulls"] == 5 and figures["trace_elements"] == 4 and figures["tuples"] == 20
         assert figures["observe_rate"] > 0 and figures["missing"] == []
+        assert main(["scope", "--run", run.run_file.path, "--view", "node:B", "--pipeline", "3", "--pulls", "5",
+                     "--json"]) == 0
+        figures = json.loads(capsys.readouterr().out)
+        assert figures["pulls"] == 5 and figures["tuples"] == 20 and figures["missing"] == []
         assert main(["scope", "--run", run.run_file.path, "--stage", "filter:op ==", "--pulls", "1"]) == 2
         assert "does not parse" in capsys.readouterr().err
+        assert main(["scope", "--run", run.run_file.path, "--mode", "stream", "--pipeline", "2", "--pulls", "1"]) == 2
+        assert "needs latest or backlog mode" in capsys.readouterr().err
