@@ -20,7 +20,7 @@ from pastset import Fanout, PastSetError
 
 from .catalogue import Catalogue
 from .gather import MODES, GatherJoin, JoinSpec, Pulled
-from .hosted import CURSORS, INFLIGHT, INSTALL, PULL, REMOVE, RENEW
+from .hosted import CURSORS, INFLIGHT, INSTALL, REMOVE, RENEW
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
 from .space import Mark
 from .stages import ScopeStage, check_tree
@@ -267,19 +267,25 @@ class EventScope:
         specs = self.plan()
         self._specs = specs
         self._root = specs[-1]
-        self._joins: dict[str, GatherJoin] = {}
+        self._joins = self._monitor_joins(specs)
         installed = []
         try:
             for spec in specs:
-                if spec.node is None:
-                    self._joins[spec.key] = GatherJoin(spec, self.catalogue, joins=self._joins)
-                else:
+                if spec.node is not None:
                     self._call(spec.node, INSTALL, spec.wire(), self.lease)
                     installed.append((spec.node, spec.key))
         except PastSetError:
             self._remove(installed)
             raise
         self._installed = installed
+
+    def _monitor_joins(self, specs: list[JoinSpec]) -> dict[str, GatherJoin]:
+        """The joins of `specs` that run in this process, by key (each finds its children among them)."""
+        joins: dict[str, GatherJoin] = {}
+        for spec in specs:
+            if spec.node is None:
+                joins[spec.key] = GatherJoin(spec, self.catalogue, joins=joins)
+        return joins
 
     def _call(self, node, name, *args):
         # Placing a join happens once per tree, not per pull: a busy node gets longer than a pull's
@@ -372,11 +378,7 @@ class EventScope:
 
             self._slots = SimpleQueue()
             for _ in range(self.pipeline):
-                joins: dict[str, GatherJoin] = {}
-                for spec in self._specs:
-                    if spec.node is None:
-                        joins[spec.key] = GatherJoin(spec, self.catalogue, joins=joins)
-                self._slots.put((joins, Fanout(self.endpoints)))
+                self._slots.put((self._monitor_joins(self._specs), Fanout(self.endpoints)))
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(MAX_PIPELINE, thread_name_prefix=f"{self.name}-pipeline")
         root, slots = self._root.key, self._slots

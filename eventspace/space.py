@@ -12,7 +12,7 @@ from pastset import Fanout
 
 from . import compiled, trace
 from .catalogue import Catalogue
-from .clock import monotonic_clock
+from .clock import estimate, monotonic_clock
 from .gather import GatherJoin, JoinSpec
 from .hosted import CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, PULL, REMOVE, RENEW
 
@@ -124,8 +124,6 @@ class NodeSpace:
         """The first phase of the tree clock scheme (eventspace.clock.tree_estimate): the offsets
         of this run's `nodes` from this node's clock, and the least round trip each, measured
         from here. Only nodes of the run's pathmap are asked (never an address from the caller)."""
-        from .clock import estimate
-
         known = {n.name for n in self.node.pathmap.nodes}
         unknown = [n for n in nodes if n not in known]
         if unknown:

@@ -23,22 +23,16 @@ from eventspace.scope import EventScope
 from paths import ClusterMap, Pathmap, Placement, generate, launch
 
 from .network import PREFIX, Clusters
-from .workload import alternate, monitored, step_time
+from .workload import TREE_CONFIGS, alternate, monitored, reshape, step_time
 
 # Per scale: threads, hosts per cluster, wind-tunnel size, steps per measured run, repeats, idle seconds.
 CLUSTER_RUNS = {"tiny": (8, 2, 16, 4, 1, 0.5), "quick": (140, 4, 280, 20, 2, 1.5),
                 "full": (140, 4, 280, 60, 3, 3.0)}
 LINKS = (("5 ms", None), ("5 ms + 20 Mbit/s", "20mbit"))
 STAGES = (("every record", ()), ("newest per thread", ("reduce:max_t_end@thread",)))
-CLUSTER_TREES = (
-    ("flat/monitor", dict(tree="flat", placement="monitor")),
-    ("per-node/near", dict(tree="per-node", placement="near")),
-    ("per-cluster/near", dict(tree="per-cluster", placement="near")),
-    ("per-node/near sequential", dict(tree="per-node", placement="near", concurrency="sequential")),
-    ("per-node/near max 20 Hz", dict(tree="per-node", placement="near", max_rate=20.0)),
-    ("flat/monitor, 4 in flight", dict(tree="flat", placement="monitor", pipeline=4)),
-    ("per-cluster/near, 4 in flight", dict(tree="per-cluster", placement="near", pipeline=4)),
-)
+CLUSTER_TREES = tuple((label, TREE_CONFIGS[label]) for label in (
+    "flat/monitor", "per-node/near", "per-cluster/near", "per-node/near sequential", "per-node/near max 20 Hz",
+    "flat/monitor, 4 in flight", "per-cluster/near, 4 in flight"))
 PORT = 7000   # every host is a namespace of its own: one port for all
 DELAY_MS = 5.0
 
@@ -108,8 +102,7 @@ def measure(scale_name: str, run_dir=None, progress=None) -> tuple[list[list], d
                 for stage, stages in STAGES:
                     with EventScope(run, "all", mode="latest", stages=stages) as scope:
                         for label, config in CLUSTER_TREES:
-                            scope.reconfigure(**{"max_rate": None, "concurrency": "concurrent", "pipeline": 1,
-                                                 **config})
+                            reshape(scope, config)
                             idle_rate, per_pull = _idle(scope, idle)
                             rates: list[float] = []
                             result = alternate(repeats, lambda: step_time(run, n, steps),

@@ -13,7 +13,7 @@ from pathlib import Path
 from eventspace.scope import EventScope
 from paths import AppMap, ClusterMap, Pathmap, Placement, generate, launch
 
-from .workload import Pulling, Scale, alternate, monitored, step_time, uninstrumented
+from .workload import TREE_CONFIGS, Pulling, Scale, alternate, monitored, reshape, step_time, uninstrumented
 
 REPO = Path(__file__).resolve().parents[1]
 PATHMAPS = REPO / "pathmaps"
@@ -115,15 +115,9 @@ def scopes(scale: Scale, sizes=None, run_dir=None, progress=None, tree="flat", p
 
 # -- reconfigure: one view, many tree configurations ----------------------------------------------------
 
-CONFIGS = (
-    ("flat/monitor", dict(tree="flat", placement="monitor")),
-    ("kary:2/near", dict(tree="kary:2", placement="near")),
-    ("per-node/near", dict(tree="per-node", placement="near")),
-    ("per-node/near sequential", dict(tree="per-node", placement="near", concurrency="sequential")),
-    ("per-node/near max 20 Hz", dict(tree="per-node", placement="near", max_rate=20.0)),
-    ("per-cluster/near", dict(tree="per-cluster", placement="near")),
-    ("per-node/monitor", dict(tree="per-node", placement="monitor")),
-)
+CONFIGS = tuple((label, TREE_CONFIGS[label]) for label in (
+    "flat/monitor", "kary:2/near", "per-node/near", "per-node/near sequential", "per-node/near max 20 Hz",
+    "per-cluster/near", "per-node/monitor"))
 
 
 def reconfigure(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
@@ -141,8 +135,7 @@ def reconfigure(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result
                 rates: list[float] = []
 
                 def make_pull(config=config):
-                    # One scope, reshaped each time: what a configuration does not set is reset.
-                    scope.reconfigure(**{"max_rate": None, "concurrency": "concurrent", **config})
+                    reshape(scope, config)   # one scope, reshaped each time
                     return scope.pull, lambda: None
 
                 result = alternate(scale.repeats, lambda: step_time(run, n, steps),

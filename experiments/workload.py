@@ -30,6 +30,26 @@ def uninstrumented(pm: Pathmap) -> Pathmap:
     return dataclasses.replace(pm, instrument=Instrument()).validate()
 
 
+# The gather trees the experiments reshape one scope through, by the label their tables print.
+TREE_CONFIGS = {
+    "flat/monitor": dict(tree="flat", placement="monitor"),
+    "kary:2/near": dict(tree="kary:2", placement="near"),
+    "per-node/near": dict(tree="per-node", placement="near"),
+    "per-node/near sequential": dict(tree="per-node", placement="near", concurrency="sequential"),
+    "per-node/near max 20 Hz": dict(tree="per-node", placement="near", max_rate=20.0),
+    "per-cluster/near": dict(tree="per-cluster", placement="near"),
+    "per-node/monitor": dict(tree="per-node", placement="monitor"),
+    "flat/monitor, 4 in flight": dict(tree="flat", placement="monitor", pipeline=4),
+    "per-cluster/near, 4 in flight": dict(tree="per-cluster", placement="near", pipeline=4),
+}
+
+
+def reshape(scope, config: dict) -> None:
+    """Reshape `scope` to exactly `config` (one of TREE_CONFIGS): what it does not set goes back to
+    the default, not to what the previous configuration set (EventScope.reconfigure keeps that)."""
+    scope.reconfigure(**{"concurrency": "concurrent", "max_rate": None, "pipeline": 1, **config})
+
+
 def step_time(run, n: int, steps: int, seed: int = 1) -> float:
     """Seconds per wind-tunnel step: the slowest thread's stepping time (setup not counted)."""
     results = run.run("windtunnel", {"size": n, "steps": steps, "seed": seed, "check_every": steps},
