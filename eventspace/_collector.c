@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <structmember.h>   /* T_OBJECT_EX, READONLY: the element's slots */
 
 #define RECORD 36
 #define U32 0xFFFFFFFFull
@@ -85,51 +86,94 @@ get_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* The element's plain attributes (_last, _first, _sleepers, _parked) are read and written in its
- * instance dict: the same values `element._last` reads, without the type lookup each attribute
- * access makes (a third of an append). They are plain instance attributes, no descriptors. */
-static PyObject *
-attr(PyObject *attrs, PyObject *name)
+/* The element's cursors and waiter counts (_last, _first, _sleepers, _parked) are slots of
+ * pastset's Element (its __slots__): read and written here at their offsets in the object, the
+ * same values `element._last` reads, without a lookup by name (a dict lookup each was a third of
+ * an append). */
+enum { A_LAST, A_FIRST, A_SLEEPERS, A_PARKED, A_COUNT };
+
+/* The offset of slot `name` of `type` (a member descriptor holding an object), or -1 with an
+ * error set. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, PyObject *name)
 {
-    PyObject *v = PyDict_GetItemWithError(attrs, name);  /* borrowed */
-    if (v == NULL && !PyErr_Occurred())
+    PyObject *d = _PyType_Lookup(type, name);  /* borrowed */
+    if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
+            return m->offset;
+    }
+    PyErr_Format(PyExc_TypeError, "a trace element's %U must be a slot (pastset.Element's __slots__)", name);
+    return -1;
+}
+
+static inline PyObject **
+slot(PyObject *obj, Py_ssize_t offset)
+{
+    return (PyObject **)((char *)obj + offset);
+}
+
+static PyObject *
+attr(PyObject *obj, Py_ssize_t offset, PyObject *name)
+{
+    PyObject *v = *slot(obj, offset);  /* borrowed */
+    if (v == NULL)
         PyErr_Format(PyExc_AttributeError, "the trace element has no attribute %U", name);
     return v;
 }
 
 static int
-attr_ssize(PyObject *attrs, PyObject *name, Py_ssize_t *out)
+attr_ssize(PyObject *obj, Py_ssize_t offset, PyObject *name, Py_ssize_t *out)
 {
-    PyObject *v = attr(attrs, name);
+    PyObject *v = attr(obj, offset, name);
     if (v == NULL)
         return -1;
     *out = PyLong_AsSsize_t(v);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* Set slot `offset` of `obj` to the int `value`. An append moves `_last` (and `_first`) on by one:
+ * when the int the slot holds is held by nobody else (no reader has it: the GIL is held, and a
+ * reader holds a reference while it uses one) and one digit holds the new value, its digit is
+ * rewritten in place instead of allocating a new int and freeing the old (a fifth of an append).
+ * Nothing can tell the difference: no other reference to it exists. CPython 3.11's int layout
+ * only; other versions allocate. */
 static int
-set_attr_ssize(PyObject *attrs, PyObject *name, Py_ssize_t value)
+set_attr_ssize(PyObject *obj, Py_ssize_t offset, Py_ssize_t value)
 {
+    PyObject **at = slot(obj, offset), *old = *at;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    if (old != NULL && Py_REFCNT(old) == 1 && PyLong_CheckExact(old) && Py_SIZE(old) == 1
+        && value > 0 && value < ((Py_ssize_t)1 << PyLong_SHIFT)) {
+        ((PyLongObject *)old)->ob_digit[0] = (digit)value;
+        return 0;
+    }
+#endif
     PyObject *v = PyLong_FromSsize_t(value);
     if (v == NULL)
         return -1;
-    int rc = PyDict_SetItem(attrs, name, v);
-    Py_DECREF(v);
-    return rc;
+    *at = v;
+    Py_XDECREF(old);
+    return 0;
 }
+
+static PyObject *zero;   /* the int 0 (CPython's cached one): also a waiter count of none */
 
 /* 1 when the element has waiters (threads sleeping on it, or parked remote requests), 0 if not. */
 static int
-has_waiters(PyObject *attrs)
+has_waiters(PyObject *obj, const Py_ssize_t *offsets)
 {
-    PyObject *v = attr(attrs, s_sleepers);
-    if (v == NULL)
-        return -1;
-    int truth = PyObject_IsTrue(v);
-    if (truth)
-        return truth;
-    v = attr(attrs, s_parked);
-    return v == NULL ? -1 : PyObject_IsTrue(v);
+    for (int a = A_SLEEPERS; a <= A_PARKED; a++) {
+        PyObject *v = attr(obj, offsets[a], a == A_SLEEPERS ? s_sleepers : s_parked);
+        if (v == NULL)
+            return -1;
+        if (v != zero) {
+            int truth = PyObject_IsTrue(v);
+            if (truth)
+                return truth;
+        }
+    }
+    return 0;
 }
 
 /* -- RingAppender --------------------------------------------------------------------------- */
@@ -138,7 +182,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *element;
-    PyObject *attrs;              /* the element's instance dict */
+    Py_ssize_t offsets[A_COUNT];  /* of the element's slots _last, _first, _sleepers, _parked */
     PyObject *ring_owner;
     Py_buffer ring;
     Py_ssize_t cap, keep;
@@ -173,14 +217,16 @@ static Py_ssize_t
 append_body(RingAppender *self, const uint64_t v[8])
 {
     Py_ssize_t last, first;
-    if (attr_ssize(self->attrs, s_last, &last) < 0)
+    PyObject *e = self->element;
+    const Py_ssize_t *at = self->offsets;
+    if (attr_ssize(e, at[A_LAST], s_last, &last) < 0)
         return -1;
     pack((char *)self->ring.buf + (last % self->cap) * RECORD, v);
-    if (set_attr_ssize(self->attrs, s_last, last + 1) < 0)
+    if (set_attr_ssize(e, at[A_LAST], last + 1) < 0)
         return -1;
-    if (attr_ssize(self->attrs, s_first, &first) < 0)
+    if (attr_ssize(e, at[A_FIRST], s_first, &first) < 0)
         return -1;
-    if (last + 1 - first > self->keep && set_attr_ssize(self->attrs, s_first, last + 1 - self->keep) < 0)
+    if (last + 1 - first > self->keep && set_attr_ssize(e, at[A_FIRST], last + 1 - self->keep) < 0)
         return -1;
     return last;
 }
@@ -197,7 +243,7 @@ ring_append(RingAppender *self, const uint64_t v[8])
         last = append_body(self, v);
         if (last < 0)
             return -1;
-        waiters = has_waiters(self->attrs);
+        waiters = has_waiters(self->element, self->offsets);
         if (waiters < 0)
             return -1;
         if (waiters) {
@@ -213,7 +259,7 @@ ring_append(RingAppender *self, const uint64_t v[8])
         return -1;
     last = append_body(self, v);
     if (last >= 0) {
-        waiters = has_waiters(self->attrs);
+        waiters = has_waiters(self->element, self->offsets);
         if (waiters < 0 || (waiters && signal_change(self) < 0))
             last = -1;
     }
@@ -296,8 +342,11 @@ appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (get_ssize(element, s_cap, &self->cap) < 0 || get_ssize(element, s_keep, &self->keep) < 0
         || get_ssize(element, s_size, &size) < 0)
         goto fail;
-    self->attrs = PyObject_GenericGetDict(element, NULL);
-    if (self->attrs == NULL || (delta = PyObject_GetAttrString(element, "_delta")) == NULL)
+    PyObject *slot_names[A_COUNT] = {s_last, s_first, s_sleepers, s_parked};
+    for (int a = 0; a < A_COUNT; a++)
+        if ((self->offsets[a] = slot_offset(Py_TYPE(element), slot_names[a])) < 0)
+            goto fail;
+    if ((delta = PyObject_GetAttrString(element, "_delta")) == NULL)
         goto fail;
     Py_DECREF(delta);
     if (size != RECORD || self->cap <= self->keep || self->keep <= 0 || delta != Py_None) {
@@ -339,7 +388,6 @@ appender_dealloc(RingAppender *self)
         Py_CLEAR(self->ring_owner);
     }
     Py_CLEAR(self->element);
-    Py_CLEAR(self->attrs);
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -349,7 +397,6 @@ static int
 appender_traverse(RingAppender *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->element);
-    Py_VISIT(self->attrs);
     Py_VISIT(self->ring_owner);
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
@@ -742,6 +789,11 @@ typedef struct {
     PyObject *comm, *call, *fallback;
     RingAppender *ring;
     PyObject *on, *bound, *spill, *marks, *peers, *status, *rounds;
+    uint32_t *peer_table;         /* peers, as u32s (peer_of) */
+    Py_ssize_t npeers;
+    PyObject *bound_seen;         /* the bound's int last read (a reference), and its value */
+    Py_ssize_t bound_value;
+    PyObject *get_count, *get_source, *get_tag;   /* MPI.Status's, unbound: what a receive got */
     PyTypeObject *ndarray;
     long long any_source, any_tag;
     Py_ssize_t cid;
@@ -749,7 +801,7 @@ typedef struct {
     int64_t offset_ns;
 } MpiCall;
 
-static PyObject *s_nbytes, *s_count, *s_source, *s_tag, *zero;
+static PyObject *s_nbytes, *s_get_count, *s_get_source, *s_get_tag;
 
 /* Bytes of a send buffer: 0 and 1 for a numpy array, bytes or bytearray; -1 (no error set) for
  * anything else, which the closure reads. */
@@ -795,21 +847,40 @@ small_int(PyObject *obj, long long *out)
 }
 
 /* peers[rank] as a u32 (the communicator rank's world rank, or PEER_NONE/PEER_ANY for the special
- * ranks, which index the list from its end), PEER_NONE when it has none. */
+ * ranks, which index the table from its end), PEER_NONE when it has none. The table is the
+ * channel's list of world ranks (fixed for the communicator), copied to C when the call is made. */
 static uint64_t
 peer_of(MpiCall *self, long long rank)
 {
-    Py_ssize_t n = PyList_GET_SIZE(self->peers);
+    Py_ssize_t n = self->npeers;
     if (rank < 0)
         rank += n;
     if (rank < 0 || rank >= n)
         return PEER_NONE;
-    unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(self->peers, rank));
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return PEER_NONE;
+    return self->peer_table[rank];
+}
+
+/* The copy of `peers` (a list of world ranks) peer_of reads; -1 with an error set. An entry that
+ * is no u32 reads as PEER_NONE, as the closure's lookup gives for it. */
+static int
+copy_peers(MpiCall *self, PyObject *peers)
+{
+    Py_ssize_t n = PyList_GET_SIZE(peers);
+    self->peer_table = PyMem_New(uint32_t, n > 0 ? n : 1);
+    if (self->peer_table == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    return v & U32;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(peers, i));
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            v = PEER_NONE;
+        }
+        self->peer_table[i] = (uint32_t)(v & U32);
+    }
+    self->npeers = n;
+    return 0;
 }
 
 /* marks[cid] = this call's mark, or 0 (mark NULL). */
@@ -847,10 +918,15 @@ record(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n, i
     if (last < 0)
         return -1;
     PyObject *bound = PyList_GET_ITEM(self->bound, 0);
-    Py_ssize_t b = PyLong_AsSsize_t(bound);
-    if (b == -1 && PyErr_Occurred())
-        return -1;
-    return last >= b ? call_void(self->spill) : 0;
+    if (bound != self->bound_seen) {   /* the drain moved it (rarely): read the new one */
+        Py_ssize_t b = PyLong_AsSsize_t(bound);
+        if (b == -1 && PyErr_Occurred())
+            return -1;
+        Py_INCREF(bound);
+        Py_XSETREF(self->bound_seen, bound);
+        self->bound_value = b;
+    }
+    return last >= self->bound_value ? call_void(self->spill) : 0;
 }
 
 /* The call failed: its record with the error flag, then the call's exception again. */
@@ -910,11 +986,12 @@ mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     return result;
 }
 
-/* The Status field `name` as a long long. */
+/* What Status method `get` (unbound: MPI.Status.Get_count, Get_source or Get_tag, called without
+ * a property or attribute lookup) says of `status`. */
 static int
-status_field(PyObject *status, PyObject *name, long long *out)
+status_field(PyObject *get, PyObject *status, long long *out)
 {
-    PyObject *v = PyObject_GetAttr(status, name);
+    PyObject *v = PyObject_Vectorcall(get, &status, 1, NULL);
     if (v == NULL)
         return -1;
     *out = PyLong_AsLongLong(v);
@@ -964,8 +1041,9 @@ mpi_recv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
      * them only when the program left one open (or named MPI.PROC_NULL, whose tag is ANY_TAG). */
     long long got_source = source, got_tag = tag, count;
     int named = source >= 0 && tag >= 0;
-    if (set_mark(self, NULL) < 0 || (!named && status_field(status, s_source, &got_source) < 0)
-        || (!named && status_field(status, s_tag, &got_tag) < 0) || status_field(status, s_count, &count) < 0
+    if (set_mark(self, NULL) < 0 || (!named && status_field(self->get_source, status, &got_source) < 0)
+        || (!named && status_field(self->get_tag, status, &got_tag) < 0)
+        || status_field(self->get_count, status, &count) < 0
         || record(self, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
                   count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1) < 0)
         Py_CLEAR(result);
@@ -1091,6 +1169,13 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_INCREF(values[i]);
         *slots[i] = values[i];
     }
+    PyObject *status_type = (PyObject *)Py_TYPE(status);
+    if (copy_peers(self, peers) < 0 || (self->get_count = PyObject_GetAttr(status_type, s_get_count)) == NULL
+        || (self->get_source = PyObject_GetAttr(status_type, s_get_source)) == NULL
+        || (self->get_tag = PyObject_GetAttr(status_type, s_get_tag)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     self->cid = cid;
     self->op = op;
     self->flags = flags;
@@ -1118,6 +1203,9 @@ mpicall_traverse(MpiCall *self, visitproc visit, void *arg)
     Py_VISIT(self->status);
     Py_VISIT(self->rounds);
     Py_VISIT(self->ndarray);
+    Py_VISIT(self->get_count);
+    Py_VISIT(self->get_source);
+    Py_VISIT(self->get_tag);
     return 0;
 }
 
@@ -1137,6 +1225,10 @@ mpicall_clear(MpiCall *self)
     Py_CLEAR(self->rounds);
     Py_CLEAR(self->ndarray);
     Py_CLEAR(self->mark);
+    Py_CLEAR(self->bound_seen);
+    Py_CLEAR(self->get_count);
+    Py_CLEAR(self->get_source);
+    Py_CLEAR(self->get_tag);
     return 0;
 }
 
@@ -1145,6 +1237,7 @@ mpicall_dealloc(MpiCall *self)
 {
     PyObject_GC_UnTrack(self);
     mpicall_clear(self);
+    PyMem_Free(self->peer_table);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1180,8 +1273,8 @@ PyInit__collector(void)
         {&s_last, "_last"}, {&s_first, "_first"}, {&s_sleepers, "_sleepers"}, {&s_parked, "_parked"},
         {&s_signal_change, "_signal_change"}, {&s_template, "template"}, {&s_mismatch, "_mismatch"},
         {&s_ring, "_ring"}, {&s_cap, "_cap"}, {&s_size, "_size"}, {&s_keep, "keep"}, {&s_mutex, "mutex"},
-        {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_nbytes, "nbytes"}, {&s_count, "count"},
-        {&s_source, "source"}, {&s_tag, "tag"},
+        {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_nbytes, "nbytes"}, {&s_get_count, "Get_count"},
+        {&s_get_source, "Get_source"}, {&s_get_tag, "Get_tag"},
     };
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
         if (*strings[i].slot == NULL && (*strings[i].slot = PyUnicode_InternFromString(strings[i].text)) == NULL)

@@ -67,6 +67,10 @@ class Element:
     changes nothing.
     """
 
+    # Slots, not the instance dict: what an append reads and writes (the compiled appender of
+    # eventspace._collector reaches them at fixed offsets); everything else is in __dict__.
+    __slots__ = ("_first", "_last", "_sleepers", "_parked", "__dict__", "__weakref__")
+
     slab = None  # the RingSlab whose row holds a binary element's ring, if any
 
     def __init__(self, name: str, template: Template, keep: int | None = None,

@@ -319,3 +319,24 @@ def test_the_compiled_appender_refuses_what_the_pure_one_refuses(node, implement
     with pytest.raises(TypeError):
         append(1, 2, 3)
     assert element.last() == 2 and trace.decode(element.read_range(0, 2)[1])["t_end"].tolist() == [7, 2 ** 64 - 1]
+
+
+@pytest.mark.parametrize("role", ["source", "sink"])
+def test_an_append_never_changes_a_cursor_a_reader_holds(node, role):
+    """The compiled appender rewrites `_last` and `_first` in place when nobody else holds them: a
+    value a reader took before an append must keep its value after it, at every step of a ring
+    that wraps (keep 8, 40 appends)."""
+    server, catalogue = node(Selector(at=(role,), threads=("T0",), elements=("samples",)), keep=8)
+    (entry,) = catalogue
+    element = server.server.element(entry.trace)
+    append = server.services["eventspace"].appender(entry)
+    held = []
+    for i in range(40):
+        if i % 3 == 0:
+            held.append((i, element._last, max(0, i - 8), element._first))
+        assert append(1, 0, 2, 3, 4, 5, 6, i) == i
+        assert (element._first, element._last) == (max(0, i + 1 - 8), i + 1)
+    assert [(i, last, first) for i, last, first, _ in held] == [(i, i, first) for i, _, first, _ in held]
+    assert all(first == expected for _, _, expected, first in held)
+    assert element.first() == 32 and element.last() == 40
+    assert trace.decode(element.latest_records(8))["t_end"].tolist() == list(range(32, 40))
