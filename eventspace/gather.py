@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pastset.deferred import Deferred
+
 from . import trace
 from .catalogue import Catalogue
 from .hosted import PULL
@@ -110,12 +112,21 @@ class GatherJoin:
 
     def pull(self, fanout) -> Pulled:
         """Pull this join and, in the same round of requests, every join below it in this process."""
+        return self.start(fanout).wait()
+
+    def start(self, fanout) -> Deferred:
+        """`pull` without waiting: the round's requests are sent, and the Deferred (its
+        exchange) gives the Pulled once their replies are in (see pastset.deferred)."""
         pulls = fanout.round(self.spec.timeout, sequential=self.spec.concurrency == "sequential")
         asked: list = []   # (Reply, what to do with its value, nodes unreached if it fails)
         finish = self._gather(pulls, asked)
         before = fanout.bytes_received
-        missing = pulls.wait() if asked else set()
+        return pulls.start().then(lambda missing: self._combine(fanout, asked, finish, missing, before))
+
+    def _combine(self, fanout, asked: list, finish, missing: set[str], before: int) -> Pulled:
+        """The Pulled of a round whose replies are in (or given up)."""
         nbytes = fanout.bytes_received - before
+        missing = set(missing)
         unreached: set[str] = set()
         for reply, handle, below in asked:
             if reply.ok:

@@ -9,11 +9,12 @@ from typing import NamedTuple
 
 from pastset import Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
 from pastset import Fanout
+from pastset.deferred import Deferred
 
 from . import compiled, trace
 from .catalogue import Catalogue
 from .clock import estimate, monotonic_clock
-from .gather import GatherJoin, JoinSpec
+from .gather import GatherJoin, JoinSpec, Pulled
 from .hosted import CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, PULL, REMOVE, RENEW
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
@@ -95,11 +96,14 @@ class NodeSpace:
         self.local_endpoint = node.server.serve("local://")
         self._joins: dict[str, GatherJoin] = {}
         self._joins_mutex = threading.Lock()  # held while _joins changes
-        self._fanouts = threading.local()      # each worker thread asks other nodes with its own sockets
-        for name, fn in ((INSTALL, self.install), (PULL, self.pull), (REMOVE, self.remove),
+        # Fan-outs free for a pull: each pull in flight asks other nodes with one of its own.
+        self._fanouts: list[Fanout] = []
+        for name, fn in ((INSTALL, self.install), (REMOVE, self.remove),
                          (RENEW, self.renew), (LIST, self.joins), (CURSORS, self.cursors),
                          (CLOCK_CHILDREN, self.clock_children)):
             node.server.host(name, fn)
+        # A pull waits on other nodes' replies without a thread: the endpoint's loop carries it.
+        node.server.host(PULL, self.pull, inline=True)
         self._sweeper = threading.Thread(target=self._sweep, name=f"eventspace-leases-{node.name}", daemon=True)
         self._sweeper.start()
 
@@ -198,15 +202,25 @@ class NodeSpace:
                                     "close some scopes")
             self._joins[join.spec.key] = join
 
-    def pull(self, key: str) -> list:
+    def pull(self, key: str) -> Deferred:
+        """Pull join `key`: its round's requests are sent now, and the Deferred gives the Pulled's
+        wire form once their replies are in (the endpoint's loop carries it meanwhile)."""
         join = self._join(key)
         join.lease_until = time.monotonic() + join.lease
-        fanout = getattr(self._fanouts, "fanout", None)
-        if fanout is None:
-            fanout = self._fanouts.fanout = Fanout({})
+        fanouts = self._fanouts
+        fanout = fanouts.pop() if fanouts else Fanout({})
         for node, endpoint in join.endpoints.items():
             fanout.add(node, endpoint)
-        return join.pull(fanout).wire()
+
+        def done(pulled: Pulled) -> list:
+            fanouts.append(fanout)
+            return pulled.wire()
+
+        try:
+            return join.start(fanout).then(done)
+        except BaseException:
+            fanouts.append(fanout)
+            raise
 
     def remove(self, key: str) -> dict:
         """Remove a join; its stream cursors (so that a new tree can go on where it stopped)."""

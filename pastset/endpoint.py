@@ -16,6 +16,7 @@ import zmq
 
 from . import protocol as p
 from .checks import check_index, check_timeout
+from .deferred import Deferred
 from .element import FIND, MOVE, OBSERVE, WOULD_BLOCK, Element
 from .errors import AuthError, BadArgument, LimitExceeded, PastSetError, ProtocolError, Timeout, hosted_failure
 from .parking import Parked, Parking
@@ -96,6 +97,12 @@ class Endpoint:
         self._rcvtimeo = -1
         self._stopping = False
         self._ops = self._op_table()
+        # Deferred answers of inline hosted calls, by (peer, rid), and the sockets of theirs this
+        # loop polls beside its own (see pastset.deferred).
+        self._deferred: dict[tuple, Deferred] = {}
+        self._watched: dict[zmq.Socket, Deferred] = {}
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
         # Replies from the loop thread share one Packer (packb would build one per reply).
         self._pack = msgpack.Packer(use_bin_type=True).pack
         self._thread = threading.Thread(target=self._run, name=f"pastset-{server.name}", daemon=True)
@@ -132,7 +139,7 @@ class Endpoint:
         recv, handle = sock.recv_multipart, self._handle
         while not self._stopping:
             try:
-                frames = recv()
+                frames = recv() if not self._deferred else self._poll_deferred()
             except zmq.Again:
                 frames = None
             except zmq.ZMQError:
@@ -140,6 +147,8 @@ class Endpoint:
             try:
                 if frames is not None:
                     handle(frames)
+                if self._deferred:
+                    self._settle_deferred()
                 if parking.dirty:
                     parking.service()
                 if parking.deadlines:
@@ -156,7 +165,73 @@ class Endpoint:
                     self._reclaim()
             except Exception:  # a bug must not stop a server that others depend on
                 traceback.print_exc()
+        for deferred in self._deferred.values():
+            self._unwatch(deferred)
+        self._deferred.clear()
         sock.close(linger=0)
+
+    # -- deferred answers: hosted calls that wait on other servers, carried by this loop ---------
+
+    def _defer(self, peer, rid, deferred: Deferred) -> None:
+        if deferred.done:
+            self._deliver_deferred(peer, rid, deferred)
+            return
+        self._deferred[(peer, rid)] = deferred
+        self._watch(deferred)
+
+    def _watch(self, deferred: Deferred) -> None:
+        """Poll the deferred's sockets (as they are now) beside ours."""
+        watched = self._watched
+        for s in deferred.sockets():
+            if s not in watched:
+                watched[s] = deferred
+                self._poller.register(s, zmq.POLLIN)
+
+    def _unwatch(self, deferred: Deferred, keep=()) -> None:
+        watched = self._watched
+        for s in [s for s, d in watched.items() if d is deferred and s not in keep]:
+            del watched[s]
+            self._poller.unregister(s)
+
+    def _poll_deferred(self):
+        """With deferred answers on their way: wait for a request or for input of theirs, until
+        the next of their wake-ups (or the loop's own timeout); a request's frames, or None."""
+        wake = min(d.wake_at() for d in self._deferred.values())
+        ms = max(0, int((wake - monotonic()) * 1000) + 1)
+        if self._rcvtimeo >= 0:
+            ms = min(ms, self._rcvtimeo)
+        request = False
+        for s, _ in self._poller.poll(ms):
+            if s is self._sock:
+                request = True
+            else:
+                deferred = self._watched.get(s)
+                if deferred is not None and not deferred.done:
+                    deferred.readable(s)
+        return self._sock.recv_multipart(zmq.NOBLOCK) if request else None
+
+    def _settle_deferred(self) -> None:
+        """Give each deferred answer its tick, send those done, and poll the sockets each uses now."""
+        now = monotonic()
+        for key, deferred in list(self._deferred.items()):
+            if not deferred.done and now >= deferred.wake_at():
+                deferred.tick()
+            if deferred.done:
+                del self._deferred[key]
+                self._unwatch(deferred)
+                self._deliver_deferred(*key, deferred)
+            else:
+                self._unwatch(deferred, keep=set(deferred.sockets()))   # a dropped socket is closed
+                self._watch(deferred)
+
+    def _deliver_deferred(self, peer, rid, deferred: Deferred) -> None:
+        try:
+            payload = p.pack([rid, p.OK, deferred.result()])
+        except PastSetError as exc:
+            payload = p.error_reply(rid, exc)
+        except Exception as exc:
+            payload = p.error_reply(rid, hosted_failure("a deferred call", exc))
+        self._deliver(peer, rid, payload)
 
     def _handle(self, frames):
         if len(frames) != 2:
@@ -412,7 +487,13 @@ class Endpoint:
         if not isinstance(args, list):
             raise BadArgument("call takes a name and a list of arguments")
         if inline:
-            return fn(*args)
+            if len(self._deferred) >= self.limits.max_calls:
+                raise LimitExceeded(f"server {self.server.name} already carries {self.limits.max_calls} deferred calls")
+            result = fn(*args)
+            if isinstance(result, Deferred):
+                self._defer(peer, rid, result)
+                return _ANSWERED
+            return result
         if self._calls >= self.limits.max_calls:
             raise LimitExceeded(f"server {self.server.name} already runs {self.limits.max_calls} hosted calls")
         if self._executor is None:
@@ -426,7 +507,10 @@ class Endpoint:
     def _run_call(self, peer, rid, name, fn, args):
         """On a worker thread: run the hosted callable, hand the reply to the loop."""
         try:
-            payload = p.pack([rid, p.OK, fn(*args)])
+            result = fn(*args)
+            if isinstance(result, Deferred):
+                result = result.wait()
+            payload = p.pack([rid, p.OK, result])
         except PastSetError as exc:
             payload = p.error_reply(rid, exc)
         except Exception as exc:

@@ -10,6 +10,7 @@ import zmq
 
 from . import protocol as p
 from .client import as_batch
+from .deferred import Deferred
 from .errors import BadArgument, PastSetError, ProtocolError, ServerGone
 from .local import SCHEME as LOCAL, LocalClient
 from .requests import Channel, Matcher, shared_context
@@ -134,68 +135,14 @@ class Fanout:
         self._names[key] = ([list(names) for names in lists], packed)
         return packed
 
-    def _exchange(self, sends: list, missing: set[str], deadline: float, meanwhile=None) -> None:
-        """Send each remote request of `sends` ([(node, op, args, on_reply)]), call `meanwhile()`
-        (if given) while they travel, and collect the replies until `deadline`:
-        `on_reply(ok, result)` for each; unanswered nodes go to `missing`."""
-        matcher = self._matcher
-        matcher.clear()   # replies to earlier rounds are late: dropped
-        # Replies still owed per socket: a socket is read until it has paid them, not until a
-        # non-blocking read fails (pyzmq raises for that, which costs more than the read).
-        owed: dict[zmq.Socket, int] = {}
-        waiting: dict[object, str] = {}   # on_reply -> its node
-        for node, op, args, on_reply in sends:
-            if node in missing:
-                continue
-            channel = self._channel(node)
-            try:
-                frame = matcher.request(op, args, on_reply)
-            except (TypeError, ValueError, OverflowError) as exc:
-                on_reply(False, BadArgument(f"{p.OP_NAMES[op]}: an argument cannot be sent as msgpack ({exc})"))
-                continue
-            if not channel.send(frame):   # nothing connected (a dead peer), or a queue full behind a paused one
-                missing.add(node)
-                if not channel.reachable():
-                    self._drop(node)
-                continue
-            self.bytes_sent += len(frame)
-            waiting[on_reply] = node
-            owed[channel.sock] = owed.get(channel.sock, 0) + 1
-        if meanwhile is not None:
-            meanwhile()
-        while waiting:
-            remaining = deadline - monotonic()
-            if remaining <= 0:
-                break
-            ready = self._poller.poll(max(1, int(min(remaining, _LOOK_EVERY) * 1000)))
-            if not ready:
-                self._give_up_gone(waiting, missing)
-                continue
-            for sock, _ in ready:
-                if not owed.get(sock):
-                    _drain(sock)  # only late replies or probes there: read out, so that poll waits
-                    continue
-                while owed[sock]:
-                    try:
-                        raw = sock.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self.bytes_received += len(raw)
-                    matched = matcher.match(raw)
-                    if matched is None:
-                        continue  # the server's liveness probe, or a late reply to a request given up on
-                    on_reply, ok, result = matched
-                    del waiting[on_reply]
-                    owed[sock] -= 1
-                    on_reply(ok, result)
-        if waiting:
-            late = set(waiting.values())
-            missing.update(late)
-            for node in late:
-                if not self._reachable(node):
-                    self._drop(node)  # a fresh socket next time: no stale queue behind a dead peer
-                # A connected node keeps its socket: a new connection to a paused server would only
-                # wait in its kernel's accept queue; its late replies are dropped by request id.
+    def _give_up_late(self, late: set[str], missing: set[str]) -> None:
+        """The nodes `late` did not answer by the deadline: missing; an unreachable one's socket goes."""
+        missing.update(late)
+        for node in late:
+            if not self._reachable(node):
+                self._drop(node)  # a fresh socket next time: no stale queue behind a dead peer
+            # A connected node keeps its socket: a new connection to a paused server would only
+            # wait in its kernel's accept queue; its late replies are dropped by request id.
 
     def _give_up_gone(self, waiting: dict, missing: set[str]) -> None:
         """Take the nodes of `waiting` whose connection has closed since their request was sent out
@@ -299,25 +246,25 @@ class Round:
         """Send the round's requests and collect their replies: returns (and keeps in `missing`) the
         nodes that did not answer within the timeout (or could not be reached). ServerGone for a
         node the fan-out knows no endpoint of."""
+        return self.start().wait()
+
+    def start(self) -> Exchange:
+        """Send the round's requests (all of them, or with `sequential` the first), make its
+        local calls, and return without waiting: the `Exchange` collects the replies, as `wait`
+        does, or step by step in the caller's own loop (a node server's, see
+        `pastset.deferred`). Its result is the round's `missing`."""
         fanout, missing = self._fanout, self.missing
         deadline = monotonic() + self.timeout
         groups = [[r] for r in self._requests] if self.sequential else _merged(self._requests)
         sends, calls = [], []
         for group in groups:
             (calls if fanout._endpoint(group[0][0]).startswith(LOCAL) else sends).append(group)
-        def call_locals():
-            for group in calls:
-                for request in group:
-                    if request[0] not in missing:
-                        _call_local(fanout, request, missing)
-
-        if self.sequential:
-            for group in sends:
-                fanout._exchange([self._send(group)], missing, deadline)
-            call_locals()
-        else:
-            fanout._exchange([self._send(group) for group in sends], missing, deadline, call_locals)
-        return missing
+        exchange = Exchange(fanout, [self._send(group) for group in sends], missing, deadline, self.sequential)
+        for group in calls:   # while the remote requests travel
+            for request in group:
+                if request[0] not in missing:
+                    _call_local(fanout, request, missing)
+        return exchange
 
     def _send(self, group) -> tuple:
         """(node, op, args, on_reply) of the one request that carries `group`, its requests merged."""
@@ -332,6 +279,117 @@ class Round:
         if op == p.LATEST_RECORDS:
             return node, p.LATEST_RECORDS_COUNTED, (encoded, *merged, last), _cut_records(group)
         return node, op, (encoded, *merged, last), _cut_lists(group)
+
+
+class Exchange(Deferred):
+    """A round's remote requests in flight and the collection of their replies (`Round.start`):
+    the Deferred whose result is the round's `missing`.
+
+    `readable(sock)` reads the replies waiting on one of its `sockets()`; `tick()` gives up, at
+    the deadline, the nodes still silent (and sooner, after `_LOOK_EVERY` of silence, those
+    whose connection closed); `wait()` does both until done. One at a time (`sequential`), each
+    request is sent once the one before it was answered, skipping a node already missing.
+    Replies to an earlier exchange of the same fan-out are late: dropped.
+    """
+
+    def __init__(self, fanout: Fanout, sends: list, missing: set[str], deadline: float, one_at_a_time: bool):
+        super().__init__()
+        self._fanout = fanout
+        self._missing = missing
+        self._deadline = deadline
+        self._queue = list(reversed(sends)) if one_at_a_time else []
+        # Replies still owed per socket: a socket is read until it has paid them, not until a
+        # non-blocking read fails (pyzmq raises for that, which costs more than the read).
+        self._owed: dict[zmq.Socket, int] = {}
+        self._waiting: dict[object, str] = {}   # on_reply -> its node
+        self._heard = monotonic()               # when a reply last came (or the round began)
+        fanout._matcher.clear()   # replies to earlier rounds are late: dropped
+        if one_at_a_time:
+            self._send_next()
+        else:
+            for send in sends:
+                self._send(*send)
+        self._check_done()
+
+    def sockets(self) -> list:
+        return list(self._fanout._node_of)
+
+    def wake_at(self) -> float:
+        return min(self._deadline, self._heard + _LOOK_EVERY)
+
+    def readable(self, sock) -> None:
+        owed = self._owed
+        if not owed.get(sock):
+            _drain(sock)  # only late replies or probes there: read out, so that poll waits
+            return
+        fanout, matcher, waiting = self._fanout, self._fanout._matcher, self._waiting
+        while owed[sock]:
+            try:
+                raw = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            fanout.bytes_received += len(raw)
+            matched = matcher.match(raw)
+            if matched is None:
+                continue  # the server's liveness probe, or a late reply to a request given up on
+            on_reply, ok, result = matched
+            del waiting[on_reply]
+            owed[sock] -= 1
+            self._heard = monotonic()
+            on_reply(ok, result)
+            self._send_next()
+        self._check_done()
+
+    def tick(self) -> None:
+        now = monotonic()
+        if now >= self._deadline:
+            self._queue.clear()
+            if self._waiting:
+                late = set(self._waiting.values())
+                self._waiting.clear()
+                self._fanout._give_up_late(late, self._missing)
+        elif now >= self._heard + _LOOK_EVERY:
+            self._fanout._give_up_gone(self._waiting, self._missing)
+            self._heard = now
+            self._send_next()
+        self._check_done()
+
+    def wait(self):
+        """Collect the replies here, blocking, until done; the result."""
+        poller = self._fanout._poller
+        while not self.done:
+            ready = poller.poll(max(1, int((self.wake_at() - monotonic()) * 1000)))
+            for sock, _ in ready:
+                self.readable(sock)
+            self.tick()
+        return self.result()
+
+    def _send_next(self) -> None:
+        while self._queue and not self._waiting:
+            self._send(*self._queue.pop())
+
+    def _send(self, node, op, args, on_reply) -> None:
+        fanout, missing = self._fanout, self._missing
+        if node in missing:
+            return
+        channel = fanout._channel(node)
+        try:
+            frame = fanout._matcher.request(op, args, on_reply)
+        except (TypeError, ValueError, OverflowError) as exc:
+            on_reply(False, BadArgument(f"{p.OP_NAMES[op]}: an argument cannot be sent as msgpack ({exc})"))
+            return
+        if not channel.send(frame):   # nothing connected (a dead peer), or a queue full behind a paused one
+            missing.add(node)
+            if not channel.reachable():
+                fanout._drop(node)
+            return
+        fanout.bytes_sent += len(frame)
+        self._waiting[on_reply] = node
+        self._owed[channel.sock] = self._owed.get(channel.sock, 0) + 1
+
+    def _check_done(self) -> None:
+        if not self._waiting and not self._queue and not self.done:
+            self._settle(self._missing)
 
 
 def _merged(requests: list) -> list[list]:

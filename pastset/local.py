@@ -6,6 +6,7 @@ import itertools
 import threading
 
 from . import transport
+from .deferred import Deferred
 from .errors import BadArgument, PastSetError, ServerGone, hosted_failure
 
 SCHEME = "local://"
@@ -103,7 +104,8 @@ class LocalClient(transport.Transport):
     def call(self, name: str, *args, timeout: float | None = None, grace: float | None = None):
         fn = self._live().hosted(name)[0]
         try:
-            return fn(*args)
+            result = fn(*args)
+            return result.wait() if isinstance(result, Deferred) else result
         except PastSetError:
             raise
         except Exception as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import local
 from .budget import MemoryBudget
 from .checks import check_index
+from .deferred import Deferred
 from .element import Element, ElementInfo
 from .errors import TemplateMismatch, UnknownElement
 from .protocol import Limits
@@ -118,8 +119,10 @@ class TupleServer:
         hosted callable may block: remote calls run on worker threads (at most
         `Limits.max_calls` at once), never on the endpoint's loop. `inline=True` is for a
         callable that never blocks and returns at once (a clock reading): it runs on the
-        loop itself, with no thread hand-off. It receives and returns msgpack-encodable
-        values; a PastSetError it raises reaches the caller by name.
+        loop itself, with no thread hand-off. One that would wait on other servers returns a
+        `pastset.deferred.Deferred` instead, which the loop carries to its answer while it
+        serves other requests. It receives and returns msgpack-encodable values; a
+        PastSetError it raises reaches the caller by name.
         """
         self.table.check_name(name)
         self._hosted[name] = fn
@@ -132,8 +135,10 @@ class TupleServer:
         self._hosted.pop(name, None)
 
     def call(self, name: str, *args):
-        """Run a hosted callable in this thread (the in-process form of `Client.call`)."""
-        return self.hosted(name)[0](*args)
+        """Run a hosted callable in this thread (the in-process form of `Client.call`); a deferred
+        answer is waited for here."""
+        result = self.hosted(name)[0](*args)
+        return result.wait() if isinstance(result, Deferred) else result
 
     def hosted(self, name: str):
         """(the callable hosted as `name`, whether it runs inline); UnknownElement if none is."""
