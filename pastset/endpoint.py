@@ -101,6 +101,7 @@ class Endpoint:
         # loop polls beside its own (see pastset.deferred).
         self._deferred: dict[tuple, Deferred] = {}
         self._watched: dict[zmq.Socket, Deferred] = {}
+        self._sockets_of: dict[Deferred, list] = {}
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
         # Replies from the loop thread share one Packer (packb would build one per reply).
@@ -180,17 +181,23 @@ class Endpoint:
         self._watch(deferred)
 
     def _watch(self, deferred: Deferred) -> None:
-        """Poll the deferred's sockets (as they are now) beside ours."""
-        watched = self._watched
-        for s in deferred.sockets():
-            if s not in watched:
-                watched[s] = deferred
+        """Poll the deferred's sockets as they are now (it may have opened or closed some) beside ours."""
+        now, had = deferred.sockets(), self._sockets_of.get(deferred, ())
+        if now == had:
+            return
+        for s in had:
+            if s not in now:
+                del self._watched[s]
+                self._poller.unregister(s)   # before the fan-out closes it
+        for s in now:
+            if s not in had:
+                self._watched[s] = deferred
                 self._poller.register(s, zmq.POLLIN)
+        self._sockets_of[deferred] = now
 
-    def _unwatch(self, deferred: Deferred, keep=()) -> None:
-        watched = self._watched
-        for s in [s for s, d in watched.items() if d is deferred and s not in keep]:
-            del watched[s]
+    def _unwatch(self, deferred: Deferred) -> None:
+        for s in self._sockets_of.pop(deferred, ()):
+            del self._watched[s]
             self._poller.unregister(s)
 
     def _poll_deferred(self):
@@ -221,7 +228,6 @@ class Endpoint:
                 self._unwatch(deferred)
                 self._deliver_deferred(*key, deferred)
             else:
-                self._unwatch(deferred, keep=set(deferred.sockets()))   # a dropped socket is closed
                 self._watch(deferred)
 
     def _deliver_deferred(self, peer, rid, deferred: Deferred) -> None:

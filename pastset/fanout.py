@@ -319,6 +319,8 @@ class Exchange(Deferred):
 
     def readable(self, sock) -> None:
         owed = self._owed
+        if sock.closed:   # dropped since the poll that found it readable
+            return
         if not owed.get(sock):
             _drain(sock)  # only late replies or probes there: read out, so that poll waits
             return
