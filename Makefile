@@ -20,8 +20,9 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
+# The fast tests on every core (pytest-xdist): each test's servers and run files are its own.
 test-fast: $(VENV)/.installed
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/pastset_bench.py
