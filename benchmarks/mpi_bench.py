@@ -16,9 +16,14 @@ repetitions, and reports the median batch, on rank 0's clock:
   loaded machine inflates less than the wall clock, beside a bare Python function call's, for
   scale;
 - latency: ping-pong of Send/Recv between ranks 0 and 1, half the round trip, 0 B to 1 MiB
-  (2 ranks: point-to-point latency is between two);
+  (2 ranks: point-to-point latency is between two), from page-aligned buffers (OSU-style: a
+  monitored process, whose heap our start-up has used, would otherwise get its large buffers at
+  other offsets than a plain one, and copy them a few percent slower for that alone);
 - bandwidth: windows of 64 Isend to rank 1 (Irecv, Waitall, a 1-byte reply), per message;
 - barrier, and an 8-byte Allreduce (np.float64[1]), on every rank.
+
+`--pairs N` runs A B B A N times (2N jobs per arm): a job's large-message latency depends on where
+its buffers land, a few percent from job to job, which one A B B A does not average out.
 
 Targets: collector cost per MPI call (A/B) <= 1 µs; 0-byte latency monitored <= 1.25x plain;
 latency at >= 64 KiB <= 1.02x; 8-byte allreduce on 4 ranks <= 1.15x. Results go to
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import signal
 import statistics
@@ -82,6 +88,18 @@ def kernel(args) -> None:
         out[name] = statistics.median(walls)
         out[f"{name} (CPU)"] = statistics.median(cpus)
 
+    page = mmap.PAGESIZE
+
+    def aligned(nbytes: int, dtype=np.uint8):
+        """A zeroed buffer starting on a page, as the OSU benchmarks allocate theirs: where malloc
+        puts a large buffer (its own pages, or an offset in the heap, which the process's earlier
+        allocations decide) moves a copy's speed, and so large-message latency, by several percent
+        between two processes that run the same loop."""
+        itemsize = np.dtype(dtype).itemsize
+        raw = np.zeros(nbytes * itemsize + page, np.uint8)
+        start = (-raw.ctypes.data) % page
+        return raw[start:start + nbytes * itemsize].view(dtype)
+
     nothing = np.zeros(0, np.uint8)
 
     def send_null(n):
@@ -101,7 +119,7 @@ def kernel(args) -> None:
     best("Isend+Wait to PROC_NULL", isend_wait_null, 10000)
     if size == 2:
         for nbytes in LATENCY_SIZES:
-            buf = np.zeros(nbytes, np.uint8)
+            buf = aligned(nbytes)
 
             def pingpong(n, buf=buf):
                 if rank == 0:
@@ -114,9 +132,9 @@ def kernel(args) -> None:
                         comm.Send(buf, 0, 1)
 
             best(f"latency {size_text(nbytes)}", pingpong, 4000 if nbytes <= 8192 else 400 if nbytes <= 65536 else 100, 2)
-        ack = np.zeros(1, np.uint8)
+        ack = aligned(1)
         for nbytes in BANDWIDTH_SIZES:
-            bufs = [np.zeros(nbytes, np.uint8) for _ in range(WINDOW)]
+            bufs = [aligned(nbytes) for _ in range(WINDOW)]
 
             def window(n, bufs=bufs):
                 for _ in range(n):
@@ -133,7 +151,8 @@ def kernel(args) -> None:
         for _ in range(n):
             comm.Barrier()
 
-    one, got = np.ones(1), np.empty(1)
+    one, got = aligned(1, np.float64), aligned(1, np.float64)
+    one[0] = 1.0
 
     def allreduce(n):
         for _ in range(n):
@@ -195,6 +214,9 @@ def main() -> int:
     parser.add_argument("--wait", help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per kernel, best kept (default 5)")
     parser.add_argument("--quick", action="store_true", help="a fifth of the iterations")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="A B B A this many times (each job's own memory layout moves large-message "
+                             "latency by a few percent: more jobs per arm, a steadier median; default 1)")
     args = parser.parse_args()
     if args.kernel:
         kernel(args)
@@ -207,7 +229,7 @@ def main() -> int:
     wall_only = lambda name: not name.endswith("(CPU)") or "PROC_NULL" in name or "Python" in name  # noqa: E731
     for ranks in (2, 4):
         plain, monitored = [], []
-        for i, is_monitored in enumerate((False, True, True, False)):   # A B B A
+        for i, is_monitored in enumerate((False, True, True, False) * args.pairs):   # A B B A, --pairs times
             result = job(ranks, is_monitored, args, f"mpibench-{ranks}-{i}")
             (monitored if is_monitored else plain).append(result)
         watched = job(ranks, True, args, f"mpibench-{ranks}-getevent", with_getevent=True)
@@ -227,8 +249,9 @@ def main() -> int:
                 targets[b.name] = ("<= 1.02x plain", lambda f, r: r is not None and r <= 1.02)
             if name == "allreduce 8 B, 4 ranks":
                 targets[b.name] = ("<= 1.15x plain", lambda f, r: r is not None and r <= 1.15)
-    report("MPI collectors: plain vs monitored (A B B A) vs monitored + getevent at full rate", figures, targets,
-           "mpi_bench.json", extra={"reps": args.reps, "quick": args.quick, "window": WINDOW})
+    report(f"MPI collectors: plain vs monitored (A B B A{' x ' + str(args.pairs) if args.pairs > 1 else ''}) vs monitored + getevent "
+           "at full rate", figures, targets,
+           "mpi_bench.json", extra={"reps": args.reps, "quick": args.quick, "pairs": args.pairs, "window": WINDOW})
     return 0
 
 
