@@ -17,10 +17,14 @@ import importlib.util
 import os
 import runpy
 import sys
+import time
 import traceback
 from pathlib import Path
 
 from .options import DEFAULT_KEEP, INSTRUMENT, Options
+
+# Seconds a failing rank waits, its output written, before it aborts the job (see Monitor._abort).
+_FORWARD_GRACE = 0.2
 
 EXTRA_HINT = "pip install 'eventspace[mpi]'"
 # Options taking a value, so that splitting a command line knows where the program begins.
@@ -200,6 +204,10 @@ class Monitor:
         sys.stderr.flush()
         sys.stdout.flush()
         if live:
+            # The launcher forwards a rank's output through a pipe it stops reading once an abort
+            # reaches it: a moment for it to read what was just written (else the traceback and
+            # the line naming the rank were lost about one time in six).
+            time.sleep(_FORWARD_GRACE)
             mpi.COMM_WORLD.Abort(status)
         raise SystemExit(status)
 
