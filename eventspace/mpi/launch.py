@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .options import DEFAULT_KEEP, INSTRUMENT, Options
 
-# Seconds a failing rank waits, its output written, before it aborts the job (see Monitor._abort).
+# Seconds a failing rank waits, its output written, before it aborts the job (see _abort_job).
 _FORWARD_GRACE = 0.2
 
 EXTRA_HINT = "pip install 'eventspace[mpi]'"
@@ -162,7 +162,7 @@ class Monitor:
             raise SystemExit(2) from None
         except Exception as exc:  # a rank that cannot start must not leave the others waiting
             say(f"rank {mpi.COMM_WORLD.Get_rank()} could not start monitoring: {type(exc).__name__}: {exc}")
-            mpi.COMM_WORLD.Abort(2)
+            _abort_job(mpi, 2)
             raise SystemExit(2) from None   # Abort may return before the launcher ends this process
         world = interpose.traced_instance(mpi.COMM_WORLD, mpi.Intracomm)
         rank.trace(world, 0, range(rank.size))
@@ -204,12 +204,18 @@ class Monitor:
         sys.stderr.flush()
         sys.stdout.flush()
         if live:
-            # The launcher forwards a rank's output through a pipe it stops reading once an abort
-            # reaches it: a moment for it to read what was just written (else the traceback and
-            # the line naming the rank were lost about one time in six).
-            time.sleep(_FORWARD_GRACE)
-            mpi.COMM_WORLD.Abort(status)
+            _abort_job(mpi, status)
         raise SystemExit(status)
+
+
+def _abort_job(mpi, status: int) -> None:
+    """MPI_Abort, once the launcher has had a moment to forward what this rank just wrote: it
+    reads a rank's output through a pipe it stops reading when the abort reaches it (the lines
+    naming the failing rank were lost about one run in six)."""
+    sys.stderr.flush()
+    sys.stdout.flush()
+    time.sleep(_FORWARD_GRACE)
+    mpi.COMM_WORLD.Abort(status)
 
 
 def _run_program(program: list[str]) -> None:
