@@ -47,6 +47,11 @@ class Deferred:
         self._value = value
         self.done = True
 
+    def fail(self, exc: BaseException) -> None:
+        """End it with `exc` (what `result()` then raises): the loop carrying it calls this when
+        stepping it raised, so that a bug answers one request with an error, not stops the loop."""
+        self._error, self._finished, self.done = exc, True, True
+
     # What the loop that carries it calls (see the class):
 
     def sockets(self) -> list:

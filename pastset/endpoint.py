@@ -214,7 +214,7 @@ class Endpoint:
             else:
                 deferred = self._watched.get(s)
                 if deferred is not None and not deferred.done:
-                    deferred.readable(s)
+                    _step(deferred, deferred.readable, s)
         return self._sock.recv_multipart(zmq.NOBLOCK) if request else None
 
     def _settle_deferred(self) -> None:
@@ -222,7 +222,7 @@ class Endpoint:
         now = monotonic()
         for key, deferred in list(self._deferred.items()):
             if not deferred.done and now >= deferred.wake_at():
-                deferred.tick()
+                _step(deferred, deferred.tick)
             if deferred.done:
                 del self._deferred[key]
                 self._unwatch(deferred)
@@ -602,6 +602,15 @@ _RECLAIM_MS = 10
 _HELD_CHARGE = attrgetter("held_charge")
 _NOWAIT = int(zmq.NOBLOCK)
 _MORE_NOWAIT = int(zmq.SNDMORE | zmq.NOBLOCK)
+
+
+def _step(deferred: Deferred, step, *args) -> None:
+    """Move a deferred answer on; if that raises, it ends with the error (a bug in one call must
+    not stop the loop that carries every other)."""
+    try:
+        step(*args)
+    except Exception as exc:
+        deferred.fail(exc)
 
 
 def _deadline(timeout):

@@ -1,12 +1,16 @@
 """Deferred answers: an inline hosted call that waits on other servers is carried by its endpoint's
 loop, which goes on answering everything else meanwhile."""
 
+import time
+
 import msgpack
 import pytest
 import zmq
 
 import pastset
+from pastset import PastSetError
 from pastset import protocol as p
+from pastset.deferred import Deferred
 
 
 def asking(server: pastset.TupleServer, endpoints: dict[str, str]):
@@ -124,3 +128,46 @@ class _ContextCloser:
 
     def close(self):
         self.ctx.destroy(linger=0)
+
+
+class _Exploding(Deferred):
+    """A deferred answer that raises when its socket has input: a bug in a deferred call."""
+
+    def __init__(self, sock):
+        super().__init__()
+        self.sock = sock
+
+    def sockets(self):
+        return [self.sock]
+
+    def wake_at(self):
+        return time.monotonic() + 60
+
+    def readable(self, sock):
+        sock.recv()
+        raise RuntimeError("a bug in a deferred call")
+
+    def tick(self):
+        pass
+
+
+def test_a_deferred_call_that_raises_is_answered_with_the_error_and_the_loop_serves_on(closing, background):
+    ctx = zmq.Context()
+    closing(_ContextCloser(ctx))
+    inbox = ctx.socket(zmq.PULL)
+    inbox.setsockopt(zmq.LINGER, 0)
+    port = inbox.bind_to_random_port("tcp://127.0.0.1")
+    server = closing(pastset.TupleServer("X"))
+    server.host("explode", lambda: _Exploding(inbox), inline=True)
+    endpoint = server.serve("tcp://127.0.0.1:0")
+    job = background(closing(pastset.connect(endpoint)).call, "explode")
+    pinger = closing(pastset.connect(endpoint))
+    assert pinger.ping() == "X"                 # the call is deferred, the loop answers
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    push.send(b"go")
+    with pytest.raises(PastSetError, match="a bug in a deferred call"):
+        job.wait(30)
+    push.close()
+    assert pinger.ping() == "X"                 # and goes on serving
