@@ -283,15 +283,18 @@ class Endpoint:
 
     def _send(self, peer, payload) -> bool:
         """Send a reply; False if the peer is gone (or so far behind that it stopped reading)."""
+        # Counted before it is sent: its peer, once answered, reads the counts with it in them.
+        self.msgs_out += 1
+        self.bytes_out += len(payload)
         try:
             # Two plain sends with int flags: send_multipart combines enum flags per frame,
             # which costs more than the rest of a small reply.
             self._sock.send(peer, _MORE_NOWAIT)
             self._sock.send(payload, _NOWAIT)
-            self.msgs_out += 1
-            self.bytes_out += len(payload)
             return True
         except zmq.ZMQError as exc:
+            self.msgs_out -= 1
+            self.bytes_out -= len(payload)
             if exc.errno == zmq.EHOSTUNREACH:
                 self._lost.append(peer)
             return False
@@ -316,17 +319,19 @@ class Endpoint:
         if not tracked:
             return self._send(peer, payload)
         unsent = self._unsent.get(peer, 0)
+        self.msgs_out += 1   # counted before it is sent, as in _send
+        self.bytes_out += size
         try:
             self._sock.send(peer, _MORE_NOWAIT)
             tracker = self._sock.send(payload, _NOWAIT, copy=False, track=True)
         except zmq.ZMQError as exc:
+            self.msgs_out -= 1
+            self.bytes_out -= size
             self.server.budget.give(size)
             if exc.errno == zmq.EHOSTUNREACH:
                 self._lost.append(peer)
             return False
         self._unsent[peer] = unsent + size
-        self.msgs_out += 1
-        self.bytes_out += size
         self._in_flight.append((tracker, peer, size))
         self._set_rcvtimeo()
         return True

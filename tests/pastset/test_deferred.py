@@ -44,6 +44,13 @@ def asking_back(server: pastset.TupleServer, endpoints: dict[str, str], me: str,
     return fanouts
 
 
+def bound(ctx: zmq.Context, kind: int) -> tuple[zmq.Socket, int]:
+    """A socket of `kind` bound to a free port of 127.0.0.1, and the port."""
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    return sock, sock.bind_to_random_port("tcp://127.0.0.1")
+
+
 class _Closer:
     """Closes the fan-outs of the lists it was given (filled as the calls ran)."""
 
@@ -79,11 +86,8 @@ def test_two_servers_whose_calls_ask_each_other_both_answer(two):
 def test_a_loop_answers_others_while_a_deferred_call_waits(closing, background):
     """X asks a server that does not answer yet (a bare ROUTER the test holds): X still answers a
     ping, and its call's answer comes once the silent one replies."""
-    ctx = zmq.Context()
-    closing(_ContextCloser(ctx))
-    silent = ctx.socket(zmq.ROUTER)
-    silent.setsockopt(zmq.LINGER, 0)
-    port = silent.bind_to_random_port("tcp://127.0.0.1")
+    ctx = closing(_ContextCloser(zmq.Context())).ctx
+    silent, port = bound(ctx, zmq.ROUTER)
     server = closing(pastset.TupleServer("X"))
     endpoint = server.serve("tcp://127.0.0.1:0")
     closing(_Closer(asking(server, {"S": f"tcp://127.0.0.1:{port}"})))
@@ -152,11 +156,8 @@ class _Exploding(Deferred):
 
 
 def test_a_deferred_call_that_raises_is_answered_with_the_error_and_the_loop_serves_on(closing, background):
-    ctx = zmq.Context()
-    closing(_ContextCloser(ctx))
-    inbox = ctx.socket(zmq.PULL)
-    inbox.setsockopt(zmq.LINGER, 0)
-    port = inbox.bind_to_random_port("tcp://127.0.0.1")
+    ctx = closing(_ContextCloser(zmq.Context())).ctx
+    inbox, port = bound(ctx, zmq.PULL)
     server = closing(pastset.TupleServer("X"))
     server.host("explode", lambda: _Exploding(inbox), inline=True)
     endpoint = server.serve("tcp://127.0.0.1:0")
