@@ -69,3 +69,9 @@ class Deferred:
     def wait(self):
         """Carry it here, blocking, until done; the result."""
         raise NotImplementedError
+
+
+def waited(value):
+    """`value`, or if it is a Deferred its result, waited for here: what a caller that is not a
+    loop carrying it (a worker thread, an in-process call) does with a hosted callable's answer."""
+    return value.wait() if isinstance(value, Deferred) else value

@@ -16,7 +16,7 @@ import zmq
 
 from . import protocol as p
 from .checks import check_index, check_timeout
-from .deferred import Deferred
+from .deferred import Deferred, waited
 from .element import FIND, MOVE, OBSERVE, WOULD_BLOCK, Element
 from .errors import AuthError, BadArgument, LimitExceeded, PastSetError, ProtocolError, Timeout, hosted_failure
 from .parking import Parked, Parking
@@ -518,10 +518,7 @@ class Endpoint:
     def _run_call(self, peer, rid, name, fn, args):
         """On a worker thread: run the hosted callable, hand the reply to the loop."""
         try:
-            result = fn(*args)
-            if isinstance(result, Deferred):
-                result = result.wait()
-            payload = p.pack([rid, p.OK, result])
+            payload = p.pack([rid, p.OK, waited(fn(*args))])
         except PastSetError as exc:
             payload = p.error_reply(rid, exc)
         except Exception as exc:

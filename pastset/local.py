@@ -6,7 +6,7 @@ import itertools
 import threading
 
 from . import transport
-from .deferred import Deferred
+from .deferred import waited
 from .errors import BadArgument, PastSetError, ServerGone, hosted_failure
 
 SCHEME = "local://"
@@ -104,8 +104,7 @@ class LocalClient(transport.Transport):
     def call(self, name: str, *args, timeout: float | None = None, grace: float | None = None):
         fn = self._live().hosted(name)[0]
         try:
-            result = fn(*args)
-            return result.wait() if isinstance(result, Deferred) else result
+            return waited(fn(*args))
         except PastSetError:
             raise
         except Exception as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import local
 from .budget import MemoryBudget
 from .checks import check_index
-from .deferred import Deferred
+from .deferred import waited
 from .element import Element, ElementInfo
 from .errors import TemplateMismatch, UnknownElement
 from .protocol import Limits
@@ -137,8 +137,7 @@ class TupleServer:
     def call(self, name: str, *args):
         """Run a hosted callable in this thread (the in-process form of `Client.call`); a deferred
         answer is waited for here."""
-        result = self.hosted(name)[0](*args)
-        return result.wait() if isinstance(result, Deferred) else result
+        return waited(self.hosted(name)[0](*args))
 
     def hosted(self, name: str):
         """(the callable hosted as `name`, whether it runs inline); UnknownElement if none is."""

@@ -201,10 +201,8 @@ class Monitor:
             who = f"rank {rank}" if rank is not None else "the program"
             print(f"eventspace.mpi: {who} raised {type(exc).__name__}: {exc}; aborting the MPI job",
                   file=sys.stderr, flush=True)
-        sys.stderr.flush()
-        sys.stdout.flush()
         if live:
-            _abort_job(mpi, status)
+            _abort_job(mpi, status)   # it flushes both streams first
         raise SystemExit(status)
 
 
