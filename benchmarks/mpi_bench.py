@@ -11,7 +11,8 @@ shorter than a time slice, so that on a shared machine most are not switched out
 repetitions, and reports the median batch, on rank 0's clock:
 
 - collector cost: comm.Send to MPI.PROC_NULL (MPI does nothing, so the difference monitored -
-  plain is what a collector adds to a call), and Isend + Wait to PROC_NULL (a post, its request
+  plain is what a collector adds to a call), the same with dest and tag given by keyword (as
+  mpi4py's tutorial writes it), and Isend + Wait to PROC_NULL (a post, its request
   record and the completion call); also in the rank's own CPU time (time.thread_time), which a
   loaded machine inflates less than the wall clock, beside a bare Python function call's, for
   scale;
@@ -106,6 +107,10 @@ def kernel(args) -> None:
         for _ in range(n):
             comm.Send(nothing, MPI.PROC_NULL, 0)
 
+    def send_null_by_keyword(n):   # as mpi4py's tutorial writes a send
+        for _ in range(n):
+            comm.Send(nothing, dest=MPI.PROC_NULL, tag=0)
+
     def isend_wait_null(n):
         for _ in range(n):
             comm.Isend(nothing, MPI.PROC_NULL, 0).Wait()
@@ -116,6 +121,7 @@ def kernel(args) -> None:
 
     best("a Python call", python_call, 20000)   # the machine's speed, for scale
     best("Send to PROC_NULL", send_null, 20000)
+    best("Send to PROC_NULL by keyword", send_null_by_keyword, 20000)
     best("Isend+Wait to PROC_NULL", isend_wait_null, 10000)
     if size == 2:
         for nbytes in LATENCY_SIZES:

@@ -794,6 +794,8 @@ typedef struct {
     PyObject *bound_seen;         /* the bound's int last read (a reference), and its value */
     Py_ssize_t bound_value;
     PyObject *get_count, *get_source, *get_tag;   /* MPI.Status's, unbound: what a receive got */
+    PyObject *params, *defaults;  /* the method's parameter names after self, and the defaults of the
+                                     last of them (mpi4py's): where keyword arguments go, or NULL */
     PyTypeObject *ndarray;
     long long any_source, any_tag;
     Py_ssize_t cid;
@@ -1098,12 +1100,64 @@ mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kw
     return result;
 }
 
+#define MAX_PARAMS 8
+
+/* The call's arguments all by position in `stack` (their count; -1 for another form): keyword
+ * arguments moved to their parameters' places, and a parameter left out before one given filled
+ * with mpi4py's default. An unknown name, one given twice, a required one missing or a signature
+ * not known: -1, and the closure takes the call (and raises as mpi4py would). */
+static Py_ssize_t
+by_position(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **stack)
+{
+    if (self->params == NULL)
+        return -1;
+    Py_ssize_t nparams = PyTuple_GET_SIZE(self->params), nkw = PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t first_default = nparams - PyTuple_GET_SIZE(self->defaults);
+    if (nargs > nparams || nparams > MAX_PARAMS)
+        return -1;
+    for (Py_ssize_t i = 0; i < nparams; i++)
+        stack[i] = i < nargs ? args[i] : NULL;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t at = -1;
+        for (Py_ssize_t j = nargs; j < nparams && at < 0; j++) {
+            PyObject *param = PyTuple_GET_ITEM(self->params, j);
+            if (param == name || PyUnicode_Compare(param, name) == 0)
+                at = j;
+        }
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        if (at < 0 || stack[at] != NULL)
+            return -1;
+        stack[at] = args[nargs + k];
+    }
+    Py_ssize_t n = nparams;
+    while (n > 0 && stack[n - 1] == NULL)
+        n--;   /* left out at the end: the call gets mpi4py's defaults as a positional call would */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (stack[i] == NULL) {
+            if (i < first_default)
+                return -1;
+            stack[i] = PyTuple_GET_ITEM(self->defaults, i - first_default);
+        }
+    }
+    return n;
+}
+
 static PyObject *
 mpicall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     MpiCall *self = (MpiCall *)callable;
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 0)
-        kwnames = NULL;
+    PyObject *stack[MAX_PARAMS];
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) {
+        /* comm.Send(buf, dest=1, tag=7), as mpi4py's tutorial writes it: the same compiled path */
+        Py_ssize_t n = by_position(self, args, PyVectorcall_NARGS(nargsf), kwnames, stack);
+        if (n < 0)
+            return to_fallback(self, args, nargsf, kwnames);
+        args = stack;
+        nargsf = (size_t)n;
+    }
+    kwnames = NULL;
     switch (self->kind) {
     case K_SEND:
         return mpi_send(self, args, nargsf, kwnames);
@@ -1120,18 +1174,35 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static char *names[] = {"kind", "comm", "call", "fallback", "append", "on", "bound", "spill", "marks",
                             "peers", "status", "rounds", "ndarray", "cid", "op", "flags", "error",
                             "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
-                            "sends", "root_at", "rank", NULL};
+                            "sends", "root_at", "rank", "params", "defaults", NULL};
     int kind, sends = S_NONE;
     PyObject *comm, *call, *fallback, *append, *on, *bound, *spill, *marks, *peers, *status, *rounds,
         *ndarray;
     Py_ssize_t cid, root_at = -1;
     unsigned long long op, flags, error, any_source_flag, any_tag_flag;
     long long any_source, any_tag, offset_ns, rank = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inL:MpiCall", names, &kind, &comm, &call,
+    PyObject *params = Py_None, *defaults = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inLOO:MpiCall", names, &kind, &comm, &call,
                                      &fallback, &append, &on, &bound, &spill, &marks, &peers, &status, &rounds,
                                      &ndarray, &cid, &op, &flags, &error, &any_source, &any_tag,
-                                     &any_source_flag, &any_tag_flag, &offset_ns, &sends, &root_at, &rank))
+                                     &any_source_flag, &any_tag_flag, &offset_ns, &sends, &root_at, &rank,
+                                     &params, &defaults))
         return NULL;
+    if ((params == Py_None) != (defaults == Py_None)
+        || (params != Py_None && (!PyTuple_CheckExact(params) || !PyTuple_CheckExact(defaults)
+                                  || PyTuple_GET_SIZE(defaults) > PyTuple_GET_SIZE(params)))) {
+        PyErr_SetString(PyExc_TypeError, "params and defaults are both tuples (names, and the defaults of the "
+                        "last of them) or both None");
+        return NULL;
+    }
+    if (params != Py_None) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(params); i++) {
+            if (!PyUnicode_Check(PyTuple_GET_ITEM(params, i))) {
+                PyErr_SetString(PyExc_TypeError, "params are names (str)");
+                return NULL;
+            }
+        }
+    }
     if (kind < K_SEND || kind > K_COLLECTIVE || sends < S_NONE || sends > S_ROOT) {
         PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv) or 2 (collective); sends 0, 1 or 2");
         return NULL;
@@ -1168,6 +1239,12 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
         Py_INCREF(values[i]);
         *slots[i] = values[i];
+    }
+    if (params != Py_None) {
+        Py_INCREF(params);
+        Py_INCREF(defaults);
+        self->params = params;
+        self->defaults = defaults;
     }
     PyObject *status_type = (PyObject *)Py_TYPE(status);
     if (copy_peers(self, peers) < 0 || (self->get_count = PyObject_GetAttr(status_type, s_get_count)) == NULL
@@ -1206,6 +1283,8 @@ mpicall_traverse(MpiCall *self, visitproc visit, void *arg)
     Py_VISIT(self->get_count);
     Py_VISIT(self->get_source);
     Py_VISIT(self->get_tag);
+    Py_VISIT(self->params);
+    Py_VISIT(self->defaults);
     return 0;
 }
 
@@ -1229,6 +1308,8 @@ mpicall_clear(MpiCall *self)
     Py_CLEAR(self->get_count);
     Py_CLEAR(self->get_source);
     Py_CLEAR(self->get_tag);
+    Py_CLEAR(self->params);
+    Py_CLEAR(self->defaults);
     return 0;
 }
 

@@ -9,6 +9,8 @@ encoded as eventspace.mpi.encoding describes.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from itertools import count
 
 from mpi4py import MPI
@@ -62,9 +64,31 @@ def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None
     C, and hands every other form to the closure. Else the closure itself."""
     if ch.compiled is None:
         return closure
+    params, defaults = signature(call)
     return ch.compiled.MpiCall(kind, comm, call, closure, ch.append, ch.on, ch.bound, ch.spill, ch.inflight,
                                ch.peers, ch.status, rounds, ndarray, ch.cid, op, flags, ERROR, ANY_SOURCE,
-                               ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, root_at, rank)
+                               ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, root_at, rank,
+                               params, defaults)
+
+
+@functools.lru_cache(maxsize=None)
+def signature(call) -> tuple[tuple | None, tuple | None]:
+    """(names of the parameters after self, defaults of the last of them) of mpi4py method `call`,
+    from its own signature: where the compiled call puts keyword arguments. (None, None) where
+    mpi4py does not say, or says something other than plain parameters: such calls with keywords
+    go to the closure."""
+    try:
+        parameters = list(inspect.signature(call).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None, None
+    names, defaults = [], []
+    for parameter in parameters:
+        if parameter.kind is not parameter.POSITIONAL_OR_KEYWORD or (defaults and parameter.default is parameter.empty):
+            return None, None
+        names.append(parameter.name)
+        if parameter.default is not parameter.empty:
+            defaults.append(parameter.default)
+    return tuple(names), tuple(defaults)
 
 
 def peer_table(world_ranks) -> list | dict:

@@ -193,6 +193,9 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     assert rows["r0", e.SEND, trace.ERROR, e.PEER_NONE, 7, 0, "comm0"] == 1
     assert rows["r1", e.RECV, e.ANY_SOURCE | e.ANY_TAG, 0, 0, 7, "comm0"] == 1
     assert rows["r1", e.RECV, e.ANY_SOURCE, 0, 2, 8, "comm0"] == 1
+    # Keyword forms, in any order, with a parameter left out before one given.
+    assert rows["r0", e.SEND, 0, 1, 9, 16, "comm0"] == rows["r1", e.RECV, e.ANY_SOURCE, 0, 9, 16, "comm0"] == 1
+    assert rows["r1", e.REDUCE, 0, 1, 7, 16, "comm0"] == 1   # round 7: the second Reduce
     assert rows["r1", e.RECV, 0, e.PEER_NONE, e.TAG_ANY, 0, "comm0"] == 1
     assert rows["r1", e.BCAST, 0, 1, 1, 16, "comm0"] == rows["r0", e.BCAST, 0, 1, 1, 0, "comm0"] == 1
     assert sum(n for (thread, op, *_), n in rows.items() if op == e.ALLREDUCE) == 6

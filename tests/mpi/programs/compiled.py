@@ -18,7 +18,8 @@ if r == 0:
     comm.Send(ints, 1, 1)
     comm.Send(b"seven b", 1)              # tag 0 by default
     comm.Ssend(bytearray(8), 1, 2)
-    comm.Send(ints, dest=1, tag=3)        # keywords: the closure
+    comm.Send(ints, dest=1, tag=3)        # keywords: moved to their places, compiled too
+    comm.Send(ints, tag=9, dest=1)
     comm.Send([ints, MPI.INT], 1, 4)      # a buffer spec: the closure
     comm.Rsend(ints[:1], MPI.PROC_NULL, 5)
     comm.Send(ints, 1, 6)
@@ -28,8 +29,14 @@ else:
     comm.Recv(got, MPI.ANY_SOURCE, 2, status)
     comm.Recv(got, 0, MPI.ANY_TAG)
     comm.Recv(got, source=0, tag=4)
+    comm.Recv(got, tag=9)                 # the source left out before a tag given: ANY_SOURCE
     comm.Recv(got, MPI.PROC_NULL, 5)
     comm.Recv(got, 0, 6, None)
+try:
+    comm.Send(ints, dest=other, tga=3)    # no such parameter: mpi4py's TypeError, nothing sent
+    raise AssertionError("a misspelt keyword was taken")
+except TypeError:
+    pass
 try:
     comm.Send(ints, comm.Get_size() + 3, 7)   # no such rank: MPI's error, recorded as failed
 except MPI.Exception:
@@ -40,7 +47,8 @@ comm.Reduce(ints, got if r == 1 else None, MPI.SUM, 1)
 comm.Scatter(np.arange(8, dtype="i4") if r == 0 else None, got[:4], 0)
 comm.Gather(ints[:2], np.empty(4, "i4") if r == 0 else None, 0)
 comm.Allreduce(ints, got)
-comm.Allreduce(ints, got, op=MPI.MAX)    # keywords: the closure, in the same round count
+comm.Allreduce(ints, got, op=MPI.MAX)    # keywords, in the same round count
+comm.Reduce(ints, got if r == 1 else None, root=1)   # op left out before the root given: SUM
 comm.Allreduce(MPI.IN_PLACE, got)        # IN_PLACE: the closure
 comm.Alltoall(np.arange(2, dtype="i4"), np.empty(2, "i4"))
 comm.Barrier()
