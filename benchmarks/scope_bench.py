@@ -14,7 +14,10 @@ every node before any reply is read, and one `np.frombuffer` over the replies. I
 the scope machinery adds to.
 
 Targets (best configuration per view): >= 4000, 3000, 1500, 500 pulls/s for 1, ~14, ~266 and
-all trace elements; the scope at most ~1/3 slower than the bare peer for all elements.
+all trace elements; the scope at most ~1/3 slower than the bare peer for all elements. For all
+elements, against flat in the monitor pulled in the same rounds (the median of per-round ratios):
+every tree shape pulled concurrently >= 0.5x its observe rate, per-node and per-cluster near
+>= 0.8x. Beside every rate, the monitor's own CPU per pull (this process, every thread).
 `--profile` samples the monitor and two node servers with py-spy while the all-elements view is
 pulled, and prints where the time goes.
 """
@@ -47,6 +50,27 @@ ROOT = Path(__file__).resolve().parent.parent
 PAPER = ROOT / "pathmaps" / "windtunnel-paper.yaml"
 TREES = ("flat", "kary:8", "per-node", "per-cluster")
 PLACEMENTS = ("monitor", "near")
+FLAT = "flat monitor"
+VS_FLAT = {"per-node near": 0.8, "per-cluster near": 0.8}   # rate over flat's; every other shape 0.5
+
+
+class Metered:
+    """A case's pull, and the CPU this process spent in it (user and system, every thread)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.cpu = 0.0
+        self.calls = 0
+
+    def __call__(self):
+        started = time.process_time()
+        self.fn()
+        self.cpu += time.process_time() - started
+        self.calls += 1
+
+    @property
+    def per_call(self) -> float:
+        return self.cpu / max(self.calls, 1)
 
 
 def views(pm: Pathmap) -> dict[str, tuple[str, float, int]]:
@@ -56,7 +80,7 @@ def views(pm: Pathmap) -> dict[str, tuple[str, float, int]]:
         "1 collector": ("collector:1", 4000, 400),
         f"thread {thread}": (f"thread:{thread}", 3000, 300),
         f"node {node}": (f"node:{node}", 1500, 100),
-        "all": ("all", 500, 20),
+        "all": ("all", 500, 60),
     }
 
 
@@ -111,7 +135,7 @@ def build(run, pm: Pathmap, quick: bool) -> tuple[dict, list, dict]:
         closing.append(bare)
         assert len(bare.pull()) == len(entries), f"{label}: the bare peer did not read every trace element"
         bare_name = f"{label} ({len(entries)}): bare pyzmq + numpy"
-        cases[bare_name] = (bare.pull, calls, None)
+        cases[bare_name] = (Metered(bare.pull), calls, None)
         names = []
         for tree, placement, concurrency in configurations(label == "all"):
             scope = EventScope(run, text, mode="latest", tree=tree, placement=placement,
@@ -121,16 +145,29 @@ def build(run, pm: Pathmap, quick: bool) -> tuple[dict, list, dict]:
             assert not pulled.missing and len(pulled.records) == len(entries), \
                 f"{label} {tree} {placement}: {len(pulled.records)} records, missing {pulled.missing}"
             name = f"{label} ({len(entries)}): {tree} {placement}" + (" seq" if concurrency == "sequential" else "")
-            cases[name] = (scope.pull, calls, bare_name)
+            cases[name] = (Metered(scope.pull), calls, bare_name)
             names.append(name)
         plan[label] = (target, names, bare_name)
     return cases, closing, plan
 
 
 def best_rows(measured: dict[str, Figure], plan: dict) -> tuple[list[Figure], dict]:
-    """Per view, the fastest scope configuration again, with the view's targets on it."""
+    """Per view, the fastest scope configuration again, with the view's targets on it; for all
+    elements, every configuration pulled concurrently again against flat in the monitor."""
     rows, targets = [], {}
     for label, (target, names, bare_name) in plan.items():
+        if label == "all":
+            flat = next(n for n in names if n.endswith(f": {FLAT}"))
+            for name in names:
+                config = name.split(": ", 1)[1]
+                if name == flat or config.endswith(" seq"):
+                    continue
+                least = VS_FLAT.get(config, 0.5)
+                row = Figure(f"VS FLAT {name}", measured[name].rounds, peer=flat)
+                rows.append(row)
+                # The ratio column is time over flat's: a rate of at least `least` times flat's.
+                targets[row.name] = (f"rate ≥ {least}× flat (ratio ≤ {1 / least:.2f})",
+                                     lambda f, ratio, least=least: ratio is not None and ratio <= 1 / least)
         best = min((measured[n] for n in names), key=lambda f: f.median)
         row = Figure(f"BEST {best.name}", best.rounds, peer=bare_name)
         rows.append(row)
@@ -141,6 +178,19 @@ def best_rows(measured: dict[str, Figure], plan: dict) -> tuple[list[Figure], di
         else:
             targets[row.name] = (text, lambda f, ratio, target=target: 1 / f.median >= target)
     return rows, targets
+
+
+def print_cpu(measured: dict[str, Figure], cpu: dict[str, float]) -> None:
+    """Each configuration's rate beside the monitor's CPU per pull (what the monitor pays to observe)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="The monitor's own CPU per pull (user + system, this process)")
+    for column in ("figure", "rate /s", "monitor CPU µs/pull", "monitor CPU share"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    for name, figure in measured.items():
+        table.add_row(name, f"{1 / figure.median:,.0f}", f"{cpu[name] * 1e6:,.0f}", f"{cpu[name] / figure.median:.0%}")
+    Console(width=180).print(table)
 
 
 def profile(run, pm: Pathmap, seconds: float) -> None:
@@ -220,9 +270,12 @@ def main() -> None:
         try:
             measured = interleave(cases, rounds)
             best, targets = best_rows(measured, plan)
+            cpu = {name: fn.per_call for name, (fn, _, _) in cases.items()}
             report(f"Event scope observe rate, latest mode, {pm.name} idle", [*measured.values(), *best], targets,
                    "scope_bench.json", unit="ms", rate=True,
-                   extra={"settings": {"rounds": rounds, "pathmap": pm.name, "quick": args.quick}})
+                   extra={"settings": {"rounds": rounds, "pathmap": pm.name, "quick": args.quick},
+                          "monitor_cpu_s_per_pull": cpu})
+            print_cpu(measured, cpu)
             if args.profile:
                 profile(run, pm, 3.0 if args.quick else 6.0)
         finally:

@@ -54,7 +54,13 @@ def decode(data: bytes | bytearray | memoryview) -> np.ndarray:
 
 
 def encode(records: np.ndarray) -> bytes:
-    """The packed bytes of a structured array of records (the inverse of `decode`)."""
+    """The packed bytes of a structured array of records (the inverse of `decode`). Records that
+    `decode` made from a whole batch are that batch: a join forwards what its children sent
+    without copying it again."""
+    base = records.base
+    if (base.__class__ is bytes and records.dtype == DTYPE and records.nbytes == len(base)
+            and records.flags.c_contiguous):
+        return base   # whole, contiguous, and read-only: the batch it was decoded from
     return np.ascontiguousarray(records, dtype=DTYPE).tobytes()
 
 
