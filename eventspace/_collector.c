@@ -1,6 +1,6 @@
 /* The compiled event collector: the hot path of eventspace.collector.Collector, in C.
  *
- * Three types:
+ * Four types:
  *   RingAppender(element, single_writer)  appends one trace tuple (=HHIIIIQQ, 36 bytes) to a
  *       pastset BinaryElement's ring: the C form of BinaryElement.appender for the trace format,
  *       with exactly its semantics (see pastset/element.py, _APPEND, _LOCKED, _SINGLE_WRITER):
@@ -11,6 +11,8 @@
  *           move, observe, collectives)
  *       the collecting callable a linked path calls as stage(code, args) (vectorcall): the
  *       semantics of the pure closure in eventspace/collector.py, which stays the reference.
+ *   TypedSize(kinds, fallback)  the msgpack size of a typed template's tuple (what a collector
+ *       records as nbytes), in C for int, float, str, bytes and bool fields.
  *   MpiCall(kind, comm, call, fallback, append, ...)
  *       the hot path of an MPI collector closure (eventspace/mpi/collector.py) for buffer sends,
  *       Recv and buffer collectives in their common form; every other form goes to the closure.
@@ -418,6 +420,190 @@ static PyTypeObject RingAppenderType = {
     .tp_traverse = (traverseproc)appender_traverse,
 };
 
+/* -- TypedSize ------------------------------------------------------------------------------ */
+
+/* The bytes one tuple of a typed template takes on the wire (msgpack), as the template's Python
+ * size function computes it (pastset.template.Template.sizer), for fields int, float, str, bytes
+ * and bool: a collector calls it for every tuple it records. A value of another type than its
+ * field's usual one (a float subclass, a memoryview, a list instead of a tuple of values...) is
+ * measured by the Python function, which stays the reference. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback;   /* the template's Python size function */
+    PyObject *kinds;      /* bytes: one of "ifsb?" per field */
+    uint64_t fixed;       /* the array header and the bool fields */
+} TypedSize;
+
+static PyTypeObject TypedSizeType;
+
+static inline uint64_t
+int_size(long long x)
+{
+    return (-32 <= x && x < 128) ? 1 : (-128 <= x && x < 256) ? 2 : (-32768 <= x && x < 65536) ? 3
+           : (-2147483648LL <= x && x < 4294967296LL) ? 5 : 9;
+}
+
+static inline uint64_t
+head(Py_ssize_t n, int text)
+{
+    /* str: fixstr below 32 bytes; str and bin alike: 8, 16 or 32-bit lengths */
+    return (text && n < 32) ? 1 : n < 256 ? 2 : n < 65536 ? 3 : 5;
+}
+
+/* 0 with the size in *out; 1: a value the Python function must measure; -1 with an exception. */
+static int
+typed_size(TypedSize *self, PyObject *values, uint64_t *out)
+{
+    if (!PyTuple_CheckExact(values) && !PyList_CheckExact(values))
+        return 1;
+    Py_ssize_t count = PyBytes_GET_SIZE(self->kinds);
+    if (PySequence_Fast_GET_SIZE(values) != count)
+        return 1;
+    PyObject **items = PySequence_Fast_ITEMS(values);
+    const char *kinds = PyBytes_AS_STRING(self->kinds);
+    uint64_t total = self->fixed;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *v = items[i];
+        switch (kinds[i]) {
+        case '?':
+            break;
+        case 'f':
+            if (PyFloat_CheckExact(v)) {
+                total += 9;
+                break;
+            }
+            /* an int in a float field: as an int */
+            /* fall through */
+        case 'i': {
+            if (!PyLong_Check(v))
+                return 1;
+            int overflow;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (x == -1 && PyErr_Occurred())
+                return -1;
+            total += overflow ? 9 : int_size(x);
+            break;
+        }
+        case 's': {
+            if (!PyUnicode_CheckExact(v))
+                return 1;
+            Py_ssize_t n;
+            if (PyUnicode_IS_ASCII(v))
+                n = PyUnicode_GET_LENGTH(v);
+            else if (PyUnicode_AsUTF8AndSize(v, &n) == NULL) {
+                PyErr_Clear();   /* not encodable: the Python function raises what it raises */
+                return 1;
+            }
+            total += (uint64_t)n + head(n, 1);
+            break;
+        }
+        case 'b': {
+            Py_ssize_t n;
+            if (PyBytes_CheckExact(v))
+                n = PyBytes_GET_SIZE(v);
+            else if (PyByteArray_CheckExact(v))
+                n = PyByteArray_GET_SIZE(v);
+            else
+                return 1;
+            total += (uint64_t)n + head(n, 0);
+            break;
+        }
+        default:
+            return 1;
+        }
+    }
+    *out = total;
+    return 0;
+}
+
+static PyObject *
+typedsize_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    TypedSize *self = (TypedSize *)callable;
+    uint64_t n;
+    if (kwnames == NULL && PyVectorcall_NARGS(nargsf) == 1) {
+        int rc = typed_size(self, args[0], &n);
+        if (rc < 0)
+            return NULL;
+        if (rc == 0)
+            return PyLong_FromUnsignedLongLong(n);
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+typedsize_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"kinds", "fallback", NULL};
+    PyObject *kinds, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "SO:TypedSize", names, &kinds, &fallback))
+        return NULL;
+    Py_ssize_t count = PyBytes_GET_SIZE(kinds);
+    const char *k = PyBytes_AS_STRING(kinds);
+    uint64_t fixed = count < 16 ? 1 : count < 65536 ? 3 : 5;   /* the array header */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (k[i] == '?')
+            fixed += 1;
+        else if (strchr("ifsb", k[i]) == NULL || k[i] == '\0') {
+            PyErr_SetString(PyExc_ValueError, "kinds are i (int), f (float), s (str), b (bytes) or ? (bool)");
+            return NULL;
+        }
+    }
+    if (!PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "fallback is the template's size function");
+        return NULL;
+    }
+    TypedSize *self = (TypedSize *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = typedsize_vectorcall;
+    Py_INCREF(kinds);
+    self->kinds = kinds;
+    Py_INCREF(fallback);
+    self->fallback = fallback;
+    self->fixed = fixed;
+    return (PyObject *)self;
+}
+
+static int
+typedsize_traverse(TypedSize *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+typedsize_clear(TypedSize *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->kinds);
+    return 0;
+}
+
+static void
+typedsize_dealloc(TypedSize *self)
+{
+    PyObject_GC_UnTrack(self);
+    typedsize_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject TypedSizeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.TypedSize",
+    .tp_basicsize = sizeof(TypedSize),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = PyDoc_STR("TypedSize(kinds, fallback): size(values) -> the msgpack bytes of a typed template's "
+                        "tuple, as `fallback` (the template's Python size function) computes them"),
+    .tp_vectorcall_offset = offsetof(TypedSize, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = typedsize_new,
+    .tp_dealloc = (destructor)typedsize_dealloc,
+    .tp_traverse = (traverseproc)typedsize_traverse,
+    .tp_clear = (inquiry)typedsize_clear,
+};
+
 /* -- Collect ------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -486,6 +672,13 @@ size_of(Collect *self, PyObject *value, uint64_t *fixed, PyObject **obj)
         *fixed = self->fixed_size;
         *obj = NULL;
         return 0;
+    }
+    if (Py_IS_TYPE(self->size_of, &TypedSizeType)) {   /* a typed template's: in C, no call */
+        int rc = typed_size((TypedSize *)self->size_of, value, fixed);
+        if (rc <= 0) {
+            *obj = NULL;
+            return rc;
+        }
     }
     *obj = PyObject_CallOneArg(self->size_of, value);
     return *obj == NULL ? -1 : 0;
@@ -1366,7 +1559,7 @@ PyInit__collector(void)
     if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&CollectType) < 0 || PyType_Ready(&MpiCallType) < 0
-        || PyType_Ready(&MpiMarkType) < 0)
+        || PyType_Ready(&MpiMarkType) < 0 || PyType_Ready(&TypedSizeType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1374,7 +1567,8 @@ PyInit__collector(void)
     if (PyModule_AddIntConstant(m, "RECORD_SIZE", RECORD) < 0
         || PyModule_AddObjectRef(m, "RingAppender", (PyObject *)&RingAppenderType) < 0
         || PyModule_AddObjectRef(m, "Collect", (PyObject *)&CollectType) < 0
-        || PyModule_AddObjectRef(m, "MpiCall", (PyObject *)&MpiCallType) < 0) {
+        || PyModule_AddObjectRef(m, "MpiCall", (PyObject *)&MpiCallType) < 0
+        || PyModule_AddObjectRef(m, "TypedSize", (PyObject *)&TypedSizeType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -46,7 +46,7 @@ class Collector(Wrapper):
         self._space = space
         self._append = space.appender(self.entry_info)
         space.enrol(self.entry_info.id)
-        self._size_of = _payload_size(node.pathmap, self.entry_info.element)
+        self._size_of = _payload_size(node.pathmap, self.entry_info.element, space.compiled)
 
     def __call__(self, code, args):
         # The slow form, for callers that hold the instance; linked paths call `entry()`'s closure.
@@ -100,15 +100,27 @@ _COLLECTIVES_MASK = sum(1 << code for code in op.COLLECTIVES)
 assert max(op.COLLECTIVES) < 64
 
 
-def _payload_size(pathmap, element: str | None):
+def _payload_size(pathmap, element: str | None, compiled=None):
     """The bytes one tuple of `element` takes on the wire (pastset.Template.sizer): a number when all
     take the same (a binary template's record size; 0 without an element), else a function of the
-    tuple (a typed template's msgpack encoding's length)."""
+    tuple (a typed template's msgpack encoding's length): with the compiled collector module, its
+    TypedSize over the template's fields where none is `any` (the compiled collector then measures
+    a tuple without a call), else the template's Python function."""
     if element is None:
         return 0
     spec = pathmap.element(element).template
     template = Template.of(spec if isinstance(spec, str) else list(spec))
-    return template.record_size if template.is_binary else template.sizer()
+    if template.is_binary:
+        return template.record_size
+    size = template.sizer()
+    typed = getattr(compiled, "TypedSize", None)
+    if typed is not None and all(field in _SIZE_KINDS for field in template.fields):
+        return typed("".join(_SIZE_KINDS[field] for field in template.fields).encode(), size)
+    return size
+
+
+# A typed template's fields as the compiled TypedSize names them (`any` is measured by encoding it).
+_SIZE_KINDS = {"int": "i", "float": "f", "str": "s", "bytes": "b", "bool": "?"}
 
 
 def _fixed(size: int):

@@ -6,15 +6,21 @@ import dataclasses
 import struct
 import threading
 import time
+import types
 
 import msgpack
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from eventspace import trace
+from eventspace import compiled, trace
 from eventspace.catalogue import Catalogue
+from eventspace.collector import _payload_size
 from eventspace.space import CONTROL, switch_collectors
 from paths import DEFAULT_KEEP, AppMap, ClusterMap, Context, Instrument, NodeServer, Placement, Selector, generate
 from pastset import Timeout
+from pastset.template import Template
 
 APP = """\
 threads: 3
@@ -340,3 +346,54 @@ def test_an_append_never_changes_a_cursor_a_reader_holds(node, role):
     assert all(first == expected for _, _, expected, first in held)
     assert element.first() == 32 and element.last() == 40
     assert trace.decode(element.latest_records(8))["t_end"].tolist() == list(range(32, 40))
+
+
+
+_COMPILED = compiled.collector_module()
+_EDGES = [0, 127, 128, 255, 256, 0xFFFF, 0x10000, 2 ** 32 - 1, 2 ** 32, 2 ** 64 - 1,
+          -1, -32, -33, -128, -129, -(2 ** 15), -(2 ** 15) - 1, -(2 ** 31), -(2 ** 31) - 1, -(2 ** 63)]
+_LENGTHS = [0, 31, 32, 255, 256, 0xFFFF, 0x10000]
+_VALUES = {
+    "int": st.one_of(st.sampled_from(_EDGES), st.integers(-(2 ** 63), 2 ** 64 - 1), st.booleans()),
+    "float": st.one_of(st.floats(allow_nan=False), st.sampled_from(_EDGES)),
+    "bool": st.booleans(),
+    "str": st.one_of(st.text(max_size=40), st.sampled_from(_LENGTHS).map(lambda n: "a" * n),
+                     st.sampled_from(_LENGTHS).map(lambda n: "é" * (n // 2))),
+    "bytes": st.one_of(st.binary(max_size=40), st.sampled_from(_LENGTHS).map(lambda n: b"x" * n),
+                       st.binary(max_size=300).map(bytearray)),
+}
+
+
+def _size_of(fields):
+    """What a compiled collector measures a tuple of a typed element with `fields` by."""
+    pathmap = types.SimpleNamespace(element=lambda name: types.SimpleNamespace(template=list(fields)))
+    return _payload_size(pathmap, "e", _COMPILED)
+
+
+needs_compiled = pytest.mark.skipif(_COMPILED is None, reason="the compiled collector is not built")
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_compiled_size_of_a_typed_tuple_is_its_msgpack_length(data):
+    """A compiled collector measures a typed tuple in C; what it records is what crosses the wire."""
+    fields = data.draw(st.lists(st.sampled_from(list(_VALUES)), min_size=1, max_size=20))
+    size = _size_of(fields)
+    assert type(size) is _COMPILED.TypedSize
+    values = tuple(data.draw(_VALUES[f]) for f in fields)
+    wire = len(msgpack.packb(list(values), use_bin_type=True))
+    assert size(values) == size(list(values)) == Template.typed(*fields).sizer()(values) == wire
+
+
+@needs_compiled
+def test_the_compiled_size_leaves_other_values_and_any_fields_to_the_template_function():
+    reference = Template.typed("float", "bytes", "str").sizer()
+    size = _size_of(["float", "bytes", "str"])
+    odd = (np.float64(2.5), memoryview(b"abc"), "x")            # a float subclass, a memoryview
+    assert size(odd) == reference(odd)
+    with pytest.raises(UnicodeEncodeError):
+        size((1.0, b"", "\ud800"))                              # not encodable: as the template says
+    with pytest.raises(IndexError):
+        size((1.0, b""))                                         # too few values: as the template says
+    assert not isinstance(_size_of(["int", "any"]), _COMPILED.TypedSize)   # `any` is encoded to be measured
