@@ -425,8 +425,8 @@ static PyTypeObject RingAppenderType = {
 /* The bytes one tuple of a typed template takes on the wire (msgpack), as the template's Python
  * size function computes it (pastset.template.Template.sizer), for fields int, float, str, bytes
  * and bool: a collector calls it for every tuple it records. A value of another type than its
- * field's usual one (a float subclass, a memoryview, a list instead of a tuple of values...) is
- * measured by the Python function, which stays the reference. */
+ * field's usual one (a memoryview, a str subclass, values that are neither a tuple nor a list...)
+ * is measured by the Python function, which stays the reference. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -469,7 +469,7 @@ typed_size(TypedSize *self, PyObject *values, uint64_t *out)
         case '?':
             break;
         case 'f':
-            if (PyFloat_CheckExact(v)) {
+            if (PyFloat_Check(v)) {   /* numpy.float64 too: msgpack packs it as a float64 */
                 total += 9;
                 break;
             }

@@ -235,13 +235,13 @@ class Template:
 
 # The msgpack size of one field value of each type, as an expression of the tuple `v` (see sizer),
 # with msgpack's header rules written out (msgpack-python packs an int >= 0 as the smallest uint,
-# one below 0 as the smallest int, a float as a float64): plain comparisons, no calls.
+# one below 0 as the smallest int, a float, numpy.float64 too, as a float64): plain comparisons.
 _INT = ("1 if -32 <= {x} < 128 else 2 if -128 <= x < 256 else 3 if -32768 <= x < 65536 "
         "else 5 if -2147483648 <= x < 4294967296 else 9")
 _STR_HEAD = "(1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)"
 _FIELD_SIZE = {
     "int": "(" + _INT.format(x="(x := v[{i}])") + ")",
-    "float": "(9 if (x := v[{i}]).__class__ is float else " + _INT.format(x="x") + ")",  # or an int
+    "float": "(9 if isinstance(x := v[{i}], float) else " + _INT.format(x="x") + ")",  # or an int
     "str": "((n := len(x)) + " + _STR_HEAD + " if (x := v[{i}]).isascii() else _text(x))",
     "bytes": "((n := len(v[{i}])) + (2 if n < 256 else 3 if n < 65536 else 5))",
     "any": "_any(v[{i}])",

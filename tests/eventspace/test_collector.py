@@ -355,7 +355,7 @@ _EDGES = [0, 127, 128, 255, 256, 0xFFFF, 0x10000, 2 ** 32 - 1, 2 ** 32, 2 ** 64 
 _LENGTHS = [0, 31, 32, 255, 256, 0xFFFF, 0x10000]
 _VALUES = {
     "int": st.one_of(st.sampled_from(_EDGES), st.integers(-(2 ** 63), 2 ** 64 - 1), st.booleans()),
-    "float": st.one_of(st.floats(allow_nan=False), st.sampled_from(_EDGES)),
+    "float": st.one_of(st.floats(allow_nan=False), st.sampled_from(_EDGES), st.floats(allow_nan=False).map(np.float64)),
     "bool": st.booleans(),
     "str": st.one_of(st.text(max_size=40), st.sampled_from(_LENGTHS).map(lambda n: "a" * n),
                      st.sampled_from(_LENGTHS).map(lambda n: "é" * (n // 2))),
@@ -390,8 +390,8 @@ def test_the_compiled_size_of_a_typed_tuple_is_its_msgpack_length(data):
 def test_the_compiled_size_leaves_other_values_and_any_fields_to_the_template_function():
     reference = Template.typed("float", "bytes", "str").sizer()
     size = _size_of(["float", "bytes", "str"])
-    odd = (np.float64(2.5), memoryview(b"abc"), "x")            # a float subclass, a memoryview
-    assert size(odd) == reference(odd)
+    odd = (2.5, memoryview(b"abc"), "x")                        # a memoryview: measured by the template
+    assert size(odd) == reference(odd) == 1 + 9 + 5 + 2
     with pytest.raises(UnicodeEncodeError):
         size((1.0, b"", "\ud800"))                              # not encodable: as the template says
     with pytest.raises(IndexError):

@@ -3,6 +3,7 @@
 import struct
 
 import msgpack
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -91,7 +92,8 @@ _EDGES = [0, 127, 128, 255, 256, 0xFFFF, 0x10000, 2 ** 32 - 1, 2 ** 32, 2 ** 64 
 _LENGTHS = [0, 31, 32, 255, 256, 0xFFFF, 0x10000]
 _FIELD_VALUES = {
     "int": st.one_of(st.sampled_from(_EDGES), st.integers(-(2 ** 63), 2 ** 64 - 1)),
-    "float": st.one_of(st.floats(allow_nan=False), st.sampled_from(_EDGES)),
+    "float": st.one_of(st.floats(allow_nan=False), st.sampled_from(_EDGES),
+                       st.floats(allow_nan=False).map(np.float64)),   # a float subclass: packed as a float
     "bool": st.booleans(),
     "str": st.one_of(st.text(max_size=40), st.sampled_from(_LENGTHS).map(lambda n: "a" * n),
                      st.sampled_from(_LENGTHS).map(lambda n: "é" * (n // 2))),
