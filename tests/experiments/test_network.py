@@ -81,6 +81,13 @@ def test_cleanup_removes_what_a_killed_experiment_left_namespaces_relay_and_proc
         from experiments.network import Clusters
         net = Clusters(hosts=1).__enter__()
         subprocess.Popen([*net.command("evs-c2h1"), "sleep", "600"])
+        deadline = time.monotonic() + 30
+        # `ip netns exec` enters the namespace after Popen returns: built once the sleeper is in it
+        while not subprocess.run(["ip", "netns", "pids", "evs-c2h1"], capture_output=True, text=True).stdout.strip():
+            if time.monotonic() > deadline:
+                print("the sleeper never entered evs-c2h1", flush=True)
+                sys.exit(1)
+            time.sleep(0.01)
         print("built", flush=True)
         time.sleep(600)
     """)], stdout=subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
