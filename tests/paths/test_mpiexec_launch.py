@@ -76,7 +76,9 @@ def test_ranks_end_when_their_launcher_is_killed(tmp_path):
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
-        subprocess.run(["pkill", "-f", f"--pathmap {tmp_path}"], check=False)
+        # mpiexec and any rank left: their command lines name this test's pathmap copy ("--" first:
+        # pkill takes a pattern that starts with "--" for an option, and then kills nothing).
+        subprocess.run(["pkill", "-KILL", "-f", "--", f"--pathmap {tmp_path}"], check=False)
 
 
 @requires_mpiexec
