@@ -673,14 +673,16 @@ size_of(Collect *self, PyObject *value, uint64_t *fixed, PyObject **obj)
         *obj = NULL;
         return 0;
     }
-    if (Py_IS_TYPE(self->size_of, &TypedSizeType)) {   /* a typed template's: in C, no call */
-        int rc = typed_size((TypedSize *)self->size_of, value, fixed);
+    PyObject *fn = self->size_of;
+    if (Py_IS_TYPE(fn, &TypedSizeType)) {   /* a typed template's: in C, no call */
+        int rc = typed_size((TypedSize *)fn, value, fixed);
         if (rc <= 0) {
             *obj = NULL;
             return rc;
         }
+        fn = ((TypedSize *)fn)->fallback;   /* measured once: straight to the template's function */
     }
-    *obj = PyObject_CallOneArg(self->size_of, value);
+    *obj = PyObject_CallOneArg(fn, value);
     return *obj == NULL ? -1 : 0;
 }
 
