@@ -38,8 +38,9 @@ def run_node(pathmap_file: str, node: str | None, bind: str | None = None, launc
     `node` None: the node whose index in the pathmap is this process's MPI rank (started by
     mpiexec, paths.mpiexec). Launched so, only rank 0 has the launcher's stdin (an MPI launcher
     forwards it to rank 0 alone): when it closes, rank 0 stops every node it knows, then itself;
-    if it knew none yet, or one did not stop, it exits with status 1, on which the MPI launcher ends
-    the other ranks.
+    if it knew none yet, or one did not stop, it exits with status 1. The rest is the launcher's
+    (the MPI launcher ends the ranks on SIGTERM, which it also hears when its starter dies:
+    paths.mpiexec.command): Hydra does not end the other ranks on rank 0's exit.
     """
     pathmap = (snapshot.load(pathmap_file, checked) if checked else Pathmap.load(pathmap_file)).with_grace(grace)
     rank = None
@@ -95,7 +96,7 @@ def _watch_stdin(server: NodeServer, ranks: bool, abandoned: threading.Event) ->
                     server.client(other).call(STOP, timeout=5)
                     stopped += 1
                 except PastSetError:
-                    pass   # gone already, or not answering: our status 1 has the MPI launcher end it
+                    pass   # gone already, or not answering: the launcher terminates mpiexec, which ends it
             if not others or stopped < len(others):
                 abandoned.set()
         server.request_stop()

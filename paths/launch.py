@@ -260,7 +260,8 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     `mpiexec` (a list, maybe empty, of the MPI launcher's own arguments): start the nodes with
     `mpiexec -n N ARGS python -m paths --by-rank` instead, node i as rank i, wherever the MPI
     launcher places its ranks (paths.mpiexec says which launcher); the run is the same. Every
-    node's log is then the launcher's output (one file).
+    node's log is then the launcher's output (one file). On Linux the MPI launcher hears SIGTERM,
+    and ends its ranks, when the thread that called `launch` ends: keep the run in that thread.
 
     `on_host` (node -> a command prefix, e.g. `["ip", "netns", "exec", "h1"]`): start that node's
     process through the prefix; it must keep the process's stdin and stdout (the node reports

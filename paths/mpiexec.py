@@ -40,9 +40,27 @@ def find_mpiexec() -> list[str]:
     return [found]
 
 
+# Runs first, then becomes the MPI launcher (exec: same process): asks Linux to send it SIGTERM
+# when the thread that started it ends (PR_SET_PDEATHSIG), so that the MPI launcher ends its
+# ranks when the EventSpace launcher dies, even by SIGKILL. The node processes cannot do that
+# themselves: before the launcher tells rank 0 where the others listen, rank 0 cannot stop them,
+# and Hydra ends the others neither on rank 0's exit (they never call MPI_Init) nor, at times,
+# forwards its closed stdin at all. On SIGTERM, mpiexec and srun end the job on every host.
+_TIED_TO_ITS_STARTER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"   # 1: PR_SET_PDEATHSIG
+    "if os.getppid() != int(sys.argv[1]):\n"                           # it died before that line
+    "    sys.exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
 def command(nodes: int, args: list[str], node_command: list[str]) -> list[str]:
-    """`mpiexec -n NODES ARGS NODE_COMMAND`: one rank per node."""
-    return [*find_mpiexec(), "-n", str(nodes), *args, *node_command]
+    """`mpiexec -n NODES ARGS NODE_COMMAND`: one rank per node; on Linux, started so that it
+    ends its ranks when the thread that runs this command ends (the launcher dies)."""
+    launcher = [*find_mpiexec(), "-n", str(nodes), *args, *node_command]
+    if not sys.platform.startswith("linux"):
+        return launcher
+    return [sys.executable, "-S", "-c", _TIED_TO_ITS_STARTER, str(os.getpid()), *launcher]
 
 
 def my_rank(environ=os.environ) -> int:

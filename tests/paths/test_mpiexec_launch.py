@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +30,29 @@ def _alive(pids) -> list[int]:
     return [pid for pid in pids if not gone(pid)]
 
 
+def _start_launcher(run_dir: Path) -> subprocess.Popen:
+    env = {**os.environ, "EVENTSPACE_RUN_DIR": str(run_dir)}
+    return subprocess.Popen([sys.executable, "-m", "eventspace.cli", "launch", str(PATHMAP), "--mpiexec"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _kill_launcher_and_wait_for(launcher: subprocess.Popen, pids: list[int]) -> None:
+    """SIGKILL the launcher (no chance to stop anything) and give its ranks 20 s to end."""
+    launcher.kill()
+    launcher.wait(10)
+    deadline = time.monotonic() + 20
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def _clean_up(launcher: subprocess.Popen, run_dir: Path) -> None:
+    if launcher.poll() is None:
+        os.killpg(launcher.pid, signal.SIGKILL)
+    # mpiexec and any rank left: their command lines name this test's pathmap copy ("--" first:
+    # pkill takes a pattern that starts with "--" for an option, and then kills nothing).
+    subprocess.run(["pkill", "-KILL", "-f", "--", f"--pathmap {run_dir}"], check=False)
+
+
 @requires_mpiexec
 def test_node_i_runs_as_rank_i_and_the_run_is_as_with_local_processes(tmp_path):
     with launch(PATHMAP, run_dir=tmp_path, mpiexec=[]) as run:
@@ -54,9 +78,7 @@ def test_the_wind_tunnel_under_mpiexec_ends_with_the_reference_grid(tmp_path):
 
 @requires_mpiexec
 def test_ranks_end_when_their_launcher_is_killed(tmp_path):
-    env = {**os.environ, "EVENTSPACE_RUN_DIR": str(tmp_path)}
-    launcher = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "launch", str(PATHMAP), "--mpiexec"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    launcher = _start_launcher(tmp_path)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (tmp_path / "windtunnel-4node.json").exists():
@@ -67,18 +89,42 @@ def test_ranks_end_when_their_launcher_is_killed(tmp_path):
             run = RunFile.find("windtunnel-4node", tmp_path)
         pids = list(run.pids.values())
         assert len(pids) == 4 and launcher.poll() is None
-        launcher.kill()   # no chance to stop anything: mpiexec's stdin closes, rank 0 stops the others
-        launcher.wait(10)
-        deadline = time.monotonic() + 20
-        while _alive(pids) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _kill_launcher_and_wait_for(launcher, pids)
+        assert not _alive(pids), "ranks outlived their launcher"
+    finally:
+        _clean_up(launcher, tmp_path)
+
+
+# A launcher cut short: it starts the ranks as paths.launch does, reads the line each prints
+# once it serves, and dies before it tells rank 0 where the others listen.
+_DIES_BEFORE_LINKING = """
+import subprocess, sys
+from paths import mpiexec
+ranks = subprocess.Popen(mpiexec.command(4, [], [sys.executable, "-m", "paths", "--pathmap", sys.argv[1],
+                                                 "--launched", "--by-rank"]),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+for _ in range(4):
+    sys.stdout.write(ranks.stdout.readline().decode())
+sys.stdout.flush()
+ranks.wait()
+"""
+
+
+@requires_mpiexec
+def test_ranks_end_when_their_launcher_dies_before_linking_them(tmp_path):
+    # Rank 0 cannot stop nodes it was never told of, and mpiexec (Hydra) ends the other ranks
+    # neither on rank 0's exit (they never call MPI_Init) nor, at times, forwards its closed
+    # stdin at all: the launcher's death itself must end the job.
+    launcher = subprocess.Popen([sys.executable, "-c", _DIES_BEFORE_LINKING, str(PATHMAP)], cwd=REPO,
+                                stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        pids = [json.loads(launcher.stdout.readline())["pid"] for _ in range(4)]
+        _kill_launcher_and_wait_for(launcher, pids)
         assert not _alive(pids), "ranks outlived their launcher"
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
-        # mpiexec and any rank left: their command lines name this test's pathmap copy ("--" first:
-        # pkill takes a pattern that starts with "--" for an option, and then kills nothing).
-        subprocess.run(["pkill", "-KILL", "-f", "--", f"--pathmap {tmp_path}"], check=False)
+        subprocess.run(["pkill", "-KILL", "-f", "--", f"--pathmap {PATHMAP} --launched --by-rank"], check=False)
 
 
 @requires_mpiexec
