@@ -3,6 +3,7 @@
 Every test runs over both implementations (the `implementation` fixture: compiled and pure)."""
 
 import dataclasses
+import platform
 import struct
 import threading
 import time
@@ -397,3 +398,31 @@ def test_the_compiled_size_leaves_other_values_and_any_fields_to_the_template_fu
     with pytest.raises(IndexError):
         size((1.0, b""))                                         # too few values: as the template says
     assert not isinstance(_size_of(["int", "any"]), _COMPILED.TypedSize)   # `any` is encoded to be measured
+
+
+def _kernel_clocksource() -> str | None:
+    try:
+        with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(compiled.collector_module() is None, reason="the compiled collector is not built")
+def test_the_compiled_collectors_clock_is_clock_monotonic_never_going_back():
+    clock = compiled.collector_module()
+    # 60 ms of readings: the TSC clock calibrates in its first 10 ms and re-anchors every 1 ms.
+    start = time.monotonic_ns()
+    last, readings, outside = 0, 0, []
+    while time.monotonic_ns() - start < 60_000_000:
+        before = time.monotonic_ns()
+        t = clock.clock_ns()
+        after = time.monotonic_ns()
+        assert t >= last, "the collectors' clock went back"
+        last, readings = t, readings + 1
+        if not before - 1000 <= t <= after + 1000:   # within a µs of CLOCK_MONOTONIC
+            outside.append((before, t, after))
+    assert not outside, f"{len(outside)} of {readings} readings off CLOCK_MONOTONIC, e.g. {outside[:3]}"
+    # Where the kernel keeps CLOCK_MONOTONIC on the TSC (x86-64), so do the collectors, once calibrated.
+    assert clock.clock_source() == ("tsc" if _kernel_clocksource() == "tsc" and platform.machine() == "x86_64"
+                                    else "clock_gettime")
