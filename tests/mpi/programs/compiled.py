@@ -1,11 +1,15 @@
 """The calls whose collectors run compiled (eventspace/_collector.c, MpiCall), in every form that
 path takes and a few it hands to the closure, on 2 ranks; prints the type of comm.Send's
-collector (tests/mpi/test_mpi_collect.py runs it compiled and pure and compares the records)."""
+collector and how compiled receives read a Status's count (tests/mpi/test_mpi_collect.py runs it
+compiled and pure and compares the records)."""
 
 import sys
 
 import numpy as np
 from mpi4py import MPI
+
+from eventspace import compiled as built
+from eventspace.mpi.collector import count_in_c
 
 comm = MPI.COMM_WORLD
 r = comm.Get_rank()
@@ -53,4 +57,6 @@ comm.Allreduce(MPI.IN_PLACE, got)        # IN_PLACE: the closure
 comm.Alltoall(np.arange(2, dtype="i4"), np.empty(2, "i4"))
 comm.Barrier()
 if r == 0:
-    sys.stdout.write(f"collector {type(comm.Send).__name__}\n")
+    module = built.collector_module()
+    counts = "MPI_Get_count" if module is not None and count_in_c(module) else "Status.Get_count"
+    sys.stdout.write(f"collector {type(comm.Send).__name__}, receives count with {counts}\n")
