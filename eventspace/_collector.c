@@ -707,7 +707,7 @@ clock_pair(uint64_t *tsc)
 static int64_t
 tsc_anchor(void)
 {
-    uint64_t tsc;
+    uint64_t tsc = 0;
     int64_t ns = clock_pair(&tsc);
     if (clk.cal_ns == 0) {
         clk.cal_ns = ns;
@@ -1069,7 +1069,7 @@ static PyTypeObject CollectType = {
  * record, then spill() when the drain's bound is reached. Any other form of the call goes to the
  * closure (`fallback`), which stays the reference. */
 
-enum { K_SEND = 0, K_RECV = 1, K_COLLECTIVE = 2 };
+enum { K_SEND = 0, K_RECV = 1, K_COLLECTIVE = 2, K_IRECV = 3 };
 enum { S_NONE = 0, S_SEND = 1, S_ROOT = 2 };   /* what a collective sends: see COLLECTIVES */
 #define PEER_NONE 0xFFFFFFFFull
 
@@ -1129,6 +1129,9 @@ typedef struct {
     PyObject *params, *defaults;  /* the method's parameter names after self, and the defaults of the
                                      last of them (mpi4py's): where keyword arguments go, or NULL */
     PyTypeObject *ndarray;
+    PyObject *request_class;      /* a nonblocking post's: wraps its request, which gets `info` */
+    PyObject *channel;            /* the closure's Channel, first in a request's info */
+    Py_ssize_t info_at;           /* where a request keeps its info (info_offset), or -1 */
     long long any_source, any_tag;
     Py_ssize_t cid;
     uint64_t op, flags, error, any_source_flag, any_tag_flag;
@@ -1290,7 +1293,67 @@ collecting(MpiCall *self)
     return PyObject_IsTrue(PyList_GET_ITEM(self->on, 0));
 }
 
-/* Send(buf, dest, tag=0) */
+static PyObject *s_info;
+
+/* Where an instance of request class `cls` keeps `info` (its __slots__ member's offset), or -1. */
+static Py_ssize_t
+info_offset(PyObject *cls)
+{
+    PyObject *descr = PyObject_GetAttr(cls, s_info);
+    Py_ssize_t offset = -1;
+    if (descr == NULL)
+        PyErr_Clear();
+    else if (Py_IS_TYPE(descr, &PyMemberDescr_Type)
+             && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX
+             && !(((PyMemberDescrObject *)descr)->d_member->flags & READONLY))
+        offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    Py_XDECREF(descr);
+    return offset;
+}
+
+/* A nonblocking post's request wrapped in the request class, its `info` set as the closure sets it:
+ * (channel, op, flags, peer, tag, nbytes, t_start), what its completion records (interpose.py). */
+static PyObject *
+posted(MpiCall *self, PyObject *request, uint64_t flags, uint64_t peer, uint64_t tag, uint64_t n, int64_t t0)
+{
+    PyObject *wrapped = PyObject_CallOneArg(self->request_class, request);
+    Py_DECREF(request);
+    if (wrapped == NULL)
+        return NULL;
+    PyObject *info = PyTuple_New(7);
+    if (info == NULL) {
+        Py_DECREF(wrapped);
+        return NULL;
+    }
+    uint64_t fields[5] = {self->op, flags, peer, tag, n};
+    Py_INCREF(self->channel);
+    PyTuple_SET_ITEM(info, 0, self->channel);
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(fields[i]);
+        if (v == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(info, i + 1, v);
+    }
+    PyObject *start = PyLong_FromLongLong(t0);
+    if (start == NULL)
+        goto fail;
+    PyTuple_SET_ITEM(info, 6, start);
+    if (self->info_at > 0 && Py_TYPE(wrapped) == (PyTypeObject *)self->request_class) {
+        PyObject **slot = (PyObject **)((char *)wrapped + self->info_at);   /* the slot, as Python sets it */
+        Py_XSETREF(*slot, info);
+        return wrapped;
+    }
+    if (PyObject_SetAttr(wrapped, s_info, info) == 0) {
+        Py_DECREF(info);
+        return wrapped;
+    }
+fail:
+    Py_DECREF(info);
+    Py_DECREF(wrapped);
+    return NULL;
+}
+
+/* Send(buf, dest, tag=0), and the nonblocking sends (Isend...) with a request class */
 static PyObject *
 mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1313,7 +1376,47 @@ mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     if (result == NULL)
         return failed(self, self->flags, peer, (uint64_t)tag, t0);
     int64_t t1 = now(self->offset_ns);
-    if (set_mark(self, NULL) < 0 || record(self, self->flags, peer, (uint64_t)tag, n, t0, t1) < 0) {
+    if (set_mark(self, NULL) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    if (self->request_class != NULL
+        && (result = posted(self, result, self->flags, peer, (uint64_t)tag, n, t0)) == NULL)
+        return NULL;
+    if (record(self, self->flags, peer, (uint64_t)tag, n, t0, t1) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+/* Irecv(buf, source=ANY_SOURCE, tag=ANY_TAG): the post's record (no bytes yet: its completion
+ * records what came) and its request, wrapped, with the post's info. */
+static PyObject *
+mpi_irecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    long long source = self->any_source, tag = self->any_tag;
+    if (kwnames != NULL || nargs < 1 || nargs > 3 || (nargs > 1 && small_int(args[1], &source) < 0)
+        || (nargs > 2 && small_int(args[2], &tag) < 0))
+        return to_fallback(self, args, nargsf, kwnames);
+    PyObject *call_args[4] = {self->comm, args[0], nargs > 1 ? args[1] : NULL, nargs > 2 ? args[2] : NULL};
+    int on = collecting(self);
+    if (on <= 0)
+        return on < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 1 + nargs, NULL);
+    uint64_t f = self->flags | (source == self->any_source ? self->any_source_flag : 0)
+                 | (tag == self->any_tag ? self->any_tag_flag : 0);
+    uint64_t want = peer_of(self, source), wanted_tag = (uint64_t)tag & U32;
+    int64_t t0 = now(self->offset_ns);
+    if (mark_start(self, t0, f, want, wanted_tag, 0) < 0)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(self->call, call_args, 1 + nargs, NULL);
+    if (result == NULL)
+        return failed(self, f, want, wanted_tag, t0);
+    if ((result = posted(self, result, f, want, wanted_tag, 0, t0)) == NULL)
+        return failed(self, f, want, wanted_tag, t0);
+    int64_t t1 = now(self->offset_ns);
+    if (set_mark(self, NULL) < 0 || record(self, f, want, wanted_tag, 0, t0, t1) < 0) {
         Py_DECREF(result);
         return NULL;
     }
@@ -1551,6 +1654,8 @@ mpicall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         return mpi_send(self, args, nargsf, kwnames);
     case K_RECV:
         return mpi_recv(self, args, nargsf, kwnames);
+    case K_IRECV:
+        return mpi_irecv(self, args, nargsf, kwnames);
     default:
         return mpi_collective(self, args, nargsf, kwnames);
     }
@@ -1562,20 +1667,28 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static char *names[] = {"kind", "comm", "call", "fallback", "append", "on", "bound", "spill", "marks",
                             "peers", "status", "rounds", "ndarray", "cid", "op", "flags", "error",
                             "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
-                            "sends", "root_at", "rank", "params", "defaults", NULL};
+                            "sends", "root_at", "rank", "params", "defaults", "request_class", "channel",
+                            NULL};
     int kind, sends = S_NONE;
     PyObject *comm, *call, *fallback, *append, *on, *bound, *spill, *marks, *peers, *status, *rounds,
         *ndarray;
     Py_ssize_t cid, root_at = -1;
     unsigned long long op, flags, error, any_source_flag, any_tag_flag;
     long long any_source, any_tag, offset_ns, rank = 0;
-    PyObject *params = Py_None, *defaults = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inLOO:MpiCall", names, &kind, &comm, &call,
+    PyObject *params = Py_None, *defaults = Py_None, *request_class = Py_None, *channel = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inLOOOO:MpiCall", names, &kind, &comm, &call,
                                      &fallback, &append, &on, &bound, &spill, &marks, &peers, &status, &rounds,
                                      &ndarray, &cid, &op, &flags, &error, &any_source, &any_tag,
                                      &any_source_flag, &any_tag_flag, &offset_ns, &sends, &root_at, &rank,
-                                     &params, &defaults))
+                                     &params, &defaults, &request_class, &channel))
         return NULL;
+    int posts = request_class != Py_None;
+    if ((kind == K_IRECV && !posts) || (posts && ((kind != K_SEND && kind != K_IRECV) || channel == Py_None
+                                                  || !PyCallable_Check(request_class)))) {
+        PyErr_SetString(PyExc_TypeError, "a nonblocking post (Isend..., kind 0; Irecv, kind 3) needs its request "
+                        "class and channel; nothing else takes them");
+        return NULL;
+    }
     if ((params == Py_None) != (defaults == Py_None)
         || (params != Py_None && (!PyTuple_CheckExact(params) || !PyTuple_CheckExact(defaults)
                                   || PyTuple_GET_SIZE(defaults) > PyTuple_GET_SIZE(params)))) {
@@ -1591,8 +1704,8 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             }
         }
     }
-    if (kind < K_SEND || kind > K_COLLECTIVE || sends < S_NONE || sends > S_ROOT) {
-        PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv) or 2 (collective); sends 0, 1 or 2");
+    if (kind < K_SEND || kind > K_IRECV || sends < S_NONE || sends > S_ROOT) {
+        PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv), 2 (collective) or 3 (irecv); sends 0, 1 or 2");
         return NULL;
     }
     if (!Py_IS_TYPE(append, &RingAppenderType) || !PyList_CheckExact(on) || PyList_GET_SIZE(on) != 1
@@ -1634,6 +1747,13 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->params = params;
         self->defaults = defaults;
     }
+    if (request_class != Py_None) {
+        Py_INCREF(request_class);
+        Py_INCREF(channel);
+        self->request_class = request_class;
+        self->channel = channel;
+        self->info_at = PyType_Check(request_class) ? info_offset(request_class) : -1;
+    }
     PyObject *status_type = (PyObject *)Py_TYPE(status);
     if (copy_peers(self, peers) < 0 || (self->get_count = PyObject_GetAttr(status_type, s_get_count)) == NULL
         || (self->get_source = PyObject_GetAttr(status_type, s_get_source)) == NULL
@@ -1673,6 +1793,8 @@ mpicall_traverse(MpiCall *self, visitproc visit, void *arg)
     Py_VISIT(self->get_tag);
     Py_VISIT(self->params);
     Py_VISIT(self->defaults);
+    Py_VISIT(self->request_class);
+    Py_VISIT(self->channel);
     return 0;
 }
 
@@ -1698,6 +1820,8 @@ mpicall_clear(MpiCall *self)
     Py_CLEAR(self->get_tag);
     Py_CLEAR(self->params);
     Py_CLEAR(self->defaults);
+    Py_CLEAR(self->request_class);
+    Py_CLEAR(self->channel);
     return 0;
 }
 
@@ -1753,7 +1877,7 @@ PyInit__collector(void)
         {&s_signal_change, "_signal_change"}, {&s_template, "template"}, {&s_mismatch, "_mismatch"},
         {&s_ring, "_ring"}, {&s_cap, "_cap"}, {&s_size, "_size"}, {&s_keep, "keep"}, {&s_mutex, "mutex"},
         {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_nbytes, "nbytes"}, {&s_get_count, "Get_count"},
-        {&s_get_source, "Get_source"}, {&s_get_tag, "Get_tag"},
+        {&s_get_source, "Get_source"}, {&s_get_tag, "Get_tag"}, {&s_info, "info"},
     };
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
         if (*strings[i].slot == NULL && (*strings[i].slot = PyUnicode_InternFromString(strings[i].text)) == NULL)

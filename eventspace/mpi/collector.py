@@ -56,14 +56,16 @@ class Channel:
 
 
 # What the compiled call is (eventspace/_collector.c, MpiCall): its kinds, and what a collective sends.
-_SEND, _RECV, _COLLECTIVE = 0, 1, 2
+_SEND, _RECV, _COLLECTIVE, _IRECV = 0, 1, 2, 3
 _COMPILED_SENDS = {"none": 0, "send": 1, "piece": 1, "root": 2, "root-send": 2}
 
 
-def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None, sends=0, root_at=-1, rank=0):
-    """The compiled form of collector `closure` (kind _SEND, _RECV or _COLLECTIVE) where the
-    channel runs compiled: it writes what the closure writes for the common form of the call, in
-    C, and hands every other form to the closure. Else the closure itself."""
+def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None, sends=0, root_at=-1, rank=0,
+                  request_class=None):
+    """The compiled form of collector `closure` (kind _SEND, _RECV, _COLLECTIVE or _IRECV; a
+    nonblocking send is a _SEND with `request_class`) where the channel runs compiled: it writes
+    what the closure writes for the common form of the call, in C, and hands every other form to
+    the closure. Else the closure itself."""
     if ch.compiled is None:
         return closure
     if kind == _RECV:
@@ -72,7 +74,7 @@ def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None
     return ch.compiled.MpiCall(kind, comm, call, closure, ch.append, ch.on, ch.bound, ch.spill, ch.inflight,
                                ch.peers, ch.status, rounds, ndarray, ch.cid, op, flags, ERROR, ANY_SOURCE,
                                ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, root_at, rank,
-                               params, defaults)
+                               params, defaults, request_class, ch if request_class is not None else None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -218,9 +220,9 @@ def _send(comm, call, op, ch, flags, request_class=None):
             spill()
         return result
 
-    if pickled or request_class is not None:
+    if pickled:
         return send
-    return compiled_call(_SEND, comm, call, ch, op, flags, send)
+    return compiled_call(_SEND, comm, call, ch, op, flags, send, request_class=request_class)
 
 
 def _recv(comm, call, op, ch, flags):
@@ -295,7 +297,8 @@ def _post_recv(comm, call, ch, flags, request_class):
 
     if flags:
         post.__defaults__ = (None, ANY_SOURCE, ANY_TAG)
-    return post
+        return post
+    return compiled_call(_IRECV, comm, call, ch, op, flags, post, request_class=request_class)
 
 
 def _sendrecv(comm, call, ch, flags):

@@ -185,8 +185,8 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     if compiled.collector_module() is not None:
         # receives read the count with MPI_Get_count in C: the short messages below (7 and 8
         # bytes into 16-byte buffers) have the pure collectors' counts
-        assert "collector MpiCall, receives count with MPI_Get_count" in seen["compiled"]
-    assert "collector function, receives count with Status.Get_count" in seen["pure"]
+        assert "collector MpiCall, posts MpiCall, receives count with MPI_Get_count" in seen["compiled"]
+    assert "collector function, posts function, receives count with Status.Get_count" in seen["pure"]
     assert seen["compiled", "rows"] == seen["pure", "rows"]
     rows = seen["pure", "rows"]
     # The forms each path takes are all there: the sends' bytes, the failed send, receives of
@@ -201,3 +201,10 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     assert rows["r1", e.RECV, 0, e.PEER_NONE, e.TAG_ANY, 0, "comm0"] == 1
     assert rows["r1", e.BCAST, 0, 1, 1, 16, "comm0"] == rows["r0", e.BCAST, 0, 1, 1, 0, "comm0"] == 1
     assert sum(n for (thread, op, *_), n in rows.items() if op == e.ALLREDUCE) == 6
+    # Nonblocking posts and their requests' completions: a post's record, then its request's,
+    # with what came (the ANY_SOURCE receive: from r0, 8 bytes).
+    assert rows["r0", e.ISEND, 0, 1, 12, 16, "comm0"] == rows["r0", e.ISSEND, 0, 1, 13, 8, "comm0"] == 1
+    assert rows["r0", e.ISEND, e.REQUEST, 1, 11, 16, "comm0"] == 1
+    assert rows["r1", e.IRECV, e.ANY_SOURCE, e.PEER_ANY, 13, 0, "comm0"] == 1
+    assert rows["r1", e.IRECV, e.ANY_SOURCE | e.REQUEST, 0, 13, 8, "comm0"] == 1
+    assert rows["r1", e.IRECV, e.REQUEST, 0, 12, 16, "comm0"] == 1

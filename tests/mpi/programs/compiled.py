@@ -27,6 +27,8 @@ if r == 0:
     comm.Send([ints, MPI.INT], 1, 4)      # a buffer spec: the closure
     comm.Rsend(ints[:1], MPI.PROC_NULL, 5)
     comm.Send(ints, 1, 6)
+    comm.Isend(ints, 1, 11).Wait()        # nonblocking posts: compiled too, their requests wrapped
+    MPI.Request.Waitall([comm.Isend(ints, dest=1, tag=12), comm.Issend(bytearray(8), 1, 13)])
 else:
     comm.Recv(got, 0, 1)
     comm.Recv(bytearray(16))              # ANY_SOURCE, ANY_TAG
@@ -36,6 +38,8 @@ else:
     comm.Recv(got, tag=9)                 # the source left out before a tag given: ANY_SOURCE
     comm.Recv(got, MPI.PROC_NULL, 5)
     comm.Recv(got, 0, 6, None)
+    comm.Irecv(got, 0, 11).Wait()
+    MPI.Request.Waitall([comm.Irecv(got, source=0, tag=12), comm.Irecv(bytearray(16), MPI.ANY_SOURCE, 13)])
 try:
     comm.Send(ints, dest=other, tga=3)    # no such parameter: mpi4py's TypeError, nothing sent
     raise AssertionError("a misspelt keyword was taken")
@@ -59,4 +63,5 @@ comm.Barrier()
 if r == 0:
     module = built.collector_module()
     counts = "MPI_Get_count" if module is not None and count_in_c(module) else "Status.Get_count"
-    sys.stdout.write(f"collector {type(comm.Send).__name__}, receives count with {counts}\n")
+    sys.stdout.write(f"collector {type(comm.Send).__name__}, posts {type(comm.Irecv).__name__}, "
+                     f"receives count with {counts}\n")
