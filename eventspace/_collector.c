@@ -1390,22 +1390,36 @@ mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     return result;
 }
 
+/* A receive's (buf, source=ANY_SOURCE, tag=ANY_TAG, ...) of at most `most` arguments: the source
+ * and tag it wants, and the flags that says (ANY_SOURCE, ANY_TAG); -1 for another form. */
+static int
+wanted(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t most, long long *source,
+       long long *tag, uint64_t *flags)
+{
+    *source = self->any_source;
+    *tag = self->any_tag;
+    if (nargs < 1 || nargs > most || (nargs > 1 && small_int(args[1], source) < 0)
+        || (nargs > 2 && small_int(args[2], tag) < 0))
+        return -1;
+    *flags = self->flags | (*source == self->any_source ? self->any_source_flag : 0)
+             | (*tag == self->any_tag ? self->any_tag_flag : 0);
+    return 0;
+}
+
 /* Irecv(buf, source=ANY_SOURCE, tag=ANY_TAG): the post's record (no bytes yet: its completion
  * records what came) and its request, wrapped, with the post's info. */
 static PyObject *
 mpi_irecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    long long source = self->any_source, tag = self->any_tag;
-    if (kwnames != NULL || nargs < 1 || nargs > 3 || (nargs > 1 && small_int(args[1], &source) < 0)
-        || (nargs > 2 && small_int(args[2], &tag) < 0))
+    long long source, tag;
+    uint64_t f;
+    if (kwnames != NULL || wanted(self, args, nargs, 3, &source, &tag, &f) < 0)
         return to_fallback(self, args, nargsf, kwnames);
     PyObject *call_args[4] = {self->comm, args[0], nargs > 1 ? args[1] : NULL, nargs > 2 ? args[2] : NULL};
     int on = collecting(self);
     if (on <= 0)
         return on < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 1 + nargs, NULL);
-    uint64_t f = self->flags | (source == self->any_source ? self->any_source_flag : 0)
-                 | (tag == self->any_tag ? self->any_tag_flag : 0);
     uint64_t want = peer_of(self, source), wanted_tag = (uint64_t)tag & U32;
     int64_t t0 = now(self->offset_ns);
     if (mark_start(self, t0, f, want, wanted_tag, 0) < 0)
@@ -1497,9 +1511,9 @@ static PyObject *
 mpi_recv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    long long source = self->any_source, tag = self->any_tag;
-    if (kwnames != NULL || nargs < 1 || nargs > 4 || (nargs > 1 && small_int(args[1], &source) < 0)
-        || (nargs > 2 && small_int(args[2], &tag) < 0))
+    long long source, tag;
+    uint64_t f;
+    if (kwnames != NULL || wanted(self, args, nargs, 4, &source, &tag, &f) < 0)
         return to_fallback(self, args, nargsf, kwnames);
     PyObject *status = nargs > 3 && args[3] != Py_None ? args[3] : self->status;
     PyObject *source_obj = nargs > 1 ? args[1] : NULL, *tag_obj = nargs > 2 ? args[2] : NULL;
@@ -1518,8 +1532,6 @@ mpi_recv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             result = PyObject_Vectorcall(self->call, call_args, 4 + (nargs > 3), NULL);
         goto done;
     }
-    uint64_t f = self->flags | (source == self->any_source ? self->any_source_flag : 0)
-                 | (tag == self->any_tag ? self->any_tag_flag : 0);
     uint64_t want = peer_of(self, source), wanted_tag = (uint64_t)tag & U32;
     int64_t t0 = now(self->offset_ns);
     if (mark_start(self, t0, f, want, wanted_tag, 0) < 0)
