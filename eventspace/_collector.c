@@ -105,7 +105,7 @@ slot_offset(PyTypeObject *type, PyObject *name)
         if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
             return m->offset;
     }
-    PyErr_Format(PyExc_TypeError, "a trace element's %U must be a slot (pastset.Element's __slots__)", name);
+    PyErr_Format(PyExc_TypeError, "%s's %U must be a slot (in its __slots__)", type->tp_name, name);
     return -1;
 }
 
@@ -1131,7 +1131,7 @@ typedef struct {
     PyTypeObject *ndarray;
     PyObject *request_class;      /* a nonblocking post's: wraps its request, which gets `info` */
     PyObject *channel;            /* the closure's Channel, first in a request's info */
-    Py_ssize_t info_at;           /* where a request keeps its info (info_offset), or -1 */
+    Py_ssize_t info_at;           /* where a request keeps its info (slot_offset), or -1 */
     long long any_source, any_tag;
     Py_ssize_t cid;
     uint64_t op, flags, error, any_source_flag, any_tag_flag;
@@ -1295,22 +1295,6 @@ collecting(MpiCall *self)
 
 static PyObject *s_info;
 
-/* Where an instance of request class `cls` keeps `info` (its __slots__ member's offset), or -1. */
-static Py_ssize_t
-info_offset(PyObject *cls)
-{
-    PyObject *descr = PyObject_GetAttr(cls, s_info);
-    Py_ssize_t offset = -1;
-    if (descr == NULL)
-        PyErr_Clear();
-    else if (Py_IS_TYPE(descr, &PyMemberDescr_Type)
-             && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX
-             && !(((PyMemberDescrObject *)descr)->d_member->flags & READONLY))
-        offset = ((PyMemberDescrObject *)descr)->d_member->offset;
-    Py_XDECREF(descr);
-    return offset;
-}
-
 /* A nonblocking post's request wrapped in the request class, its `info` set as the closure sets it:
  * (channel, op, flags, peer, tag, nbytes, t_start), what its completion records (interpose.py). */
 static PyObject *
@@ -1460,9 +1444,9 @@ static void *get_count_fn;
 static intptr_t mpi_byte;
 static int mpi_handle_size;
 
-/* The bytes a receive got, as Status.Get_count() says (MPI_BYTE). */
+/* The bytes a receive got, as Status.Get_count() says (MPI_BYTE); `get_count` the unbound method. */
 static int
-received_bytes(MpiCall *self, PyObject *status, long long *count)
+received_bytes_of(PyObject *get_count, PyObject *status, long long *count)
 {
     if (get_count_fn != NULL) {
         void *st = status_of(status);
@@ -1478,7 +1462,7 @@ received_bytes(MpiCall *self, PyObject *status, long long *count)
             return 0;
         }
     }
-    return status_field(self->get_count, status, count);
+    return status_field(get_count, status, count);
 }
 
 /* _collector.use_mpi_status(capsule, get_count, byte, handle_size) -> bool: have compiled receives
@@ -1548,7 +1532,7 @@ mpi_recv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     int named = source >= 0 && tag >= 0;
     if (set_mark(self, NULL) < 0 || (!named && status_field(self->get_source, status, &got_source) < 0)
         || (!named && status_field(self->get_tag, status, &got_tag) < 0)
-        || received_bytes(self, status, &count) < 0
+        || received_bytes_of(self->get_count, status, &count) < 0
         || record(self, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
                   count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1) < 0)
         Py_CLEAR(result);
@@ -1764,7 +1748,9 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_INCREF(channel);
         self->request_class = request_class;
         self->channel = channel;
-        self->info_at = PyType_Check(request_class) ? info_offset(request_class) : -1;
+        self->info_at = PyType_Check(request_class) ? slot_offset((PyTypeObject *)request_class, s_info) : -1;
+        if (self->info_at < 0)
+            PyErr_Clear();   /* then set by name */
     }
     PyObject *status_type = (PyObject *)Py_TYPE(status);
     if (copy_peers(self, peers) < 0 || (self->get_count = PyObject_GetAttr(status_type, s_get_count)) == NULL
@@ -1862,6 +1848,272 @@ static PyTypeObject MpiCallType = {
     .tp_clear = (inquiry)mpicall_clear,
 };
 
+/* -- Request.Wait ------------------------------------------------------------------------------
+ *
+ * RequestWait(call, fallback, request_class, channel_class, op, request_flag, cancelled_flag, error,
+ *             receives): Wait (or wait) of the traced Request class (eventspace/mpi/interpose.py),
+ * the hot path of its Python method `fallback` (interpose._one), which stays the reference and
+ * takes every other case: a request of a channel that does not run compiled, a cancelled one,
+ * keyword arguments. A method descriptor: request.Wait(status) calls it with the request first.
+ * It reads the request's info (channel, op, flags, peer, tag, nbytes, t_start) and the channel's
+ * slots at their offsets, marks the wait in flight, calls mpi4py's `call`, and appends the
+ * request's record (a receive's source, tag and count from the Status) and the Wait's own. */
+
+enum { CH_COMPILED, CH_CID, CH_APPEND, CH_ON, CH_BOUND, CH_SPILL, CH_INFLIGHT, CH_PEERS, CH_STATUS, CH_OFFSET,
+       CH_SLOTS };
+static const char *channel_slots[CH_SLOTS] = {"compiled", "cid", "append", "on", "bound", "spill", "inflight",
+                                              "peers", "status", "offset_ns"};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *call, *fallback;
+    PyTypeObject *request_type, *channel_type;
+    Py_ssize_t info_at, at[CH_SLOTS];
+    uint64_t op, request_flag, cancelled_flag, error;
+    uint64_t receives[8];
+    int nreceives;
+    PyObject *get_source, *get_tag, *get_count;   /* MPI.Status's, unbound */
+} RequestWait;
+
+/* One record through the channel's appender, then its spill() once the drain's bound is reached. */
+static int
+channel_append(PyObject **field, const uint64_t v[8])
+{
+    Py_ssize_t last = ring_append((RingAppender *)field[CH_APPEND], v);
+    if (last < 0)
+        return -1;
+    Py_ssize_t bound = PyLong_AsSsize_t(PyList_GET_ITEM(field[CH_BOUND], 0));
+    if (bound == -1 && PyErr_Occurred())
+        return -1;
+    return last >= bound ? call_void(field[CH_SPILL]) : 0;
+}
+
+/* inflight[cid] = v (a new reference, stolen). */
+static int
+set_inflight(PyObject **field, Py_ssize_t cid, PyObject *v)
+{
+    if (cid >= PyList_GET_SIZE(field[CH_INFLIGHT])) {
+        Py_DECREF(v);
+        PyErr_SetString(PyExc_IndexError, "the node's marks hold no slot for this collector");
+        return -1;
+    }
+    return PyList_SetItem(field[CH_INFLIGHT], cid, v);
+}
+
+static PyObject *
+wait_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    RequestWait *self = (RequestWait *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs < 1 || nargs > 2 || Py_TYPE(args[0]) != self->request_type)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *request = args[0], *status = nargs > 1 ? args[1] : Py_None;
+    PyObject *info = *slot(request, self->info_at);
+    if (info == NULL || !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 7
+        || Py_TYPE(PyTuple_GET_ITEM(info, 0)) != self->channel_type)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *ch = PyTuple_GET_ITEM(info, 0), *field[CH_SLOTS];
+    for (int i = 0; i < CH_SLOTS; i++) {
+        if ((field[i] = *slot(ch, self->at[i])) == NULL)
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    uint64_t post[5];   /* op, flags, peer, tag, nbytes */
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = PyTuple_GET_ITEM(info, i + 1);
+        post[i] = PyLong_CheckExact(v) ? PyLong_AsUnsignedLongLongMask(v) : UINT64_MAX;
+    }
+    PyObject *t_post = PyTuple_GET_ITEM(info, 6);
+    if (field[CH_COMPILED] == Py_None || !Py_IS_TYPE(field[CH_APPEND], &RingAppenderType)
+        || !PyList_CheckExact(field[CH_ON]) || PyList_GET_SIZE(field[CH_ON]) != 1 || !PyList_CheckExact(field[CH_BOUND])
+        || PyList_GET_SIZE(field[CH_BOUND]) != 1 || !PyList_CheckExact(field[CH_INFLIGHT])
+        || !PyList_CheckExact(field[CH_PEERS]) || !PyLong_CheckExact(field[CH_CID]) || !PyLong_CheckExact(t_post)
+        || !PyLong_CheckExact(field[CH_OFFSET]) || post[1] & self->cancelled_flag || post[0] == UINT64_MAX
+        || post[1] == UINT64_MAX || post[2] == UINT64_MAX || post[3] == UINT64_MAX || post[4] == UINT64_MAX)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    int on = PyObject_IsTrue(PyList_GET_ITEM(field[CH_ON], 0)), active = on > 0 ? PyObject_IsTrue(request) : 0;
+    if (on < 0 || active < 0)
+        return NULL;
+    int receive = 0;
+    for (int i = 0; i < self->nreceives; i++)
+        receive |= post[0] == self->receives[i];
+    /* Sends need no Status (unless cancelled, which the fallback took): MPI then fills none. */
+    PyObject *st = status != Py_None || !receive ? status : field[CH_STATUS];
+    PyObject *call_args[2] = {request, st};
+    if (!on || !active)
+        return PyObject_Vectorcall(self->call, call_args, 2, NULL);
+    Py_ssize_t cid = PyLong_AsSsize_t(field[CH_CID]);
+    int64_t offset = PyLong_AsLongLong(field[CH_OFFSET]), t_start = PyLong_AsLongLong(t_post);
+    if (PyErr_Occurred())
+        return NULL;
+    int64_t t0 = now(offset);
+    MpiMark *mark = PyObject_New(MpiMark, &MpiMarkType);
+    if (mark == NULL)
+        return NULL;
+    mark->t0 = t0;
+    uint64_t fields[5] = {post[0], post[1] | self->request_flag, post[2], post[3], post[4]};
+    memcpy(mark->fields, fields, sizeof fields);
+    if (set_inflight(field, cid, (PyObject *)mark) < 0)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(self->call, call_args, 2, NULL);
+    if (result == NULL) {   /* as collector._fail: the Wait's record with the error flag, given 1 */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        Py_INCREF(zero);
+        uint64_t v[8] = {self->op, self->error, (uint64_t)cid, 1, 0, 0, (uint64_t)t0, (uint64_t)now(offset)};
+        if (set_inflight(field, cid, zero) < 0 || channel_append(field, v) < 0) {
+            _PyErr_ChainExceptions(type, value, tb);
+            return NULL;
+        }
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    int64_t t1 = now(offset);
+    Py_INCREF(zero);
+    if (set_inflight(field, cid, zero) < 0)
+        goto fail;
+    uint64_t peer = post[2], tag = post[3], n = post[4];
+    if (receive && st != Py_None) {   /* what came: its source, tag and bytes */
+        long long source, got_tag, count;
+        PyObject *p;
+        if (status_field(self->get_source, st, &source) < 0 || status_field(self->get_tag, st, &got_tag) < 0
+            || received_bytes_of(self->get_count, st, &count) < 0
+            || (p = PySequence_GetItem(field[CH_PEERS], (Py_ssize_t)source)) == NULL)
+            goto fail;
+        peer = PyLong_AsUnsignedLongLongMask(p);
+        Py_DECREF(p);
+        if (PyErr_Occurred())
+            goto fail;
+        tag = (uint64_t)got_tag & U32;
+        n = count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32;
+    }
+    uint64_t request_record[8] = {post[0], post[1] | self->request_flag, (uint64_t)cid, peer, tag, n,
+                                  (uint64_t)t_start, (uint64_t)t1};
+    uint64_t wait_record[8] = {self->op, 0, (uint64_t)cid, 1, 1, 0, (uint64_t)t0, (uint64_t)t1};
+    if (channel_append(field, request_record) < 0 || channel_append(field, wait_record) < 0)
+        goto fail;
+    return result;
+fail:
+    Py_DECREF(result);
+    return NULL;
+}
+
+static PyObject *
+wait_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"call", "fallback", "request_class", "channel_class", "op", "request_flag",
+                            "cancelled_flag", "error", "receives", "status_class", NULL};
+    PyObject *call, *fallback, *request_class, *channel_class, *receives, *status_class;
+    unsigned long long op, request_flag, cancelled_flag, error;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOKKKKOO:RequestWait", names, &call, &fallback, &request_class,
+                                     &channel_class, &op, &request_flag, &cancelled_flag, &error, &receives,
+                                     &status_class))
+        return NULL;
+    if (!PyType_Check(request_class) || !PyType_Check(channel_class) || !PyTuple_CheckExact(receives)
+        || PyTuple_GET_SIZE(receives) > 8 || !PyType_Check(status_class)) {
+        PyErr_SetString(PyExc_TypeError, "RequestWait needs the request, channel and status classes and a tuple "
+                        "of at most 8 receive ops");
+        return NULL;
+    }
+    RequestWait *self = (RequestWait *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = wait_vectorcall;
+    if ((self->info_at = slot_offset((PyTypeObject *)request_class, s_info)) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    for (int i = 0; i < CH_SLOTS; i++) {
+        PyObject *name = PyUnicode_InternFromString(channel_slots[i]);
+        self->at[i] = name == NULL ? -1 : slot_offset((PyTypeObject *)channel_class, name);
+        Py_XDECREF(name);
+        if (self->at[i] < 0) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(receives); i++)
+        self->receives[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(receives, i));
+    self->nreceives = (int)PyTuple_GET_SIZE(receives);
+    PyObject **slots[] = {&self->call, &self->fallback, (PyObject **)&self->request_type,
+                          (PyObject **)&self->channel_type};
+    PyObject *values[] = {call, fallback, request_class, channel_class};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        Py_INCREF(values[i]);
+        *slots[i] = values[i];
+    }
+    self->op = op;
+    self->request_flag = request_flag;
+    self->cancelled_flag = cancelled_flag;
+    self->error = error;
+    if (PyErr_Occurred() || (self->get_count = PyObject_GetAttr(status_class, s_get_count)) == NULL
+        || (self->get_source = PyObject_GetAttr(status_class, s_get_source)) == NULL
+        || (self->get_tag = PyObject_GetAttr(status_class, s_get_tag)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+wait_traverse(RequestWait *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->call);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->request_type);
+    Py_VISIT(self->channel_type);
+    Py_VISIT(self->get_count);
+    Py_VISIT(self->get_source);
+    Py_VISIT(self->get_tag);
+    return 0;
+}
+
+static int
+wait_clear(RequestWait *self)
+{
+    Py_CLEAR(self->call);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->request_type);
+    Py_CLEAR(self->channel_type);
+    Py_CLEAR(self->get_count);
+    Py_CLEAR(self->get_source);
+    Py_CLEAR(self->get_tag);
+    return 0;
+}
+
+static void
+wait_dealloc(RequestWait *self)
+{
+    PyObject_GC_UnTrack(self);
+    wait_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject RequestWaitType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.RequestWait",
+    .tp_doc = PyDoc_STR("The compiled Wait of the traced Request class (eventspace/mpi/interpose.py)."),
+    .tp_basicsize = sizeof(RequestWait),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(RequestWait, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = wait_descr_get,
+    .tp_new = wait_new,
+    .tp_dealloc = (destructor)wait_dealloc,
+    .tp_traverse = (traverseproc)wait_traverse,
+    .tp_clear = (inquiry)wait_clear,
+};
+
 /* -- the module ----------------------------------------------------------------------------- */
 
 static PyMethodDef functions[] = {
@@ -1901,7 +2153,7 @@ PyInit__collector(void)
         return NULL;
     clk.tsc = kernel_clock_is_tsc();
     if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&CollectType) < 0 || PyType_Ready(&MpiCallType) < 0
-        || PyType_Ready(&MpiMarkType) < 0 || PyType_Ready(&TypedSizeType) < 0)
+        || PyType_Ready(&MpiMarkType) < 0 || PyType_Ready(&TypedSizeType) < 0 || PyType_Ready(&RequestWaitType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1910,7 +2162,8 @@ PyInit__collector(void)
         || PyModule_AddObjectRef(m, "RingAppender", (PyObject *)&RingAppenderType) < 0
         || PyModule_AddObjectRef(m, "Collect", (PyObject *)&CollectType) < 0
         || PyModule_AddObjectRef(m, "MpiCall", (PyObject *)&MpiCallType) < 0
-        || PyModule_AddObjectRef(m, "TypedSize", (PyObject *)&TypedSizeType) < 0) {
+        || PyModule_AddObjectRef(m, "TypedSize", (PyObject *)&TypedSizeType) < 0
+        || PyModule_AddObjectRef(m, "RequestWait", (PyObject *)&RequestWaitType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -23,9 +23,11 @@ from mpi4py import MPI
 from . import encoding as e
 from .collector import (
     DUMPED,
+    ERROR,
     F_CANCELLED,
     F_REQUEST,
     RECEIVES,
+    Channel,
     _fail,
     completion_call,
     matched_receive,
@@ -366,10 +368,28 @@ def count_pickled() -> None:
     MPI.pickle.__init__(counted_dumps, pickle.loads, MPI.pickle.PROTOCOL, MPI.pickle.THRESHOLD)
 
 
-def install(world, adopt, finalize) -> None:
+def compile_waits(compiled) -> None:
+    """Request.Wait and wait in C (`compiled.RequestWait`, eventspace/_collector.c), where the
+    compiled collector runs: they write what `_one` writes, which stays the reference and takes
+    what they leave (a channel that runs pure, a cancelled request, keyword arguments)."""
+    if compiled is None or "Wait" in _compiled_waits:
+        return
+    for name, call in (("Wait", _Wait), ("wait", _wait)):
+        _compiled_waits[name] = python = _python_waits[name]
+        setattr(Request, name, compiled.RequestWait(call, python, Request, Channel, e.WAIT, e.REQUEST, e.CANCELLED,
+                                                    ERROR, tuple(sorted(RECEIVES)), MPI.Status))
+
+
+_python_waits = {"Wait": Request.Wait, "wait": Request.wait}
+_compiled_waits: dict = {}
+
+
+def install(world, adopt, finalize, compiled=None) -> None:
     """Replace mpi4py's COMM_WORLD by the traced `world`, MPI.Request by Request, and
     MPI.Finalize by a function that calls `finalize()` first; `adopt` declares and traces each
-    communicator a traced one makes."""
+    communicator a traced one makes. With `compiled` (the compiled collector module), Wait runs
+    in C (`compile_waits`)."""
+    compile_waits(compiled)
     _Constructors.adopt = staticmethod(adopt)
     count_pickled()
     MPI.COMM_WORLD = world

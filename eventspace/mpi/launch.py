@@ -166,7 +166,7 @@ class Monitor:
             raise SystemExit(2) from None   # Abort may return before the launcher ends this process
         world = interpose.traced_instance(mpi.COMM_WORLD, mpi.Intracomm)
         rank.trace(world, 0, range(rank.size))
-        interpose.install(world, rank.adopt, rank.finish)
+        interpose.install(world, rank.adopt, rank.finish, rank.space.compiled)
         self.rank = rank
 
     # -- running -------------------------------------------------------------------------------

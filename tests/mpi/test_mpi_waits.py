@@ -23,7 +23,7 @@ def waiting_in(beat) -> dict[str, str]:
     return {t["thread"]: t["waiting_in"] for t in beat["threads"] if t["status"] == "waiting"}
 
 
-@pytest.mark.parametrize("mode", ["p2p", "p2p-buffer"])
+@pytest.mark.parametrize("mode", ["p2p", "p2p-buffer", "p2p-request"])
 def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(tmp_path, mode):
     name = f"dead-{mode}"   # a run name of its own: the other case's run file may outlive its kill
     job = start(tmp_path, 2, name, "waits.py", mode)
@@ -35,9 +35,10 @@ def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(t
         stop(job)
     found = [i for i, beat in enumerate(seen) if beat["deadlock"]]
     assert found and found[0] <= 2, seen   # the third beat at the latest
-    assert seen[found[0]]["deadlock"] == ["r0 waits Recv from r1 tag 0 on comm 0",
-                                          "r1 waits Recv from r0 tag 0 on comm 0"]
-    assert waiting_in(seen[-1]) == {"r0": "Recv from r1 tag 0 on comm 0", "r1": "Recv from r0 tag 0 on comm 0"}
+    call = "Wait for Irecv" if mode == "p2p-request" else "Recv"   # a Wait names the request it waits for
+    assert seen[found[0]]["deadlock"] == [f"r0 waits {call} from r1 tag 0 on comm 0",
+                                          f"r1 waits {call} from r0 tag 0 on comm 0"]
+    assert waiting_in(seen[-1]) == {"r0": f"{call} from r1 tag 0 on comm 0", "r1": f"{call} from r0 tag 0 on comm 0"}
 
 
 def test_a_collective_waiting_on_a_rank_that_waits_on_it_is_a_deadlock(tmp_path):

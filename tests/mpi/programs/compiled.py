@@ -29,6 +29,8 @@ if r == 0:
     comm.Send(ints, 1, 6)
     comm.Isend(ints, 1, 11).Wait()        # nonblocking posts: compiled too, their requests wrapped
     MPI.Request.Waitall([comm.Isend(ints, dest=1, tag=12), comm.Issend(bytearray(8), 1, 13)])
+    comm.isend({"a": 1}, 1, 14).wait()     # a pickle-form post (the closure), its wait compiled
+    comm.Isend(b"abc", 1, 15).Wait(status)
 else:
     comm.Recv(got, 0, 1)
     comm.Recv(bytearray(16))              # ANY_SOURCE, ANY_TAG
@@ -40,6 +42,12 @@ else:
     comm.Recv(got, 0, 6, None)
     comm.Irecv(got, 0, 11).Wait()
     MPI.Request.Waitall([comm.Irecv(got, source=0, tag=12), comm.Irecv(bytearray(16), MPI.ANY_SOURCE, 13)])
+    assert comm.irecv(source=0, tag=14).wait() == {"a": 1}
+    comm.Irecv(bytearray(16), MPI.ANY_SOURCE, MPI.ANY_TAG).Wait(status)
+    assert (status.Get_source(), status.Get_tag(), status.Get_count()) == (0, 15, 3)
+    cancelled = comm.Irecv(got, 0, 99)
+    cancelled.Cancel()
+    cancelled.Wait()                      # a cancelled request: the Python Wait reads its Status
 try:
     comm.Send(ints, dest=other, tga=3)    # no such parameter: mpi4py's TypeError, nothing sent
     raise AssertionError("a misspelt keyword was taken")
@@ -64,4 +72,4 @@ if r == 0:
     module = built.collector_module()
     counts = "MPI_Get_count" if module is not None and count_in_c(module) else "Status.Get_count"
     sys.stdout.write(f"collector {type(comm.Send).__name__}, posts {type(comm.Irecv).__name__}, "
-                     f"receives count with {counts}\n")
+                     f"waits {type(MPI.Request.__dict__['Wait']).__name__}, receives count with {counts}\n")

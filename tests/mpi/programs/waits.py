@@ -2,6 +2,7 @@
 
 p2p         ranks 0 and 1 each receive from the other first: a deadlock;
 p2p-buffer  the same with buffer receives (Recv, whose collector runs compiled where it is built);
+p2p-request the same with posted receives completed by Wait (compiled too);
 collective  ranks 0 and 1 enter an Allreduce, rank 2 receives from rank 0 (tag 5): a deadlock;
 late        ranks 0 and 1 enter an Allreduce that rank 2 joins once the file named by the second
             argument exists: no deadlock, only a late rank.
@@ -21,6 +22,8 @@ if mode == "p2p":
     comm.recv(source=1 - r, tag=0)
 elif mode == "p2p-buffer":
     comm.Recv(bytearray(8), 1 - r, 0)
+elif mode == "p2p-request":
+    comm.Irecv(bytearray(8), 1 - r, 0).Wait()
 elif mode == "collective":
     if r == 2:
         comm.recv(source=0, tag=5)
