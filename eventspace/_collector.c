@@ -1850,11 +1850,13 @@ static PyTypeObject MpiCallType = {
 
 /* -- Request.Wait ------------------------------------------------------------------------------
  *
- * RequestWait(call, fallback, request_class, channel_class, op, request_flag, cancelled_flag, error,
- *             receives): Wait (or wait) of the traced Request class (eventspace/mpi/interpose.py),
- * the hot path of its Python method `fallback` (interpose._one), which stays the reference and
- * takes every other case: a request of a channel that does not run compiled, a cancelled one,
- * keyword arguments. A method descriptor: request.Wait(status) calls it with the request first.
+ * RequestWait(call, fallback, request_class, channel_class, op, request_flag, cancelled_flag,
+ *             empty_flag, error, receives, status_class): Wait (or wait) of the traced Request class
+ * (eventspace/mpi/interpose.py); RequestWaitall(the same) its class method Waitall (waitall):
+ * the hot path of its Python method `fallback` (interpose._one, _many), which stays the reference
+ * and takes every other case: a request of a channel that does not run compiled, a cancelled one,
+ * keyword arguments, a tuple of requests. A method descriptor: request.Wait(status) calls it with
+ * the request first; Waitall is bound to the class.
  * It reads the request's info (channel, op, flags, peer, tag, nbytes, t_start) and the channel's
  * slots at their offsets, marks the wait in flight, calls mpi4py's `call`, and appends the
  * request's record (a receive's source, tag and count from the Status) and the Wait's own. */
@@ -1870,10 +1872,10 @@ typedef struct {
     PyObject *call, *fallback;
     PyTypeObject *request_type, *channel_type;
     Py_ssize_t info_at, at[CH_SLOTS];
-    uint64_t op, request_flag, cancelled_flag, error;
+    uint64_t op, request_flag, cancelled_flag, empty_flag, error;
     uint64_t receives[8];
-    int nreceives;
-    PyObject *get_source, *get_tag, *get_count;   /* MPI.Status's, unbound */
+    int nreceives, all;             /* all: Waitall (a class method), else Wait */
+    PyObject *status_class, *get_source, *get_tag, *get_count;   /* MPI.Status and its methods, unbound */
 } RequestWait;
 
 /* One record through the channel's appender, then its spill() once the drain's bound is reached. */
@@ -1901,106 +1903,273 @@ set_inflight(PyObject **field, Py_ssize_t cid, PyObject *v)
     return PyList_SetItem(field[CH_INFLIGHT], cid, v);
 }
 
-static PyObject *
-wait_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* A traced request's post, from its info (channel, op, flags, peer, tag, nbytes, t_start): 1, with
+ * the channel's fields in `field`, the op, flags, peer, tag and nbytes in `post`, t_start in
+ * `t_post`; 0 for a request the compiled path leaves to Python (not one of ours, its channel not
+ * compiled, cancelled, its info not as a post writes it). */
+static int
+traced_post(RequestWait *self, PyObject *request, PyObject **field, uint64_t post[5], int64_t *t_post)
 {
-    RequestWait *self = (RequestWait *)callable;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL || nargs < 1 || nargs > 2 || Py_TYPE(args[0]) != self->request_type)
-        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
-    PyObject *request = args[0], *status = nargs > 1 ? args[1] : Py_None;
+    if (Py_TYPE(request) != self->request_type)
+        return 0;
     PyObject *info = *slot(request, self->info_at);
     if (info == NULL || !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 7
-        || Py_TYPE(PyTuple_GET_ITEM(info, 0)) != self->channel_type)
-        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
-    PyObject *ch = PyTuple_GET_ITEM(info, 0), *field[CH_SLOTS];
+        || Py_TYPE(PyTuple_GET_ITEM(info, 0)) != self->channel_type || !PyLong_CheckExact(PyTuple_GET_ITEM(info, 6)))
+        return 0;
+    PyObject *ch = PyTuple_GET_ITEM(info, 0);
     for (int i = 0; i < CH_SLOTS; i++) {
         if ((field[i] = *slot(ch, self->at[i])) == NULL)
-            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+            return 0;
     }
-    uint64_t post[5];   /* op, flags, peer, tag, nbytes */
     for (int i = 0; i < 5; i++) {
         PyObject *v = PyTuple_GET_ITEM(info, i + 1);
-        post[i] = PyLong_CheckExact(v) ? PyLong_AsUnsignedLongLongMask(v) : UINT64_MAX;
+        if (!PyLong_CheckExact(v))
+            return 0;
+        post[i] = PyLong_AsUnsignedLongLongMask(v);
     }
-    PyObject *t_post = PyTuple_GET_ITEM(info, 6);
-    if (field[CH_COMPILED] == Py_None || !Py_IS_TYPE(field[CH_APPEND], &RingAppenderType)
-        || !PyList_CheckExact(field[CH_ON]) || PyList_GET_SIZE(field[CH_ON]) != 1 || !PyList_CheckExact(field[CH_BOUND])
-        || PyList_GET_SIZE(field[CH_BOUND]) != 1 || !PyList_CheckExact(field[CH_INFLIGHT])
-        || !PyList_CheckExact(field[CH_PEERS]) || !PyLong_CheckExact(field[CH_CID]) || !PyLong_CheckExact(t_post)
-        || !PyLong_CheckExact(field[CH_OFFSET]) || post[1] & self->cancelled_flag || post[0] == UINT64_MAX
-        || post[1] == UINT64_MAX || post[2] == UINT64_MAX || post[3] == UINT64_MAX || post[4] == UINT64_MAX)
-        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
-    int on = PyObject_IsTrue(PyList_GET_ITEM(field[CH_ON], 0)), active = on > 0 ? PyObject_IsTrue(request) : 0;
-    if (on < 0 || active < 0)
-        return NULL;
-    int receive = 0;
-    for (int i = 0; i < self->nreceives; i++)
-        receive |= post[0] == self->receives[i];
-    /* Sends need no Status (unless cancelled, which the fallback took): MPI then fills none. */
-    PyObject *st = status != Py_None || !receive ? status : field[CH_STATUS];
-    PyObject *call_args[2] = {request, st};
-    if (!on || !active)
-        return PyObject_Vectorcall(self->call, call_args, 2, NULL);
-    Py_ssize_t cid = PyLong_AsSsize_t(field[CH_CID]);
-    int64_t offset = PyLong_AsLongLong(field[CH_OFFSET]), t_start = PyLong_AsLongLong(t_post);
-    if (PyErr_Occurred())
-        return NULL;
-    int64_t t0 = now(offset);
+    *t_post = PyLong_AsLongLong(PyTuple_GET_ITEM(info, 6));
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return field[CH_COMPILED] != Py_None && Py_IS_TYPE(field[CH_APPEND], &RingAppenderType)
+           && PyList_CheckExact(field[CH_ON]) && PyList_GET_SIZE(field[CH_ON]) == 1
+           && PyList_CheckExact(field[CH_BOUND]) && PyList_GET_SIZE(field[CH_BOUND]) == 1
+           && PyList_CheckExact(field[CH_INFLIGHT]) && PyList_CheckExact(field[CH_PEERS])
+           && PyLong_CheckExact(field[CH_CID]) && PyLong_CheckExact(field[CH_OFFSET])
+           && !(post[1] & self->cancelled_flag);
+}
+
+/* Whether a traced request is still to be completed with its channel collecting: 1, 0, or -1 with
+ * an error set. */
+static int
+pending(PyObject *request, PyObject **field)
+{
+    int on = PyObject_IsTrue(PyList_GET_ITEM(field[CH_ON], 0));
+    return on > 0 ? PyObject_IsTrue(request) : on;
+}
+
+static int
+is_receive(RequestWait *self, uint64_t op)
+{
+    for (int i = 0; i < self->nreceives; i++) {
+        if (op == self->receives[i])
+            return 1;
+    }
+    return 0;
+}
+
+/* The mark of a completion call under way: waiting, since t0, for the request posted as `post`. */
+static int
+mark_waiting(RequestWait *self, PyObject **field, Py_ssize_t cid, int64_t t0, const uint64_t post[5])
+{
     MpiMark *mark = PyObject_New(MpiMark, &MpiMarkType);
     if (mark == NULL)
-        return NULL;
+        return -1;
     mark->t0 = t0;
     uint64_t fields[5] = {post[0], post[1] | self->request_flag, post[2], post[3], post[4]};
     memcpy(mark->fields, fields, sizeof fields);
-    if (set_inflight(field, cid, (PyObject *)mark) < 0)
-        return NULL;
-    PyObject *result = PyObject_Vectorcall(self->call, call_args, 2, NULL);
-    if (result == NULL) {   /* as collector._fail: the Wait's record with the error flag, given 1 */
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        Py_INCREF(zero);
-        uint64_t v[8] = {self->op, self->error, (uint64_t)cid, 1, 0, 0, (uint64_t)t0, (uint64_t)now(offset)};
-        if (set_inflight(field, cid, zero) < 0 || channel_append(field, v) < 0) {
-            _PyErr_ChainExceptions(type, value, tb);
-            return NULL;
-        }
-        PyErr_Restore(type, value, tb);
+    return set_inflight(field, cid, (PyObject *)mark);
+}
+
+/* The completion call failed (as collector._fail): its record with the error flag, `given`
+ * requests; then its exception again. */
+static PyObject *
+completion_failed(RequestWait *self, PyObject **field, Py_ssize_t cid, uint64_t given, int64_t t0, int64_t offset)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Py_INCREF(zero);
+    uint64_t v[8] = {self->op, self->error, (uint64_t)cid, given & U32, 0, 0, (uint64_t)t0, (uint64_t)now(offset)};
+    if (set_inflight(field, cid, zero) < 0 || channel_append(field, v) < 0) {
+        _PyErr_ChainExceptions(type, value, tb);
         return NULL;
     }
-    int64_t t1 = now(offset);
-    Py_INCREF(zero);
-    if (set_inflight(field, cid, zero) < 0)
-        goto fail;
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+/* The request record of a completed request (collector.request_done): a receive's source, tag
+ * and bytes from its Status `st` (not read when None), the post's otherwise. */
+static int
+request_record(RequestWait *self, PyObject **field, const uint64_t post[5], int64_t t_post, PyObject *st, int64_t t1)
+{
     uint64_t peer = post[2], tag = post[3], n = post[4];
-    if (receive && st != Py_None) {   /* what came: its source, tag and bytes */
+    if (st != Py_None && is_receive(self, post[0])) {
         long long source, got_tag, count;
         PyObject *p;
         if (status_field(self->get_source, st, &source) < 0 || status_field(self->get_tag, st, &got_tag) < 0
             || received_bytes_of(self->get_count, st, &count) < 0
             || (p = PySequence_GetItem(field[CH_PEERS], (Py_ssize_t)source)) == NULL)
-            goto fail;
+            return -1;
         peer = PyLong_AsUnsignedLongLongMask(p);
         Py_DECREF(p);
         if (PyErr_Occurred())
-            goto fail;
+            return -1;
         tag = (uint64_t)got_tag & U32;
         n = count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32;
     }
-    uint64_t request_record[8] = {post[0], post[1] | self->request_flag, (uint64_t)cid, peer, tag, n,
-                                  (uint64_t)t_start, (uint64_t)t1};
-    uint64_t wait_record[8] = {self->op, 0, (uint64_t)cid, 1, 1, 0, (uint64_t)t0, (uint64_t)t1};
-    if (channel_append(field, request_record) < 0 || channel_append(field, wait_record) < 0)
-        goto fail;
+    Py_ssize_t cid = PyLong_AsSsize_t(field[CH_CID]);
+    uint64_t v[8] = {post[0], post[1] | self->request_flag, (uint64_t)cid, peer, tag, n, (uint64_t)t_post, (uint64_t)t1};
+    return channel_append(field, v);
+}
+
+/* The completion call's own record (collector.completion_call): given, completed. */
+static int
+completion_record(RequestWait *self, PyObject **field, Py_ssize_t cid, uint64_t given, uint64_t completed,
+                  int64_t t0, int64_t t1)
+{
+    uint64_t v[8] = {self->op, completed ? 0 : self->empty_flag, (uint64_t)cid, given & U32, completed, 0,
+                     (uint64_t)t0, (uint64_t)t1};
+    return channel_append(field, v);
+}
+
+/* Wait(status=None) or wait(status=None) on request args[0] (interpose._one). */
+static PyObject *
+wait_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    RequestWait *self = (RequestWait *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *field[CH_SLOTS];
+    uint64_t post[5];
+    int64_t t_post;
+    if (kwnames != NULL || nargs < 1 || nargs > 2 || !traced_post(self, args[0], field, post, &t_post))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *request = args[0], *status = nargs > 1 ? args[1] : Py_None;
+    /* Sends need no Status (unless cancelled, which Python took): MPI then fills none. */
+    PyObject *st = status != Py_None || !is_receive(self, post[0]) ? status : field[CH_STATUS];
+    PyObject *call_args[2] = {request, st};
+    int active = pending(request, field);
+    if (active <= 0)
+        return active < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 2, NULL);
+    Py_ssize_t cid = PyLong_AsSsize_t(field[CH_CID]);
+    int64_t offset = PyLong_AsLongLong(field[CH_OFFSET]);
+    if (PyErr_Occurred())
+        return NULL;
+    int64_t t0 = now(offset);
+    if (mark_waiting(self, field, cid, t0, post) < 0)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(self->call, call_args, 2, NULL);
+    if (result == NULL)
+        return completion_failed(self, field, cid, 1, t0, offset);
+    int64_t t1 = now(offset);
+    Py_INCREF(zero);
+    if (set_inflight(field, cid, zero) < 0 || request_record(self, field, post, t_post, st, t1) < 0
+        || completion_record(self, field, cid, 1, 1, t0, t1) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
     return result;
-fail:
-    Py_DECREF(result);
-    return NULL;
+}
+
+/* Waitall(requests, statuses=None) or waitall (a class method: args[0] is the class; interpose._many):
+ * the traced requests among `requests` each get their request record, the call one record on the
+ * channel of the first. A request Python would take makes Python take the call. */
+static PyObject *
+waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    RequestWait *self = (RequestWait *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs < 2 || nargs > 3 || !PyList_CheckExact(args[1]))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *requests = args[1], *statuses = nargs > 2 ? args[2] : Py_None;
+    Py_ssize_t n = PyList_GET_SIZE(requests), npending = 0;
+    /* per traced request still to complete: its index, channel fields, post and t_start */
+    Py_ssize_t *index = PyMem_New(Py_ssize_t, n + 1);
+    PyObject **fields = PyMem_New(PyObject *, (n + 1) * CH_SLOTS);
+    uint64_t *posts = PyMem_New(uint64_t, (n + 1) * 5);
+    int64_t *t_posts = PyMem_New(int64_t, n + 1);
+    PyObject *used = NULL, *result = NULL;
+    int receives = 0, leave = 0;
+    if (index == NULL || fields == NULL || posts == NULL || t_posts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n && !leave; i++) {
+        PyObject *request = PyList_GET_ITEM(requests, i), **field = fields + npending * CH_SLOTS;
+        uint64_t *post = posts + npending * 5;
+        if (!traced_post(self, request, field, post, t_posts + npending)) {
+            /* not ours: MPI completes it, nothing to record; ours but for Python: Python takes the call */
+            leave = Py_TYPE(request) == self->request_type && *slot(request, self->info_at) != NULL;
+            continue;
+        }
+        int active = pending(request, field);
+        if (active < 0)
+            goto done;
+        if (active) {
+            index[npending++] = i;
+            receives |= is_receive(self, post[0]);
+        }
+    }
+    if (leave) {
+        result = PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        goto done;
+    }
+    if (npending == 0) {
+        PyObject *call_args[2] = {requests, statuses};
+        result = PyObject_Vectorcall(self->call, call_args, 2, NULL);
+        goto done;
+    }
+    if (statuses == Py_None && receives) {   /* to read the receives' actual sources */
+        if ((used = PyList_New(n)) == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *st = PyObject_CallNoArgs(self->status_class);
+            if (st == NULL)
+                goto done;
+            PyList_SET_ITEM(used, i, st);
+        }
+    } else {
+        Py_INCREF(statuses);
+        used = statuses;
+    }
+    PyObject **first = fields;
+    Py_ssize_t cid = PyLong_AsSsize_t(first[CH_CID]);
+    int64_t offset = PyLong_AsLongLong(first[CH_OFFSET]);
+    if (PyErr_Occurred())
+        goto done;
+    int64_t t0 = now(offset);
+    if (mark_waiting(self, first, cid, t0, posts) < 0)
+        goto done;
+    PyObject *call_args[2] = {requests, used};
+    result = PyObject_Vectorcall(self->call, call_args, 2, NULL);
+    if (result == NULL) {
+        completion_failed(self, first, cid, (uint64_t)n, t0, offset);
+        goto done;
+    }
+    int64_t t1 = now(offset);
+    Py_INCREF(zero);
+    if (set_inflight(first, cid, zero) < 0)
+        goto failed;
+    for (Py_ssize_t k = 0; k < npending; k++) {
+        PyObject *st = Py_None;
+        if (used != Py_None && (st = PySequence_GetItem(used, index[k])) == NULL)
+            goto failed;
+        int rc = request_record(self, fields + k * CH_SLOTS, posts + k * 5, t_posts[k], st, t1);
+        if (used != Py_None)
+            Py_DECREF(st);
+        if (rc < 0)
+            goto failed;
+    }
+    if (completion_record(self, first, cid, (uint64_t)n, (uint64_t)npending, t0, t1) < 0)
+        goto failed;
+    goto done;
+failed:
+    Py_CLEAR(result);
+done:
+    Py_XDECREF(used);
+    PyMem_Free(index);
+    PyMem_Free(fields);
+    PyMem_Free(posts);
+    PyMem_Free(t_posts);
+    return result;
 }
 
 static PyObject *
 wait_descr_get(PyObject *self, PyObject *obj, PyObject *type)
 {
+    if (((RequestWait *)self)->all)   /* RequestWaitall, a class method: bound to the class */
+        return PyMethod_New(self, type != NULL ? type : (PyObject *)Py_TYPE(obj));
     if (obj == NULL || obj == Py_None) {
         Py_INCREF(self);
         return self;
@@ -2008,16 +2177,21 @@ wait_descr_get(PyObject *self, PyObject *obj, PyObject *type)
     return PyMethod_New(self, obj);
 }
 
+/* Waitall's type: RequestWait's, named apart and no method descriptor (one read from its class must
+ * be itself; a class method is bound to the class), copied from it at module start. */
+static PyTypeObject RequestWaitallType;
+
 static PyObject *
 wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"call", "fallback", "request_class", "channel_class", "op", "request_flag",
-                            "cancelled_flag", "error", "receives", "status_class", NULL};
+                            "cancelled_flag", "empty_flag", "error", "receives", "status_class", NULL};
     PyObject *call, *fallback, *request_class, *channel_class, *receives, *status_class;
-    unsigned long long op, request_flag, cancelled_flag, error;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOKKKKOO:RequestWait", names, &call, &fallback, &request_class,
-                                     &channel_class, &op, &request_flag, &cancelled_flag, &error, &receives,
-                                     &status_class))
+    unsigned long long op, request_flag, cancelled_flag, empty_flag, error;
+    int all = PyType_IsSubtype(type, &RequestWaitallType);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOKKKKKOO:RequestWait", names, &call, &fallback, &request_class,
+                                     &channel_class, &op, &request_flag, &cancelled_flag, &empty_flag, &error,
+                                     &receives, &status_class))
         return NULL;
     if (!PyType_Check(request_class) || !PyType_Check(channel_class) || !PyTuple_CheckExact(receives)
         || PyTuple_GET_SIZE(receives) > 8 || !PyType_Check(status_class)) {
@@ -2028,7 +2202,8 @@ wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     RequestWait *self = (RequestWait *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->vectorcall = wait_vectorcall;
+    self->vectorcall = all ? waitall_vectorcall : wait_vectorcall;
+    self->all = all;
     if ((self->info_at = slot_offset((PyTypeObject *)request_class, s_info)) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -2046,8 +2221,8 @@ wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->receives[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(receives, i));
     self->nreceives = (int)PyTuple_GET_SIZE(receives);
     PyObject **slots[] = {&self->call, &self->fallback, (PyObject **)&self->request_type,
-                          (PyObject **)&self->channel_type};
-    PyObject *values[] = {call, fallback, request_class, channel_class};
+                          (PyObject **)&self->channel_type, &self->status_class};
+    PyObject *values[] = {call, fallback, request_class, channel_class, status_class};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
         Py_INCREF(values[i]);
         *slots[i] = values[i];
@@ -2055,6 +2230,7 @@ wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->op = op;
     self->request_flag = request_flag;
     self->cancelled_flag = cancelled_flag;
+    self->empty_flag = empty_flag;
     self->error = error;
     if (PyErr_Occurred() || (self->get_count = PyObject_GetAttr(status_class, s_get_count)) == NULL
         || (self->get_source = PyObject_GetAttr(status_class, s_get_source)) == NULL
@@ -2072,6 +2248,7 @@ wait_traverse(RequestWait *self, visitproc visit, void *arg)
     Py_VISIT(self->fallback);
     Py_VISIT(self->request_type);
     Py_VISIT(self->channel_type);
+    Py_VISIT(self->status_class);
     Py_VISIT(self->get_count);
     Py_VISIT(self->get_source);
     Py_VISIT(self->get_tag);
@@ -2085,6 +2262,7 @@ wait_clear(RequestWait *self)
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->request_type);
     Py_CLEAR(self->channel_type);
+    Py_CLEAR(self->status_class);
     Py_CLEAR(self->get_count);
     Py_CLEAR(self->get_source);
     Py_CLEAR(self->get_tag);
@@ -2113,6 +2291,7 @@ static PyTypeObject RequestWaitType = {
     .tp_traverse = (traverseproc)wait_traverse,
     .tp_clear = (inquiry)wait_clear,
 };
+
 
 /* -- the module ----------------------------------------------------------------------------- */
 
@@ -2152,8 +2331,15 @@ PyInit__collector(void)
     if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     clk.tsc = kernel_clock_is_tsc();
+    if (RequestWaitallType.tp_name == NULL) {   /* copied before RequestWait is readied */
+        RequestWaitallType = RequestWaitType;
+        RequestWaitallType.tp_name = "eventspace._collector.RequestWaitall";
+        RequestWaitallType.tp_doc = "The compiled Waitall of the traced Request class (eventspace/mpi/interpose.py).";
+        RequestWaitallType.tp_flags &= ~Py_TPFLAGS_METHOD_DESCRIPTOR;
+    }
     if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&CollectType) < 0 || PyType_Ready(&MpiCallType) < 0
-        || PyType_Ready(&MpiMarkType) < 0 || PyType_Ready(&TypedSizeType) < 0 || PyType_Ready(&RequestWaitType) < 0)
+        || PyType_Ready(&MpiMarkType) < 0 || PyType_Ready(&TypedSizeType) < 0 || PyType_Ready(&RequestWaitType) < 0
+        || PyType_Ready(&RequestWaitallType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -2163,7 +2349,8 @@ PyInit__collector(void)
         || PyModule_AddObjectRef(m, "Collect", (PyObject *)&CollectType) < 0
         || PyModule_AddObjectRef(m, "MpiCall", (PyObject *)&MpiCallType) < 0
         || PyModule_AddObjectRef(m, "TypedSize", (PyObject *)&TypedSizeType) < 0
-        || PyModule_AddObjectRef(m, "RequestWait", (PyObject *)&RequestWaitType) < 0) {
+        || PyModule_AddObjectRef(m, "RequestWait", (PyObject *)&RequestWaitType) < 0
+        || PyModule_AddObjectRef(m, "RequestWaitall", (PyObject *)&RequestWaitallType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

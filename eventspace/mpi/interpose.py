@@ -369,19 +369,24 @@ def count_pickled() -> None:
 
 
 def compile_waits(compiled) -> None:
-    """Request.Wait and wait in C (`compiled.RequestWait`, eventspace/_collector.c), where the
-    compiled collector runs: they write what `_one` writes, which stays the reference and takes
-    what they leave (a channel that runs pure, a cancelled request, keyword arguments)."""
-    if compiled is None or "Wait" in _compiled_waits:
+    """Request.Wait, wait, Waitall and waitall in C (`compiled.RequestWait`, `RequestWaitall`,
+    eventspace/_collector.c),
+    where the compiled collector runs: they write what `_one` and `_many` write, which stay the
+    reference and take what they leave (a channel that runs pure, a cancelled request, keyword
+    arguments, requests in a tuple)."""
+    if compiled is None or _compiled_waits:
         return
-    for name, call in (("Wait", _Wait), ("wait", _wait)):
-        _compiled_waits[name] = python = _python_waits[name]
-        setattr(Request, name, compiled.RequestWait(call, python, Request, Channel, e.WAIT, e.REQUEST, e.CANCELLED,
-                                                    ERROR, tuple(sorted(RECEIVES)), MPI.Status))
+    for name, op, all_ in (("Wait", e.WAIT, False), ("wait", e.WAIT, False),
+                           ("Waitall", e.WAITALL, True), ("waitall", e.WAITALL, True)):
+        python = Request.__dict__[name]
+        _compiled_waits[name] = python
+        compiled_type = compiled.RequestWaitall if all_ else compiled.RequestWait
+        setattr(Request, name, compiled_type(getattr(_Request, name), python.__func__ if all_ else python, Request,
+                                             Channel, op, e.REQUEST, e.CANCELLED, e.EMPTY, ERROR,
+                                             tuple(sorted(RECEIVES)), MPI.Status))
 
 
-_python_waits = {"Wait": Request.Wait, "wait": Request.wait}
-_compiled_waits: dict = {}
+_compiled_waits: dict = {}   # name -> the Python method it replaced
 
 
 def install(world, adopt, finalize, compiled=None) -> None:

@@ -185,9 +185,10 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     if compiled.collector_module() is not None:
         # receives read the count with MPI_Get_count in C: the short messages below (7 and 8
         # bytes into 16-byte buffers) have the pure collectors' counts
-        assert ("collector MpiCall, posts MpiCall, waits RequestWait, receives count with MPI_Get_count"
-                in seen["compiled"])
-    assert "collector function, posts function, waits function, receives count with Status.Get_count" in seen["pure"]
+        assert ("collector MpiCall, posts MpiCall, waits RequestWait RequestWaitall, receives count with "
+                "MPI_Get_count" in seen["compiled"])
+    assert ("collector function, posts function, waits function classmethod, receives count with Status.Get_count"
+            in seen["pure"])
     assert seen["compiled", "rows"] == seen["pure", "rows"]
     rows = seen["pure", "rows"]
     # The forms each path takes are all there: the sends' bytes, the failed send, receives of
@@ -213,3 +214,6 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     assert rows["r1", e.IRECV, e.CANCELLED | e.REQUEST, 0, 99, 0, "comm0"] == 1
     # Wait records: given one request, which completed (r0: 3 Wait or wait; r1: 4, one cancelled)
     assert rows["r0", e.WAIT, 0, 1, 1, 0, "comm0"] == 3 and rows["r1", e.WAIT, 0, 1, 1, 0, "comm0"] == 4
+    # Waitall records: given n requests, n completed (r0: [Isend, Issend], 2 isends, the tuple's Isend)
+    assert rows["r0", e.WAITALL, 0, 2, 2, 0, "comm0"] == 2 and rows["r0", e.WAITALL, 0, 1, 1, 0, "comm0"] == 1
+    assert rows["r1", e.IRECV, e.ANY_SOURCE | e.REQUEST, 0, 17, 16, "comm0"] == 1

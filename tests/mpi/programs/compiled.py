@@ -31,6 +31,8 @@ if r == 0:
     MPI.Request.Waitall([comm.Isend(ints, dest=1, tag=12), comm.Issend(bytearray(8), 1, 13)])
     comm.isend({"a": 1}, 1, 14).wait()     # a pickle-form post (the closure), its wait compiled
     comm.Isend(b"abc", 1, 15).Wait(status)
+    MPI.Request.waitall([comm.isend(i, 1, 16) for i in range(2)])   # pickle-form posts, compiled waitall
+    MPI.Request.Waitall((comm.Isend(ints, 1, 17),))                  # a tuple: the Python Waitall
 else:
     comm.Recv(got, 0, 1)
     comm.Recv(bytearray(16))              # ANY_SOURCE, ANY_TAG
@@ -48,6 +50,10 @@ else:
     cancelled = comm.Irecv(got, 0, 99)
     cancelled.Cancel()
     cancelled.Wait()                      # a cancelled request: the Python Wait reads its Status
+    assert MPI.Request.waitall([comm.irecv(source=0, tag=16) for _ in range(2)]) == [0, 1]
+    statuses = [MPI.Status()]
+    MPI.Request.Waitall([comm.Irecv(got, MPI.ANY_SOURCE, 17)], statuses)   # the program's statuses
+    assert statuses[0].Get_source() == 0 and statuses[0].Get_count() == 16
 try:
     comm.Send(ints, dest=other, tga=3)    # no such parameter: mpi4py's TypeError, nothing sent
     raise AssertionError("a misspelt keyword was taken")
@@ -72,4 +78,5 @@ if r == 0:
     module = built.collector_module()
     counts = "MPI_Get_count" if module is not None and count_in_c(module) else "Status.Get_count"
     sys.stdout.write(f"collector {type(comm.Send).__name__}, posts {type(comm.Irecv).__name__}, "
-                     f"waits {type(MPI.Request.__dict__['Wait']).__name__}, receives count with {counts}\n")
+                     f"waits {type(MPI.Request.__dict__['Wait']).__name__} "
+                     f"{type(MPI.Request.__dict__['Waitall']).__name__}, receives count with {counts}\n")
