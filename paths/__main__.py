@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 
+import pastset
 from pastset import PastSetError
 from pastset.security import use as use_security
 
@@ -90,16 +91,32 @@ def _watch_stdin(server: NodeServer, ranks: bool, abandoned: threading.Event) ->
     finally:
         if ranks and not server.wait_stopped(0):
             others = [n for n in server.endpoints if n != server.name]
-            stopped = 0
-            for other in others:
-                try:
-                    server.client(other).call(STOP, timeout=5)
-                    stopped += 1
-                except PastSetError:
-                    pass   # gone already, or not answering: the launcher terminates mpiexec, which ends it
+            stopped = sum(_stop(server, other) for other in others)
             if not others or stopped < len(others):
                 abandoned.set()
         server.request_stop()
+
+
+# How long rank 0 gives each other node to take its STOP: briefly, since MPI's launcher ends
+# every rank on its own when the launcher dies (paths.mpiexec.command), and a node that is gone
+# would otherwise hold this one (a first contact waits the pathmap's grace, 30 s by default).
+STOP_WAIT = 2.0
+
+
+def _stop(server: NodeServer, node: str) -> bool:
+    """Ask `node` to stop, through a client of its own that waits STOP_WAIT at most; whether it took it."""
+    try:
+        client = pastset.connect(server.endpoint_of(node), security=server.security, timeout=STOP_WAIT,
+                                 gone_after=STOP_WAIT, grace=STOP_WAIT)
+    except PastSetError:
+        return False   # gone already, or not answering: MPI's launcher ends it
+    try:
+        client.call(STOP, timeout=STOP_WAIT)
+        return True
+    except PastSetError:
+        return False
+    finally:
+        client.close()
 
 
 def add_grace_option(parser) -> None:

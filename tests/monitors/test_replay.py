@@ -162,6 +162,11 @@ def test_the_player_obeys_its_keys_in_a_terminal_and_gives_the_terminal_back(rec
         screen(session, "playing")
         press(session, "q")
         screen(session, "replayed")
+        # Typed before the player has ended, a line goes partly to its key reader (cbreak mode).
+        deadline = time.monotonic() + 30
+        while tmux("display-message", "-p", "-t", session, "#{pane_current_command}").strip() != "bash":
+            assert time.monotonic() < deadline, "the player did not end after q"
+            time.sleep(0.1)
         # The typed line must not hold what the output is waited for: `$p` makes the prefix.
         tmux("send-keys", "-t", session,
              "p=tty; stty -a | tr ' ' '\\n' | grep -x -e -*icanon -e -*echo | sed s/^/$p:/; echo $p:checked",
