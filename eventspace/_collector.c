@@ -1851,8 +1851,9 @@ static PyTypeObject MpiCallType = {
 /* -- Request.Wait ------------------------------------------------------------------------------
  *
  * RequestWait(call, fallback, request_class, channel_class, op, request_flag, cancelled_flag,
- *             empty_flag, error, receives, status_class): Wait (or wait) of the traced Request class
- * (eventspace/mpi/interpose.py); RequestWaitall(the same) its class method Waitall (waitall):
+ *             empty_flag, error, receives, status_class, test=False): Wait (or wait; with `test`, Test
+ * or test) of the traced Request class (eventspace/mpi/interpose.py); RequestWaitall(the same) its
+ * class method Waitall (waitall):
  * the hot path of its Python method `fallback` (interpose._one, _many), which stays the reference
  * and takes every other case: a request of a channel that does not run compiled, a cancelled one,
  * keyword arguments, a tuple of requests. A method descriptor: request.Wait(status) calls it with
@@ -1874,7 +1875,7 @@ typedef struct {
     Py_ssize_t info_at, at[CH_SLOTS];
     uint64_t op, request_flag, cancelled_flag, empty_flag, error;
     uint64_t receives[8];
-    int nreceives, all;             /* all: Waitall (a class method), else Wait */
+    int nreceives, all, test;       /* all: Waitall (a class method); test: Test (done when it says) */
     PyObject *status_class, *get_source, *get_tag, *get_count;   /* MPI.Status and its methods, unbound */
 } RequestWait;
 
@@ -2024,7 +2025,7 @@ completion_record(RequestWait *self, PyObject **field, Py_ssize_t cid, uint64_t 
     return channel_append(field, v);
 }
 
-/* Wait(status=None) or wait(status=None) on request args[0] (interpose._one). */
+/* Wait(status=None), wait, Test or test on request args[0] (interpose._one). */
 static PyObject *
 wait_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -2053,9 +2054,16 @@ wait_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObje
     if (result == NULL)
         return completion_failed(self, field, cid, 1, t0, offset);
     int64_t t1 = now(offset);
+    /* Wait completes it; Test says whether it did: a bool (Test), or (flag, object) (test) */
+    int done = 1;
+    if (self->test && (done = PyObject_IsTrue(PyBool_Check(result) || !PyTuple_Check(result) || PyTuple_GET_SIZE(result) < 1
+                                              ? result : PyTuple_GET_ITEM(result, 0))) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
     Py_INCREF(zero);
-    if (set_inflight(field, cid, zero) < 0 || request_record(self, field, post, t_post, st, t1) < 0
-        || completion_record(self, field, cid, 1, 1, t0, t1) < 0) {
+    if (set_inflight(field, cid, zero) < 0 || (done && request_record(self, field, post, t_post, st, t1) < 0)
+        || completion_record(self, field, cid, 1, (uint64_t)done, t0, t1) < 0) {
         Py_DECREF(result);
         return NULL;
     }
@@ -2185,13 +2193,14 @@ static PyObject *
 wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"call", "fallback", "request_class", "channel_class", "op", "request_flag",
-                            "cancelled_flag", "empty_flag", "error", "receives", "status_class", NULL};
+                            "cancelled_flag", "empty_flag", "error", "receives", "status_class", "test", NULL};
     PyObject *call, *fallback, *request_class, *channel_class, *receives, *status_class;
     unsigned long long op, request_flag, cancelled_flag, empty_flag, error;
     int all = PyType_IsSubtype(type, &RequestWaitallType);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOKKKKKOO:RequestWait", names, &call, &fallback, &request_class,
+    int test = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOKKKKKOO|p:RequestWait", names, &call, &fallback, &request_class,
                                      &channel_class, &op, &request_flag, &cancelled_flag, &empty_flag, &error,
-                                     &receives, &status_class))
+                                     &receives, &status_class, &test))
         return NULL;
     if (!PyType_Check(request_class) || !PyType_Check(channel_class) || !PyTuple_CheckExact(receives)
         || PyTuple_GET_SIZE(receives) > 8 || !PyType_Check(status_class)) {
@@ -2204,6 +2213,7 @@ wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     self->vectorcall = all ? waitall_vectorcall : wait_vectorcall;
     self->all = all;
+    self->test = test && !all;
     if ((self->info_at = slot_offset((PyTypeObject *)request_class, s_info)) < 0) {
         Py_DECREF(self);
         return NULL;

@@ -369,21 +369,21 @@ def count_pickled() -> None:
 
 
 def compile_waits(compiled) -> None:
-    """Request.Wait, wait, Waitall and waitall in C (`compiled.RequestWait`, `RequestWaitall`,
+    """Request.Wait, wait, Test, test, Waitall and waitall in C (`compiled.RequestWait`, `RequestWaitall`,
     eventspace/_collector.c),
     where the compiled collector runs: they write what `_one` and `_many` write, which stay the
     reference and take what they leave (a channel that runs pure, a cancelled request, keyword
     arguments, requests in a tuple)."""
     if compiled is None or _compiled_waits:
         return
-    for name, op, all_ in (("Wait", e.WAIT, False), ("wait", e.WAIT, False),
-                           ("Waitall", e.WAITALL, True), ("waitall", e.WAITALL, True)):
+    for name, op, all_ in (("Wait", e.WAIT, False), ("wait", e.WAIT, False), ("Test", e.TEST, False),
+                           ("test", e.TEST, False), ("Waitall", e.WAITALL, True), ("waitall", e.WAITALL, True)):
         python = Request.__dict__[name]
         _compiled_waits[name] = python
         compiled_type = compiled.RequestWaitall if all_ else compiled.RequestWait
         setattr(Request, name, compiled_type(getattr(_Request, name), python.__func__ if all_ else python, Request,
                                              Channel, op, e.REQUEST, e.CANCELLED, e.EMPTY, ERROR,
-                                             tuple(sorted(RECEIVES)), MPI.Status))
+                                             tuple(sorted(RECEIVES)), MPI.Status, test=op == e.TEST))
 
 
 _compiled_waits: dict = {}   # name -> the Python method it replaced

@@ -212,8 +212,11 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     assert rows["r1", e.IRECV, e.REQUEST, 0, 12, 16, "comm0"] == 1
     assert rows["r1", e.IRECV, e.ANY_SOURCE | e.ANY_TAG | e.REQUEST, 0, 15, 3, "comm0"] == 1
     assert rows["r1", e.IRECV, e.CANCELLED | e.REQUEST, 0, 99, 0, "comm0"] == 1
-    # Wait records: given one request, which completed (r0: 3 Wait or wait; r1: 4, one cancelled)
-    assert rows["r0", e.WAIT, 0, 1, 1, 0, "comm0"] == 3 and rows["r1", e.WAIT, 0, 1, 1, 0, "comm0"] == 4
+    # Wait records: given one request, which completed (r0: 3 Wait or wait; r1: 5, one cancelled)
+    assert rows["r0", e.WAIT, 0, 1, 1, 0, "comm0"] == 3 and rows["r1", e.WAIT, 0, 1, 1, 0, "comm0"] == 5
     # Waitall records: given n requests, n completed (r0: [Isend, Issend], 2 isends, the tuple's Isend)
     assert rows["r0", e.WAITALL, 0, 2, 2, 0, "comm0"] == 2 and rows["r0", e.WAITALL, 0, 1, 1, 0, "comm0"] == 1
     assert rows["r1", e.IRECV, e.ANY_SOURCE | e.REQUEST, 0, 17, 16, "comm0"] == 1
+    # Test: done at once (r0, to PROC_NULL: Test and test), and not yet (r1, EMPTY, nothing completed)
+    assert rows["r0", e.TEST, 0, 1, 1, 0, "comm0"] == 2 and rows["r1", e.TEST, e.EMPTY, 1, 0, 0, "comm0"] == 1
+    assert rows["r1", e.IRECV, e.REQUEST, 0, 18, 16, "comm0"] == 1

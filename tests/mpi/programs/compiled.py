@@ -33,6 +33,10 @@ if r == 0:
     comm.Isend(b"abc", 1, 15).Wait(status)
     MPI.Request.waitall([comm.isend(i, 1, 16) for i in range(2)])   # pickle-form posts, compiled waitall
     MPI.Request.Waitall((comm.Isend(ints, 1, 17),))                  # a tuple: the Python Waitall
+    assert comm.Isend(ints, MPI.PROC_NULL, 20).Test()                # done at once: Test's done path
+    assert comm.isend(1, MPI.PROC_NULL, 20).test() == (True, None)
+    comm.Recv(bytearray(2), 1, 19)                                    # rank 1 tested its Irecv: send it
+    comm.Send(ints, 1, 18)
 else:
     comm.Recv(got, 0, 1)
     comm.Recv(bytearray(16))              # ANY_SOURCE, ANY_TAG
@@ -54,6 +58,10 @@ else:
     statuses = [MPI.Status()]
     MPI.Request.Waitall([comm.Irecv(got, MPI.ANY_SOURCE, 17)], statuses)   # the program's statuses
     assert statuses[0].Get_source() == 0 and statuses[0].Get_count() == 16
+    early = comm.Irecv(got, 0, 18)
+    assert not early.Test()                # rank 0 sends it only after the go below: not done, EMPTY
+    comm.Send(b"go", 0, 19)
+    early.Wait()
 try:
     comm.Send(ints, dest=other, tga=3)    # no such parameter: mpi4py's TypeError, nothing sent
     raise AssertionError("a misspelt keyword was taken")
