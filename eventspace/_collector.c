@@ -1069,7 +1069,7 @@ static PyTypeObject CollectType = {
  * record, then spill() when the drain's bound is reached. Any other form of the call goes to the
  * closure (`fallback`), which stays the reference. */
 
-enum { K_SEND = 0, K_RECV = 1, K_COLLECTIVE = 2, K_IRECV = 3 };
+enum { K_SEND = 0, K_RECV = 1, K_COLLECTIVE = 2, K_IRECV = 3, K_SENDRECV = 4 };
 enum { S_NONE = 0, S_SEND = 1, S_ROOT = 2 };   /* what a collective sends: see COLLECTIVES */
 #define PEER_NONE 0xFFFFFFFFull
 
@@ -1135,6 +1135,7 @@ typedef struct {
     long long any_source, any_tag;
     Py_ssize_t cid;
     uint64_t op, flags, error, any_source_flag, any_tag_flag;
+    uint64_t recv_op;             /* Sendrecv's receive half (its send half is `op`) */
     int64_t offset_ns;
 } MpiCall;
 
@@ -1542,6 +1543,76 @@ done:
     return result;
 }
 
+/* Sendrecv(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+ * two records with the call's times, its send half (`op`) and its receive half (`recv_op`: what
+ * came, from the Status), marked meanwhile as waiting in the receive. */
+static PyObject *
+mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    long long dest, sendtag = 0, source = self->any_source, recvtag = self->any_tag;
+    uint64_t n;
+    if (kwnames != NULL || nargs < 2 || nargs > 7 || small_int(args[1], &dest) < 0
+        || (nargs > 2 && (small_int(args[2], &sendtag) < 0 || sendtag < 0 || (uint64_t)sendtag > U32))
+        || (nargs > 4 && small_int(args[4], &source) < 0) || (nargs > 5 && small_int(args[5], &recvtag) < 0)
+        || buffer_size(self, args[0], &n) < 0)
+        return to_fallback(self, args, nargsf, kwnames);
+    PyObject *status = nargs > 6 && args[6] != Py_None ? args[6] : self->status;
+    PyObject *made[2] = {NULL, NULL};
+    PyObject *call_args[8] = {self->comm, args[0], args[1], nargs > 2 ? args[2] : zero, nargs > 3 ? args[3] : Py_None,
+                              nargs > 4 ? args[4] : NULL, nargs > 5 ? args[5] : NULL, status};
+    PyObject *result = NULL;
+    if ((call_args[5] == NULL && (call_args[5] = made[0] = PyLong_FromLongLong(source)) == NULL)
+        || (call_args[6] == NULL && (call_args[6] = made[1] = PyLong_FromLongLong(recvtag)) == NULL))
+        goto done;
+    int on = collecting(self);
+    if (on <= 0) {
+        if (on == 0)
+            result = PyObject_Vectorcall(self->call, call_args, 8, NULL);
+        goto done;
+    }
+    uint64_t f = self->flags | (source == self->any_source ? self->any_source_flag : 0)
+                 | (recvtag == self->any_tag ? self->any_tag_flag : 0);
+    uint64_t peer = peer_of(self, dest), want = peer_of(self, source), wanted_tag = (uint64_t)recvtag & U32;
+    int64_t t0 = now(self->offset_ns);
+    MpiMark *m = self->mark;   /* waiting in the receive half */
+    m->t0 = t0;
+    uint64_t fields[5] = {self->recv_op, f, want, wanted_tag, 0};
+    memcpy(m->fields, fields, sizeof fields);
+    if (set_mark(self, m) < 0)
+        goto done;
+    result = PyObject_Vectorcall(self->call, call_args, 8, NULL);
+    if (result == NULL) {   /* as the closure: the receive half's record, failed */
+        uint64_t op = self->op;
+        self->op = self->recv_op;
+        failed(self, f, want, wanted_tag, t0);
+        self->op = op;
+        goto done;
+    }
+    int64_t t1 = now(self->offset_ns);
+    long long got_source, got_tag, count;
+    uint64_t send_half[8] = {self->op, self->flags, (uint64_t)self->cid, peer, (uint64_t)sendtag, n, (uint64_t)t0,
+                             (uint64_t)t1};
+    if (set_mark(self, NULL) < 0 || ring_append(self->ring, send_half) < 0
+        || status_field(self->get_source, status, &got_source) < 0 || status_field(self->get_tag, status, &got_tag) < 0
+        || received_bytes_of(self->get_count, status, &count) < 0)
+        goto fail;
+    uint64_t op = self->op;
+    self->op = self->recv_op;
+    int rc = record(self, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
+                    count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1);
+    self->op = op;
+    if (rc < 0)
+        goto fail;
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    Py_XDECREF(made[0]);
+    Py_XDECREF(made[1]);
+    return result;
+}
+
 /* A buffer collective (Barrier, Bcast, Allreduce, Reduce, Gather, ...): numbered by the
  * communicator's round counter, which the closure shares. */
 static PyObject *
@@ -1652,6 +1723,8 @@ mpicall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         return mpi_recv(self, args, nargsf, kwnames);
     case K_IRECV:
         return mpi_irecv(self, args, nargsf, kwnames);
+    case K_SENDRECV:
+        return mpi_sendrecv(self, args, nargsf, kwnames);
     default:
         return mpi_collective(self, args, nargsf, kwnames);
     }
@@ -1664,7 +1737,7 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                             "peers", "status", "rounds", "ndarray", "cid", "op", "flags", "error",
                             "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
                             "sends", "root_at", "rank", "params", "defaults", "request_class", "channel",
-                            NULL};
+                            "recv_op", NULL};
     int kind, sends = S_NONE;
     PyObject *comm, *call, *fallback, *append, *on, *bound, *spill, *marks, *peers, *status, *rounds,
         *ndarray;
@@ -1672,11 +1745,12 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     unsigned long long op, flags, error, any_source_flag, any_tag_flag;
     long long any_source, any_tag, offset_ns, rank = 0;
     PyObject *params = Py_None, *defaults = Py_None, *request_class = Py_None, *channel = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inLOOOO:MpiCall", names, &kind, &comm, &call,
+    unsigned long long recv_op = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inLOOOOK:MpiCall", names, &kind, &comm, &call,
                                      &fallback, &append, &on, &bound, &spill, &marks, &peers, &status, &rounds,
                                      &ndarray, &cid, &op, &flags, &error, &any_source, &any_tag,
                                      &any_source_flag, &any_tag_flag, &offset_ns, &sends, &root_at, &rank,
-                                     &params, &defaults, &request_class, &channel))
+                                     &params, &defaults, &request_class, &channel, &recv_op))
         return NULL;
     int posts = request_class != Py_None;
     if ((kind == K_IRECV && !posts) || (posts && ((kind != K_SEND && kind != K_IRECV) || channel == Py_None
@@ -1700,8 +1774,9 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             }
         }
     }
-    if (kind < K_SEND || kind > K_IRECV || sends < S_NONE || sends > S_ROOT) {
-        PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv), 2 (collective) or 3 (irecv); sends 0, 1 or 2");
+    if (kind < K_SEND || kind > K_SENDRECV || sends < S_NONE || sends > S_ROOT || recv_op > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv), 2 (collective), 3 (irecv) or 4 (sendrecv); "
+                        "sends 0, 1 or 2; recv_op a u16");
         return NULL;
     }
     if (!Py_IS_TYPE(append, &RingAppenderType) || !PyList_CheckExact(on) || PyList_GET_SIZE(on) != 1
@@ -1768,6 +1843,7 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->any_source_flag = any_source_flag;
     self->any_tag_flag = any_tag_flag;
     self->offset_ns = offset_ns;
+    self->recv_op = recv_op;
     return (PyObject *)self;
 }
 

@@ -56,25 +56,27 @@ class Channel:
 
 
 # What the compiled call is (eventspace/_collector.c, MpiCall): its kinds, and what a collective sends.
-_SEND, _RECV, _COLLECTIVE, _IRECV = 0, 1, 2, 3
+_SEND, _RECV, _COLLECTIVE, _IRECV, _SENDRECV = 0, 1, 2, 3, 4
 _COMPILED_SENDS = {"none": 0, "send": 1, "piece": 1, "root": 2, "root-send": 2}
 
 
 def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None, sends=0, root_at=-1, rank=0,
-                  request_class=None):
-    """The compiled form of collector `closure` (kind _SEND, _RECV, _COLLECTIVE or _IRECV; a
-    nonblocking send is a _SEND with `request_class`) where the channel runs compiled: it writes
-    what the closure writes for the common form of the call, in C, and hands every other form to
-    the closure. Else the closure itself."""
+                  request_class=None, recv_op=0):
+    """The compiled form of collector `closure` (kind _SEND, _RECV, _COLLECTIVE, _IRECV or
+    _SENDRECV, whose receive half is `recv_op`; a nonblocking send is a _SEND with
+    `request_class`) where the channel runs compiled: it writes what the closure writes for the
+    common form of the call, in C, and hands every other form to the closure. Else the closure
+    itself."""
     if ch.compiled is None:
         return closure
-    if kind == _RECV:
+    if kind in (_RECV, _SENDRECV):
         count_in_c(ch.compiled)
     params, defaults = signature(call)
     return ch.compiled.MpiCall(kind, comm, call, closure, ch.append, ch.on, ch.bound, ch.spill, ch.inflight,
                                ch.peers, ch.status, rounds, ndarray, ch.cid, op, flags, ERROR, ANY_SOURCE,
                                ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, root_at, rank,
-                               params, defaults, request_class, ch if request_class is not None else None)
+                               params, defaults, request_class, ch if request_class is not None else None,
+                               recv_op)
 
 
 @functools.lru_cache(maxsize=None)
@@ -340,7 +342,9 @@ def _sendrecv(comm, call, ch, flags):
             spill()
         return result
 
-    return sendrecv
+    if pickled:
+        return sendrecv
+    return compiled_call(_SENDRECV, comm, call, ch, SEND, flags, sendrecv, recv_op=RECV)
 
 
 def _sendrecv_replace(comm, call, ch):

@@ -185,10 +185,10 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     if compiled.collector_module() is not None:
         # receives read the count with MPI_Get_count in C: the short messages below (7 and 8
         # bytes into 16-byte buffers) have the pure collectors' counts
-        assert ("collector MpiCall, posts MpiCall, waits RequestWait RequestWaitall, receives count with "
+        assert ("collector MpiCall MpiCall, posts MpiCall, waits RequestWait RequestWaitall, receives count with "
                 "MPI_Get_count" in seen["compiled"])
-    assert ("collector function, posts function, waits function classmethod, receives count with Status.Get_count"
-            in seen["pure"])
+    assert ("collector function function, posts function, waits function classmethod, receives count with "
+            "Status.Get_count" in seen["pure"])
     assert seen["compiled", "rows"] == seen["pure", "rows"]
     rows = seen["pure", "rows"]
     # The forms each path takes are all there: the sends' bytes, the failed send, receives of
@@ -217,6 +217,9 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     # Waitall records: given n requests, n completed (r0: [Isend, Issend], 2 isends, the tuple's Isend)
     assert rows["r0", e.WAITALL, 0, 2, 2, 0, "comm0"] == 2 and rows["r0", e.WAITALL, 0, 1, 1, 0, "comm0"] == 1
     assert rows["r1", e.IRECV, e.ANY_SOURCE | e.REQUEST, 0, 17, 16, "comm0"] == 1
+    # Sendrecv: its send half and its receive half (what came: ANY_SOURCE, ANY_TAG from r0, 4 bytes)
+    assert rows["r0", e.SENDRECV_SEND, 0, 1, 31, 2, "comm0"] == rows["r1", e.SENDRECV_RECV, 0, 0, 31, 2, "comm0"] == 1
+    assert rows["r1", e.SENDRECV_RECV, e.ANY_SOURCE | e.ANY_TAG, 0, 32, 4, "comm0"] == 1
     # Test: done at once (r0, to PROC_NULL: Test and test), and not yet (r1, EMPTY, nothing completed)
     assert rows["r0", e.TEST, 0, 1, 1, 0, "comm0"] == 2 and rows["r1", e.TEST, e.EMPTY, 1, 0, 0, "comm0"] == 1
     assert rows["r1", e.IRECV, e.REQUEST, 0, 18, 16, "comm0"] == 1

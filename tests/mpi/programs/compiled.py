@@ -71,6 +71,11 @@ try:
     comm.Send(ints, comm.Get_size() + 3, 7)   # no such rank: MPI's error, recorded as failed
 except MPI.Exception:
     pass
+# Sendrecv, compiled: by position, by keyword, from ANY_SOURCE into the program's Status
+comm.Sendrecv(ints, other, 30, got, other, 30)
+comm.Sendrecv(sendbuf=b"ab", dest=other, sendtag=31, recvbuf=bytearray(4), source=other, recvtag=31)
+comm.Sendrecv(ints[:1], other, 32, got, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+assert status.Get_source() == other and status.Get_count() == 4
 comm.Barrier()
 comm.Bcast(ints, 1)
 comm.Reduce(ints, got if r == 1 else None, MPI.SUM, 1)
@@ -85,6 +90,7 @@ comm.Barrier()
 if r == 0:
     module = built.collector_module()
     counts = "MPI_Get_count" if module is not None and count_in_c(module) else "Status.Get_count"
-    sys.stdout.write(f"collector {type(comm.Send).__name__}, posts {type(comm.Irecv).__name__}, "
+    sys.stdout.write(f"collector {type(comm.Send).__name__} {type(comm.Sendrecv).__name__}, "
+                     f"posts {type(comm.Irecv).__name__}, "
                      f"waits {type(MPI.Request.__dict__['Wait']).__name__} "
                      f"{type(MPI.Request.__dict__['Waitall']).__name__}, receives count with {counts}\n")
