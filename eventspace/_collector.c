@@ -1070,7 +1070,7 @@ static PyTypeObject CollectType = {
  * closure (`fallback`), which stays the reference. */
 
 enum { K_SEND = 0, K_RECV = 1, K_COLLECTIVE = 2, K_IRECV = 3, K_SENDRECV = 4 };
-enum { S_NONE = 0, S_SEND = 1, S_ROOT = 2 };   /* what a collective sends: see COLLECTIVES */
+enum { S_NONE = 0, S_SEND = 1, S_ROOT = 2, S_PICKLED = 3 };   /* what a collective sends: see COLLECTIVES */
 #define PEER_NONE 0xFFFFFFFFull
 
 /* An MpiCall's mark: what a Mark tuple of eventspace.space holds (t_start, op, flags, element,
@@ -1136,6 +1136,7 @@ typedef struct {
     Py_ssize_t cid;
     uint64_t op, flags, error, any_source_flag, any_tag_flag;
     uint64_t recv_op;             /* Sendrecv's receive half (its send half is `op`) */
+    PyObject *dumped;             /* [bytes mpi4py has pickled so far] (S_PICKLED: what a call sent) */
     int64_t offset_ns;
 } MpiCall;
 
@@ -1613,8 +1614,16 @@ done:
     return result;
 }
 
-/* A buffer collective (Barrier, Bcast, Allreduce, Reduce, Gather, ...): numbered by the
- * communicator's round counter, which the closure shares. */
+/* The bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count). */
+static uint64_t
+pickled_so_far(MpiCall *self)
+{
+    return PyLong_AsUnsignedLongLongMask(PyList_GET_ITEM(self->dumped, 0));
+}
+
+/* A buffer collective (Barrier, Bcast, Allreduce, Reduce, Gather, ...), or a pickle-form one
+ * (S_PICKLED: allreduce, bcast, ...): numbered by the communicator's round counter, which the
+ * closure shares. */
 static PyObject *
 mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1647,10 +1656,15 @@ mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kw
     int64_t t0 = now(self->offset_ns);
     if (mark_start(self, t0, self->flags, peer, round, n) < 0)
         return NULL;
+    uint64_t before = self->sends == S_PICKLED ? pickled_so_far(self) : 0;
     PyObject *result = PyObject_Vectorcall(self->call, stack, nargs + 1, NULL);
     if (result == NULL)
         return failed(self, self->flags, peer, round, t0);
     int64_t t1 = now(self->offset_ns);
+    if (self->sends == S_PICKLED) {   /* what mpi4py pickled during the call */
+        uint64_t after = pickled_so_far(self);
+        n = after - before < U32 ? after - before : U32;
+    }
     if (set_mark(self, NULL) < 0 || record(self, self->flags, peer, round, n, t0, t1) < 0) {
         Py_DECREF(result);
         return NULL;
@@ -1737,7 +1751,7 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                             "peers", "status", "rounds", "ndarray", "cid", "op", "flags", "error",
                             "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
                             "sends", "root_at", "rank", "params", "defaults", "request_class", "channel",
-                            "recv_op", NULL};
+                            "recv_op", "dumped", NULL};
     int kind, sends = S_NONE;
     PyObject *comm, *call, *fallback, *append, *on, *bound, *spill, *marks, *peers, *status, *rounds,
         *ndarray;
@@ -1746,11 +1760,12 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     long long any_source, any_tag, offset_ns, rank = 0;
     PyObject *params = Py_None, *defaults = Py_None, *request_class = Py_None, *channel = Py_None;
     unsigned long long recv_op = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inLOOOOK:MpiCall", names, &kind, &comm, &call,
+    PyObject *dumped = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inLOOOOKO:MpiCall", names, &kind, &comm, &call,
                                      &fallback, &append, &on, &bound, &spill, &marks, &peers, &status, &rounds,
                                      &ndarray, &cid, &op, &flags, &error, &any_source, &any_tag,
                                      &any_source_flag, &any_tag_flag, &offset_ns, &sends, &root_at, &rank,
-                                     &params, &defaults, &request_class, &channel, &recv_op))
+                                     &params, &defaults, &request_class, &channel, &recv_op, &dumped))
         return NULL;
     int posts = request_class != Py_None;
     if ((kind == K_IRECV && !posts) || (posts && ((kind != K_SEND && kind != K_IRECV) || channel == Py_None
@@ -1774,9 +1789,10 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             }
         }
     }
-    if (kind < K_SEND || kind > K_SENDRECV || sends < S_NONE || sends > S_ROOT || recv_op > 0xFFFF) {
+    if (kind < K_SEND || kind > K_SENDRECV || sends < S_NONE || sends > S_PICKLED || recv_op > 0xFFFF
+        || (sends == S_PICKLED && (kind != K_COLLECTIVE || !PyList_CheckExact(dumped) || PyList_GET_SIZE(dumped) != 1))) {
         PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv), 2 (collective), 3 (irecv) or 4 (sendrecv); "
-                        "sends 0, 1 or 2; recv_op a u16");
+                        "sends 0, 1, 2 or 3 (a pickle-form collective, with `dumped`); recv_op a u16");
         return NULL;
     }
     if (!Py_IS_TYPE(append, &RingAppenderType) || !PyList_CheckExact(on) || PyList_GET_SIZE(on) != 1
@@ -1844,6 +1860,10 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->any_tag_flag = any_tag_flag;
     self->offset_ns = offset_ns;
     self->recv_op = recv_op;
+    if (sends == S_PICKLED) {
+        Py_INCREF(dumped);
+        self->dumped = dumped;
+    }
     return (PyObject *)self;
 }
 
@@ -1869,6 +1889,7 @@ mpicall_traverse(MpiCall *self, visitproc visit, void *arg)
     Py_VISIT(self->defaults);
     Py_VISIT(self->request_class);
     Py_VISIT(self->channel);
+    Py_VISIT(self->dumped);
     return 0;
 }
 
@@ -1896,6 +1917,7 @@ mpicall_clear(MpiCall *self)
     Py_CLEAR(self->defaults);
     Py_CLEAR(self->request_class);
     Py_CLEAR(self->channel);
+    Py_CLEAR(self->dumped);
     return 0;
 }
 

@@ -57,11 +57,11 @@ class Channel:
 
 # What the compiled call is (eventspace/_collector.c, MpiCall): its kinds, and what a collective sends.
 _SEND, _RECV, _COLLECTIVE, _IRECV, _SENDRECV = 0, 1, 2, 3, 4
-_COMPILED_SENDS = {"none": 0, "send": 1, "piece": 1, "root": 2, "root-send": 2}
+_COMPILED_SENDS = {"none": 0, "send": 1, "piece": 1, "root": 2, "root-send": 2, "pickled": 3}
 
 
 def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None, sends=0, root_at=-1, rank=0,
-                  request_class=None, recv_op=0):
+                  request_class=None, recv_op=0, dumped=None):
     """The compiled form of collector `closure` (kind _SEND, _RECV, _COLLECTIVE, _IRECV or
     _SENDRECV, whose receive half is `recv_op`; a nonblocking send is a _SEND with
     `request_class`) where the channel runs compiled: it writes what the closure writes for the
@@ -76,7 +76,7 @@ def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None
                                ch.peers, ch.status, rounds, ndarray, ch.cid, op, flags, ERROR, ANY_SOURCE,
                                ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, root_at, rank,
                                params, defaults, request_class, ch if request_class is not None else None,
-                               recv_op)
+                               recv_op, dumped)
 
 
 @functools.lru_cache(maxsize=None)
@@ -560,10 +560,10 @@ def _collective(comm, call, ch, rounds, rank, size, op, pickled, params, root_pa
             spill()
         return result
 
-    if pickled or sends not in _COMPILED_SENDS:
+    if sends not in _COMPILED_SENDS:
         return collective
     return compiled_call(_COLLECTIVE, comm, call, ch, op, flags, collective, rounds, _COMPILED_SENDS[sends],
-                         root_at, rank)
+                         root_at, rank, dumped=dumped if pickled else None)
 
 
 def _positional(params, args, kwargs) -> tuple:

@@ -185,10 +185,10 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     if compiled.collector_module() is not None:
         # receives read the count with MPI_Get_count in C: the short messages below (7 and 8
         # bytes into 16-byte buffers) have the pure collectors' counts
-        assert ("collector MpiCall MpiCall, posts MpiCall, waits RequestWait RequestWaitall, receives count with "
-                "MPI_Get_count" in seen["compiled"])
-    assert ("collector function function, posts function, waits function classmethod, receives count with "
-            "Status.Get_count" in seen["pure"])
+        assert ("collector MpiCall MpiCall MpiCall, posts MpiCall, waits RequestWait RequestWaitall, receives "
+                "count with MPI_Get_count" in seen["compiled"])
+    assert ("collector function function function, posts function, waits function classmethod, receives count "
+            "with Status.Get_count" in seen["pure"])
     assert seen["compiled", "rows"] == seen["pure", "rows"]
     rows = seen["pure", "rows"]
     # The forms each path takes are all there: the sends' bytes, the failed send, receives of
@@ -202,7 +202,7 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     assert rows["r1", e.REDUCE, 0, 1, 7, 16, "comm0"] == 1   # round 7: the second Reduce
     assert rows["r1", e.RECV, 0, e.PEER_NONE, e.TAG_ANY, 0, "comm0"] == 1
     assert rows["r1", e.BCAST, 0, 1, 1, 16, "comm0"] == rows["r0", e.BCAST, 0, 1, 1, 0, "comm0"] == 1
-    assert sum(n for (thread, op, *_), n in rows.items() if op == e.ALLREDUCE) == 6
+    assert sum(n for (thread, op, flags, *_), n in rows.items() if op == e.ALLREDUCE and not flags & e.PICKLED) == 6
     # Nonblocking posts and their requests' completions: a post's record, then its request's,
     # with what came (the ANY_SOURCE receive: from r0, 8 bytes).
     assert rows["r0", e.ISEND, 0, 1, 12, 16, "comm0"] == rows["r0", e.ISSEND, 0, 1, 13, 8, "comm0"] == 1
@@ -217,6 +217,12 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     # Waitall records: given n requests, n completed (r0: [Isend, Issend], 2 isends, the tuple's Isend)
     assert rows["r0", e.WAITALL, 0, 2, 2, 0, "comm0"] == 2 and rows["r0", e.WAITALL, 0, 1, 1, 0, "comm0"] == 1
     assert rows["r1", e.IRECV, e.ANY_SOURCE | e.REQUEST, 0, 17, 16, "comm0"] == 1
+    # Pickle-form collectives: flag PICKLED, the bytes pickled (the bcast's dict at its root only)
+    pickled = {(thread, op, arg, n) for (thread, op, flags, element, arg, n, _), k in rows.items() if flags & e.PICKLED
+               and op in (e.ALLREDUCE, e.BCAST, e.REDUCE, e.GATHER)}
+    assert {op for _, op, _, _ in pickled} == {e.ALLREDUCE, e.BCAST, e.REDUCE, e.GATHER}
+    assert [n for thread, op, _, n in pickled if op == e.BCAST and thread == "r1"][0] > 0
+    assert [n for thread, op, _, n in pickled if op == e.BCAST and thread == "r0"] == [0]
     # Sendrecv: its send half and its receive half (what came: ANY_SOURCE, ANY_TAG from r0, 4 bytes)
     assert rows["r0", e.SENDRECV_SEND, 0, 1, 31, 2, "comm0"] == rows["r1", e.SENDRECV_RECV, 0, 0, 31, 2, "comm0"] == 1
     assert rows["r1", e.SENDRECV_RECV, e.ANY_SOURCE | e.ANY_TAG, 0, 32, 4, "comm0"] == 1

@@ -86,11 +86,17 @@ comm.Allreduce(ints, got, op=MPI.MAX)    # keywords, in the same round count
 comm.Reduce(ints, got if r == 1 else None, root=1)   # op left out before the root given: SUM
 comm.Allreduce(MPI.IN_PLACE, got)        # IN_PLACE: the closure
 comm.Alltoall(np.arange(2, dtype="i4"), np.empty(2, "i4"))
+# pickle forms, compiled too: their bytes are what mpi4py pickled during the call
+assert comm.allreduce(r + 1) == 3
+assert comm.bcast({"x": 1} if r == 1 else None, root=1) == {"x": 1}
+assert comm.reduce(r, op=MPI.MAX, root=1) == (1 if r == 1 else None)
+comm.gather(r)
 comm.Barrier()
 if r == 0:
     module = built.collector_module()
     counts = "MPI_Get_count" if module is not None and count_in_c(module) else "Status.Get_count"
-    sys.stdout.write(f"collector {type(comm.Send).__name__} {type(comm.Sendrecv).__name__}, "
+    sys.stdout.write(f"collector {type(comm.Send).__name__} {type(comm.Sendrecv).__name__} "
+                     f"{type(comm.allreduce).__name__}, "
                      f"posts {type(comm.Irecv).__name__}, "
                      f"waits {type(MPI.Request.__dict__['Wait']).__name__} "
                      f"{type(MPI.Request.__dict__['Waitall']).__name__}, receives count with {counts}\n")
