@@ -1235,24 +1235,37 @@ set_mark(MpiCall *self, MpiMark *mark)
     return PyList_SetItem(self->marks, self->cid, v);  /* steals v */
 }
 
-static int
-mark_start(MpiCall *self, int64_t t0, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
+static void
+fill_mark(MpiMark *m, int64_t t0, uint64_t op, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
 {
-    MpiMark *m = self->mark;
     m->t0 = t0;
-    m->fields[0] = self->op;
+    m->fields[0] = op;
     m->fields[1] = flags;
     m->fields[2] = peer;
     m->fields[3] = arg;
     m->fields[4] = n;
-    return set_mark(self, m);
 }
 
-/* The record, then spill() when the drain's bound is reached; -1 with an exception set. */
+/* This collector's mark: a call `op` under way since t0 (mark_start: the call's own op). */
 static int
-record(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n, int64_t t0, int64_t t1)
+mark_as(MpiCall *self, uint64_t op, int64_t t0, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
 {
-    uint64_t v[8] = {self->op, flags, (uint64_t)self->cid, peer, arg, n, (uint64_t)t0, (uint64_t)t1};
+    fill_mark(self->mark, t0, op, flags, peer, arg, n);
+    return set_mark(self, self->mark);
+}
+
+static int
+mark_start(MpiCall *self, int64_t t0, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
+{
+    return mark_as(self, self->op, t0, flags, peer, arg, n);
+}
+
+/* The record of `op`, then spill() when the drain's bound is reached; -1 with an exception set
+ * (record: of the call's own op). */
+static int
+record_as(MpiCall *self, uint64_t op, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n, int64_t t0, int64_t t1)
+{
+    uint64_t v[8] = {op, flags, (uint64_t)self->cid, peer, arg, n, (uint64_t)t0, (uint64_t)t1};
     Py_ssize_t last = ring_append(self->ring, v);
     if (last < 0)
         return -1;
@@ -1268,19 +1281,32 @@ record(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n, i
     return last >= self->bound_value ? call_void(self->spill) : 0;
 }
 
-/* The call failed: its record with the error flag, then the call's exception again. */
+static int
+record(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n, int64_t t0, int64_t t1)
+{
+    return record_as(self, self->op, flags, peer, arg, n, t0, t1);
+}
+
+/* Call `op` failed: its record with the error flag, then the call's exception again (failed: the
+ * call's own op). */
 static PyObject *
-failed(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, int64_t t0)
+failed_as(MpiCall *self, uint64_t op, uint64_t flags, uint64_t peer, uint64_t arg, int64_t t0)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (set_mark(self, NULL) < 0
-        || record(self, flags | self->error, peer, arg, 0, t0, now(self->offset_ns)) < 0) {
+        || record_as(self, op, flags | self->error, peer, arg, 0, t0, now(self->offset_ns)) < 0) {
         _PyErr_ChainExceptions(type, value, tb);
         return NULL;
     }
     PyErr_Restore(type, value, tb);
     return NULL;
+}
+
+static PyObject *
+failed(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, int64_t t0)
+{
+    return failed_as(self, self->op, flags, peer, arg, t0);
 }
 
 static PyObject *
@@ -1576,18 +1602,11 @@ mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwna
                  | (recvtag == self->any_tag ? self->any_tag_flag : 0);
     uint64_t peer = peer_of(self, dest), want = peer_of(self, source), wanted_tag = (uint64_t)recvtag & U32;
     int64_t t0 = now(self->offset_ns);
-    MpiMark *m = self->mark;   /* waiting in the receive half */
-    m->t0 = t0;
-    uint64_t fields[5] = {self->recv_op, f, want, wanted_tag, 0};
-    memcpy(m->fields, fields, sizeof fields);
-    if (set_mark(self, m) < 0)
+    if (mark_as(self, self->recv_op, t0, f, want, wanted_tag, 0) < 0)   /* waiting in the receive half */
         goto done;
     result = PyObject_Vectorcall(self->call, call_args, 8, NULL);
     if (result == NULL) {   /* as the closure: the receive half's record, failed */
-        uint64_t op = self->op;
-        self->op = self->recv_op;
-        failed(self, f, want, wanted_tag, t0);
-        self->op = op;
+        failed_as(self, self->recv_op, f, want, wanted_tag, t0);
         goto done;
     }
     int64_t t1 = now(self->offset_ns);
@@ -1598,12 +1617,8 @@ mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwna
         || status_field(self->get_source, status, &got_source) < 0 || status_field(self->get_tag, status, &got_tag) < 0
         || received_bytes_of(self->get_count, status, &count) < 0)
         goto fail;
-    uint64_t op = self->op;
-    self->op = self->recv_op;
-    int rc = record(self, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
-                    count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1);
-    self->op = op;
-    if (rc < 0)
+    if (record_as(self, self->recv_op, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
+                  count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1) < 0)
         goto fail;
     goto done;
 fail:
@@ -2065,9 +2080,7 @@ mark_waiting(RequestWait *self, PyObject **field, Py_ssize_t cid, int64_t t0, co
     MpiMark *mark = PyObject_New(MpiMark, &MpiMarkType);
     if (mark == NULL)
         return -1;
-    mark->t0 = t0;
-    uint64_t fields[5] = {post[0], post[1] | self->request_flag, post[2], post[3], post[4]};
-    memcpy(mark->fields, fields, sizeof fields);
+    fill_mark(mark, t0, post[0], post[1] | self->request_flag, post[2], post[3], post[4]);
     return set_inflight(field, cid, (PyObject *)mark);
 }
 

@@ -369,31 +369,26 @@ def count_pickled() -> None:
 
 
 def compile_waits(compiled) -> None:
-    """Request.Wait, wait, Test, test, Waitall and waitall in C (`compiled.RequestWait`, `RequestWaitall`,
-    eventspace/_collector.c),
-    where the compiled collector runs: they write what `_one` and `_many` write, which stay the
-    reference and take what they leave (a channel that runs pure, a cancelled request, keyword
-    arguments, requests in a tuple)."""
-    if compiled is None or _compiled_waits:
+    """Request.Wait, wait, Test, test, Waitall and waitall in C (`compiled.RequestWait` and
+    `RequestWaitall`, eventspace/_collector.c) where the compiled collector runs: they write what
+    `_one` and `_many` write, which stay the reference and take what they leave (a channel that
+    runs pure, a cancelled request, keyword arguments, requests in a tuple)."""
+    if compiled is None or isinstance(Request.__dict__["Wait"], compiled.RequestWait):
         return
     for name, op, all_ in (("Wait", e.WAIT, False), ("wait", e.WAIT, False), ("Test", e.TEST, False),
                            ("test", e.TEST, False), ("Waitall", e.WAITALL, True), ("waitall", e.WAITALL, True)):
         python = Request.__dict__[name]
-        _compiled_waits[name] = python
         compiled_type = compiled.RequestWaitall if all_ else compiled.RequestWait
         setattr(Request, name, compiled_type(getattr(_Request, name), python.__func__ if all_ else python, Request,
                                              Channel, op, e.REQUEST, e.CANCELLED, e.EMPTY, ERROR,
                                              tuple(sorted(RECEIVES)), MPI.Status, test=op == e.TEST))
 
 
-_compiled_waits: dict = {}   # name -> the Python method it replaced
-
-
 def install(world, adopt, finalize, compiled=None) -> None:
     """Replace mpi4py's COMM_WORLD by the traced `world`, MPI.Request by Request, and
     MPI.Finalize by a function that calls `finalize()` first; `adopt` declares and traces each
-    communicator a traced one makes. With `compiled` (the compiled collector module), Wait runs
-    in C (`compile_waits`)."""
+    communicator a traced one makes. With `compiled` (the compiled collector module), the
+    completion calls run in C (`compile_waits`)."""
     compile_waits(compiled)
     _Constructors.adopt = staticmethod(adopt)
     count_pickled()
