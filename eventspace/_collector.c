@@ -1,6 +1,6 @@
 /* The compiled event collector: the hot path of eventspace.collector.Collector, in C.
  *
- * Four types:
+ * The types:
  *   RingAppender(element, single_writer)  appends one trace tuple (=HHIIIIQQ, 36 bytes) to a
  *       pastset BinaryElement's ring: the C form of BinaryElement.appender for the trace format,
  *       with exactly its semantics (see pastset/element.py, _APPEND, _LOCKED, _SINGLE_WRITER):
@@ -15,7 +15,11 @@
  *       records as nbytes), in C for int, float, str, bytes and bool fields.
  *   MpiCall(kind, comm, call, fallback, append, ...)
  *       the hot path of an MPI collector closure (eventspace/mpi/collector.py) for buffer sends,
- *       Recv and buffer collectives in their common form; every other form goes to the closure.
+ *       Recv, Sendrecv, the nonblocking posts, and buffer and pickle-form collectives in their
+ *       common form; every other form goes to the closure.
+ *   RequestWait, RequestWaitall(call, fallback, request_class, channel_class, ...)
+ *       Wait, Test and Waitall of the traced Request class (eventspace/mpi/interpose.py).
+ * And the collectors' clock (clock_ns: the TSC scaled to CLOCK_MONOTONIC where the kernel's is).
  *
  * Self-contained on purpose: the ring's layout is pastset's (a row of a RingSlab or a bytearray
  * of `_cap` records); nothing here depends on where that Python code lives.
