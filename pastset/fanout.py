@@ -312,7 +312,9 @@ class Exchange(Deferred):
         self._check_done()
 
     def sockets(self) -> list:
-        return list(self._fanout._node_of)
+        # Only those this exchange sent on: a pooled fan-out may hold sockets to many more nodes,
+        # and every socket polled costs the loop two system calls per wake-up.
+        return list(self._owed)
 
     def wake_at(self) -> float:
         return min(self._deadline, self._heard + _LOOK_EVERY)
