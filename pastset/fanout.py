@@ -312,9 +312,11 @@ class Exchange(Deferred):
         self._check_done()
 
     def sockets(self) -> list:
-        # Only those this exchange sent on: a pooled fan-out may hold sockets to many more nodes,
-        # and every socket polled costs the loop two system calls per wake-up.
-        return list(self._owed)
+        # Only those this exchange sent on (a pooled fan-out may hold sockets to many more nodes,
+        # and every socket polled costs the loop system calls on each wake-up), and of those the
+        # ones still open (a gone node's is dropped; a closed socket polls as always ready).
+        node_of = self._fanout._node_of
+        return [sock for sock in self._owed if sock in node_of]
 
     def wake_at(self) -> float:
         return min(self._deadline, self._heard + _LOOK_EVERY)

@@ -104,6 +104,38 @@ def test_a_loop_answers_others_while_a_deferred_call_waits(closing, background):
     assert job.wait(30) == "echoed"
 
 
+
+def test_a_loop_whose_deferred_call_loses_one_of_its_nodes_answers_and_serves_on(closing, background):
+    """X asks two servers; one's connection closes under the request (its process ended) while
+    the other has not answered yet: the fan-out drops the gone one's socket, and X's loop must
+    stop polling it (polling a closed socket ends the loop), answer once the other replies, with
+    the gone one missing, and serve on."""
+    ctx = closing(_ContextCloser(zmq.Context())).ctx
+    (gone, gone_port), (slow, slow_port) = bound(ctx, zmq.ROUTER), bound(ctx, zmq.ROUTER)
+    server = closing(pastset.TupleServer("X"))
+    endpoint = server.serve("tcp://127.0.0.1:0")
+    fanouts = []
+
+    def ask_both():
+        fanout = pastset.Fanout({"G": f"tcp://127.0.0.1:{gone_port}", "S": f"tcp://127.0.0.1:{slow_port}"})
+        fanouts.append(fanout)
+        pulls = fanout.round(30)
+        replies = [pulls.call(node, "echo") for node in "GS"]
+        return pulls.start().then(lambda missing: [sorted(missing), [r.value for r in replies if r.ok]])
+
+    server.host("ask-both", ask_both, inline=True)
+    closing(_Closer(fanouts))
+    asker = closing(pastset.connect(endpoint))
+    job = background(asker.call, "ask-both")
+    gone.recv_multipart()                          # X's request to G, never answered: G goes
+    peer, frame = slow.recv_multipart()            # X's request to S, answered once G is gone
+    gone.close(linger=0)
+    time.sleep(1.5)                                # past the fan-out's look at silent connections
+    assert job.running
+    slow.send_multipart([peer, msgpack.packb([msgpack.unpackb(frame)[0], p.OK, "echoed"])])
+    assert job.wait(30) == [["G"], ["echoed"]]
+    assert closing(pastset.connect(endpoint)).ping() == "X"
+
 def test_a_deferred_call_in_process_is_waited_for(closing):
     """server.call and a local:// client wait for the answer as a remote call does."""
     servers = {name: closing(pastset.TupleServer(name)) for name in "XY"}
