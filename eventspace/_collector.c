@@ -18,7 +18,8 @@
  *       Recv, Sendrecv, the nonblocking posts, and buffer and pickle-form collectives in their
  *       common form; every other form goes to the closure.
  *   RequestWait, RequestWaitall(call, fallback, request_class, channel_class, ...)
- *       Wait, Test and Waitall of the traced Request class (eventspace/mpi/interpose.py).
+ *       Wait and Test, and Waitall, Testall, Waitany, Testany, Waitsome and Testsome (outcome=O_*),
+ *       of the traced Request class (eventspace/mpi/interpose.py).
  * And the collectors' clock (clock_ns: the TSC scaled to CLOCK_MONOTONIC where the kernel's is).
  *
  * Self-contained on purpose: the ring's layout is pastset's (a row of a RingSlab or a bytearray
@@ -1969,8 +1970,9 @@ static PyTypeObject MpiCallType = {
  *
  * RequestWait(call, fallback, request_class, channel_class, op, request_flag, cancelled_flag,
  *             empty_flag, error, receives, status_class, test=False): Wait (or wait; with `test`, Test
- * or test) of the traced Request class (eventspace/mpi/interpose.py); RequestWaitall(the same) its
- * class method Waitall (waitall):
+ * or test) of the traced Request class (eventspace/mpi/interpose.py); RequestWaitall(the same,
+ * outcome=O_*) its class methods on many requests (Waitall, Testall, Waitany, Testany, Waitsome,
+ * Testsome and their pickle-form twins):
  * the hot path of its Python method `fallback` (interpose._one, _many), which stays the reference
  * and takes every other case: a request of a channel that does not run compiled, a cancelled one,
  * keyword arguments, a tuple of requests. A method descriptor: request.Wait(status) calls it with
@@ -1993,6 +1995,7 @@ typedef struct {
     uint64_t op, request_flag, cancelled_flag, empty_flag, error;
     uint64_t receives[8];
     int nreceives, all, test;       /* all: Waitall (a class method); test: Test (done when it says) */
+    int outcome;                    /* RequestWaitall: how its call's result says which completed (O_*) */
     PyObject *status_class, *get_source, *get_tag, *get_count;   /* MPI.Status and its methods, unbound */
 } RequestWait;
 
@@ -2185,9 +2188,107 @@ wait_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObje
     return result;
 }
 
-/* Waitall(requests, statuses=None) or waitall (a class method: args[0] is the class; interpose._many):
- * the traced requests among `requests` each get their request record, the call one record on the
- * channel of the first. A request Python would take makes Python take the call. */
+/* How a completion call on many requests says which completed (interpose._OUTCOMES): all of them
+ * always (Waitall); all or none, its result or its result's first item true (Testall, testall); the
+ * index of one, its result or its first item (Waitany, waitany), or the first item where the second
+ * is true (Testany, testany); the indices of some, a list or None, its result or its first item
+ * (Waitsome and Testsome, waitsome and testsome). */
+enum { O_ALWAYS, O_FLAG, O_FLAG_FIRST, O_INDEX, O_INDEX_FIRST, O_FOUND, O_SOME, O_SOME_FIRST, O_KINDS };
+
+/* result[i], or result itself for i < 0: a new reference */
+static PyObject *
+outcome_item(PyObject *result, Py_ssize_t i)
+{
+    if (i < 0) {
+        Py_INCREF(result);
+        return result;
+    }
+    return PySequence_GetItem(result, i);
+}
+
+/* The pending request at index `i` of the call's list: its place among the pending, or -1. */
+static Py_ssize_t
+pending_at(const Py_ssize_t *index, Py_ssize_t npending, Py_ssize_t i)
+{
+    for (Py_ssize_t k = 0; k < npending; k++) {
+        if (index[k] == i)
+            return k;
+    }
+    return -1;
+}
+
+/* The request records of what a completion call on many requests completed (`result` read as
+ * self->outcome says): how many, or -1 with an error set. `used` is the Status (Waitany, Testany) or
+ * the statuses (None, or one per request; Waitsome's and Testsome's in the order of the indices). */
+static Py_ssize_t
+completed_records(RequestWait *self, PyObject *result, PyObject *used, const Py_ssize_t *index, Py_ssize_t npending,
+                  PyObject **fields, const uint64_t *posts, const int64_t *t_posts, int64_t t1)
+{
+    int outcome = self->outcome;
+    if (outcome <= O_FLAG_FIRST) {   /* all or none */
+        int all = 1;
+        if (outcome != O_ALWAYS) {
+            PyObject *flag = outcome_item(result, outcome == O_FLAG ? -1 : 0);
+            all = flag == NULL ? -1 : PyObject_IsTrue(flag);
+            Py_XDECREF(flag);
+        }
+        if (all <= 0)
+            return all;
+        for (Py_ssize_t k = 0; k < npending; k++) {
+            PyObject *st = used == Py_None ? Py_NewRef(Py_None) : PySequence_GetItem(used, index[k]);
+            int rc = st == NULL ? -1 : request_record(self, fields + k * CH_SLOTS, posts + k * 5, t_posts[k], st, t1);
+            Py_XDECREF(st);
+            if (rc < 0)
+                return -1;
+        }
+        return npending;
+    }
+    if (outcome <= O_FOUND) {   /* one, or none */
+        if (outcome == O_FOUND) {
+            PyObject *found = outcome_item(result, 1);
+            int yes = found == NULL ? -1 : PyObject_IsTrue(found);
+            Py_XDECREF(found);
+            if (yes <= 0)
+                return yes;
+        }
+        PyObject *said = outcome_item(result, outcome == O_INDEX ? -1 : 0);
+        Py_ssize_t i = said == NULL ? -1 : PyLong_AsSsize_t(said);
+        Py_XDECREF(said);
+        if (i == -1 && PyErr_Occurred())
+            return -1;
+        Py_ssize_t k = pending_at(index, npending, i);
+        if (k < 0)
+            return 0;
+        return request_record(self, fields + k * CH_SLOTS, posts + k * 5, t_posts[k], used, t1) < 0 ? -1 : 1;
+    }
+    PyObject *said = outcome_item(result, outcome == O_SOME ? -1 : 0);   /* some: their indices, or None */
+    if (said == NULL)
+        return -1;
+    Py_ssize_t completed = 0, n = said == Py_None ? 0 : PySequence_Size(said);
+    for (Py_ssize_t j = 0; j < n && completed >= 0; j++) {
+        PyObject *item = PySequence_GetItem(said, j);
+        Py_ssize_t i = item == NULL ? -1 : PyLong_AsSsize_t(item);
+        Py_XDECREF(item);
+        if (i == -1 && PyErr_Occurred()) {
+            completed = -1;
+            break;
+        }
+        Py_ssize_t k = pending_at(index, npending, i);
+        if (k < 0)
+            continue;
+        PyObject *st = used == Py_None ? Py_NewRef(Py_None) : PySequence_GetItem(used, j);
+        int rc = st == NULL ? -1 : request_record(self, fields + k * CH_SLOTS, posts + k * 5, t_posts[k], st, t1);
+        Py_XDECREF(st);
+        completed = rc < 0 ? -1 : completed + 1;
+    }
+    Py_DECREF(said);
+    return n < 0 ? -1 : completed;
+}
+
+/* Waitall(requests, statuses=None), Waitany(requests, status=None), ... (class methods: args[0] is
+ * the class; interpose._many): the traced requests among `requests` that the call completed each get
+ * their request record, the call one record on the channel of the first traced one. A request
+ * Python would take makes Python take the call. */
 static PyObject *
 waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -2196,6 +2297,7 @@ waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     if (kwnames != NULL || nargs < 2 || nargs > 3 || !PyList_CheckExact(args[1]))
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     PyObject *requests = args[1], *statuses = nargs > 2 ? args[2] : Py_None;
+    int any = self->outcome >= O_INDEX && self->outcome <= O_FOUND;
     Py_ssize_t n = PyList_GET_SIZE(requests), npending = 0;
     /* per traced request still to complete: its index, channel fields, post and t_start */
     Py_ssize_t *index = PyMem_New(Py_ssize_t, n + 1);
@@ -2233,7 +2335,10 @@ waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         result = PyObject_Vectorcall(self->call, call_args, 2, NULL);
         goto done;
     }
-    if (statuses == Py_None && receives) {   /* to read the receives' actual sources */
+    if (any && statuses == Py_None && receives) {   /* the one that completes: a receive's actual source */
+        if ((used = PyObject_CallNoArgs(self->status_class)) == NULL)
+            goto done;
+    } else if (!any && statuses == Py_None && receives) {   /* to read the receives' actual sources */
         if ((used = PyList_New(n)) == NULL)
             goto done;
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -2264,17 +2369,8 @@ waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     Py_INCREF(zero);
     if (set_inflight(first, cid, zero) < 0)
         goto failed;
-    for (Py_ssize_t k = 0; k < npending; k++) {
-        PyObject *st = Py_None;
-        if (used != Py_None && (st = PySequence_GetItem(used, index[k])) == NULL)
-            goto failed;
-        int rc = request_record(self, fields + k * CH_SLOTS, posts + k * 5, t_posts[k], st, t1);
-        if (used != Py_None)
-            Py_DECREF(st);
-        if (rc < 0)
-            goto failed;
-    }
-    if (completion_record(self, first, cid, (uint64_t)n, (uint64_t)npending, t0, t1) < 0)
+    Py_ssize_t completed = completed_records(self, result, used, index, npending, fields, posts, t_posts, t1);
+    if (completed < 0 || completion_record(self, first, cid, (uint64_t)n, (uint64_t)completed, t0, t1) < 0)
         goto failed;
     goto done;
 failed:
@@ -2308,15 +2404,20 @@ static PyObject *
 wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"call", "fallback", "request_class", "channel_class", "op", "request_flag",
-                            "cancelled_flag", "empty_flag", "error", "receives", "status_class", "test", NULL};
+                            "cancelled_flag", "empty_flag", "error", "receives", "status_class", "test", "outcome",
+                            NULL};
     PyObject *call, *fallback, *request_class, *channel_class, *receives, *status_class;
     unsigned long long op, request_flag, cancelled_flag, empty_flag, error;
     int all = PyType_IsSubtype(type, &RequestWaitallType);
-    int test = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOKKKKKOO|p:RequestWait", names, &call, &fallback, &request_class,
+    int test = 0, outcome = O_ALWAYS;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOKKKKKOO|pi:RequestWait", names, &call, &fallback, &request_class,
                                      &channel_class, &op, &request_flag, &cancelled_flag, &empty_flag, &error,
-                                     &receives, &status_class, &test))
+                                     &receives, &status_class, &test, &outcome))
         return NULL;
+    if (outcome < 0 || outcome >= O_KINDS) {
+        PyErr_Format(PyExc_ValueError, "RequestWaitall's outcome is one of 0..%d, got %d", O_KINDS - 1, outcome);
+        return NULL;
+    }
     if (!PyType_Check(request_class) || !PyType_Check(channel_class) || !PyTuple_CheckExact(receives)
         || PyTuple_GET_SIZE(receives) > 8 || !PyType_Check(status_class)) {
         PyErr_SetString(PyExc_TypeError, "RequestWait needs the request, channel and status classes and a tuple "
@@ -2329,6 +2430,7 @@ wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->vectorcall = all ? waitall_vectorcall : wait_vectorcall;
     self->all = all;
     self->test = test && !all;
+    self->outcome = all ? outcome : O_ALWAYS;
     if ((self->info_at = slot_offset((PyTypeObject *)request_class, s_info)) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -2459,7 +2561,8 @@ PyInit__collector(void)
     if (RequestWaitallType.tp_name == NULL) {   /* copied before RequestWait is readied */
         RequestWaitallType = RequestWaitType;
         RequestWaitallType.tp_name = "eventspace._collector.RequestWaitall";
-        RequestWaitallType.tp_doc = "The compiled Waitall of the traced Request class (eventspace/mpi/interpose.py).";
+        RequestWaitallType.tp_doc = "The compiled Waitall, Testall, Waitany, ... of the traced Request class "
+            "(eventspace/mpi/interpose.py).";
         RequestWaitallType.tp_flags &= ~Py_TPFLAGS_METHOD_DESCRIPTOR;
     }
     if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&CollectType) < 0 || PyType_Ready(&MpiCallType) < 0

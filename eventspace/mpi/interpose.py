@@ -171,14 +171,19 @@ def _found(result):
     return result[0] if result[1] else MPI.UNDEFINED
 
 
-for _name, _op, _family, _outcome in (
-        ("Waitall", e.WAITALL, _ALL, _always), ("waitall", e.WAITALL, _ALL, _always),
-        ("Testall", e.TESTALL, _ALL, _itself), ("testall", e.TESTALL, _ALL, _first),
-        ("Waitany", e.WAITANY, _ANY, _itself), ("waitany", e.WAITANY, _ANY, _first),
-        ("Testany", e.TESTANY, _ANY, _found), ("testany", e.TESTANY, _ANY, _found),
-        ("Waitsome", e.WAITSOME, _SOME, _itself), ("waitsome", e.WAITSOME, _SOME, _first),
-        ("Testsome", e.TESTSOME, _SOME, _itself), ("testsome", e.TESTSOME, _SOME, _first)):
+_COMPLETIONS = (
+    ("Waitall", e.WAITALL, _ALL, _always), ("waitall", e.WAITALL, _ALL, _always),
+    ("Testall", e.TESTALL, _ALL, _itself), ("testall", e.TESTALL, _ALL, _first),
+    ("Waitany", e.WAITANY, _ANY, _itself), ("waitany", e.WAITANY, _ANY, _first),
+    ("Testany", e.TESTANY, _ANY, _found), ("testany", e.TESTANY, _ANY, _found),
+    ("Waitsome", e.WAITSOME, _SOME, _itself), ("waitsome", e.WAITSOME, _SOME, _first),
+    ("Testsome", e.TESTSOME, _SOME, _itself), ("testsome", e.TESTSOME, _SOME, _first))
+for _name, _op, _family, _outcome in _COMPLETIONS:
     setattr(Request, _name, _completion(_name, _op, _family, _outcome))
+
+# The same outcomes as the compiled completions read them (_collector.c, O_*).
+_OUTCOMES = {(_ALL, _always): 0, (_ALL, _itself): 1, (_ALL, _first): 2, (_ANY, _itself): 3, (_ANY, _first): 4,
+             (_ANY, _found): 5, (_SOME, _itself): 6, (_SOME, _first): 7}
 
 
 def _many(call, op, requests, status_arg, family, outcome):
@@ -369,19 +374,21 @@ def count_pickled() -> None:
 
 
 def compile_waits(compiled) -> None:
-    """Request.Wait, wait, Test, test, Waitall and waitall in C (`compiled.RequestWait` and
+    """Request.Wait, wait, Test and test, and the calls on many requests (Waitall, Testall, Waitany,
+    Testany, Waitsome, Testsome and their pickle-form twins) in C (`compiled.RequestWait` and
     `RequestWaitall`, eventspace/_collector.c) where the compiled collector runs: they write what
     `_one` and `_many` write, which stay the reference and take what they leave (a channel that
     runs pure, a cancelled request, keyword arguments, requests in a tuple)."""
     if compiled is None or isinstance(Request.__dict__["Wait"], compiled.RequestWait):
         return
-    for name, op, all_ in (("Wait", e.WAIT, False), ("wait", e.WAIT, False), ("Test", e.TEST, False),
-                           ("test", e.TEST, False), ("Waitall", e.WAITALL, True), ("waitall", e.WAITALL, True)):
-        python = Request.__dict__[name]
-        compiled_type = compiled.RequestWaitall if all_ else compiled.RequestWait
-        setattr(Request, name, compiled_type(getattr(_Request, name), python.__func__ if all_ else python, Request,
-                                             Channel, op, e.REQUEST, e.CANCELLED, e.EMPTY, ERROR,
-                                             tuple(sorted(RECEIVES)), MPI.Status, test=op == e.TEST))
+    common = (Request, Channel)
+    flags = (e.REQUEST, e.CANCELLED, e.EMPTY, ERROR, tuple(sorted(RECEIVES)), MPI.Status)
+    for name, op in (("Wait", e.WAIT), ("wait", e.WAIT), ("Test", e.TEST), ("test", e.TEST)):
+        setattr(Request, name, compiled.RequestWait(getattr(_Request, name), Request.__dict__[name], *common, op,
+                                                    *flags, test=op == e.TEST))
+    for name, op, family, outcome in _COMPLETIONS:
+        setattr(Request, name, compiled.RequestWaitall(getattr(_Request, name), Request.__dict__[name].__func__,
+                                                       *common, op, *flags, outcome=_OUTCOMES[family, outcome]))
 
 
 def install(world, adopt, finalize, compiled=None) -> None:

@@ -167,9 +167,10 @@ def test_every_wrapped_call_and_constructor_is_collected(tmp_path):
 
 
 def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
-    """Buffer sends, Recv and buffer collectives run compiled where the extension is built
-    (eventspace/_collector.c, MpiCall); each form of those calls gives the same records as the
-    pure-Python closures, which stay the reference (EVENTSPACE_PURE=1)."""
+    """Buffer sends, Recv, buffer collectives, posts and the completions of their requests run
+    compiled where the extension is built (eventspace/_collector.c: MpiCall, RequestWait,
+    RequestWaitall); each form of those calls gives the same records as the pure-Python closures,
+    which stay the reference (EVENTSPACE_PURE=1)."""
     fields = ("thread", "op", "flags", "element", "arg", "nbytes", "coalesce(element_name, tree)")
     seen = {}
     for how, env in (("compiled", {}), ("pure", {"EVENTSPACE_PURE": "1"})):
@@ -185,10 +186,10 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     if compiled.collector_module() is not None:
         # receives read the count with MPI_Get_count in C: the short messages below (7 and 8
         # bytes into 16-byte buffers) have the pure collectors' counts
-        assert ("collector MpiCall MpiCall MpiCall, posts MpiCall, waits RequestWait RequestWaitall, receives "
-                "count with MPI_Get_count" in seen["compiled"])
-    assert ("collector function function function, posts function, waits function classmethod, receives count "
-            "with Status.Get_count" in seen["pure"])
+        assert ("collector MpiCall MpiCall MpiCall, posts MpiCall, waits RequestWait RequestWaitall RequestWaitall, "
+                "receives count with MPI_Get_count" in seen["compiled"])
+    assert ("collector function function function, posts function, waits function classmethod classmethod, "
+            "receives count with Status.Get_count" in seen["pure"])
     assert seen["compiled", "rows"] == seen["pure", "rows"]
     rows = seen["pure", "rows"]
     # The forms each path takes are all there: the sends' bytes, the failed send, receives of
@@ -229,3 +230,15 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     # Test: done at once (r0, to PROC_NULL: Test and test), and not yet (r1, EMPTY, nothing completed)
     assert rows["r0", e.TEST, 0, 1, 1, 0, "comm0"] == 2 and rows["r1", e.TEST, e.EMPTY, 1, 0, 0, "comm0"] == 1
     assert rows["r1", e.IRECV, e.REQUEST, 0, 18, 16, "comm0"] == 1
+    # The other calls on many requests: given n (REQUEST_NULL too), how many of ours completed; done
+    # at once (r0, to PROC_NULL), one of two (Waitany), and not yet (r1, EMPTY), their requests then
+    # completed by a Waitall of three; what came by Waitany and Waitsome from ANY_SOURCE or ANY_TAG
+    for op in (e.TESTALL, e.TESTANY, e.TESTSOME):
+        assert rows["r0", op, 0, 1, 1, 0, "comm0"] == 1 + (op != e.TESTALL)
+        assert rows["r1", op, e.EMPTY, 1, 0, 0, "comm0"] == 1
+    assert rows["r0", e.TESTALL, 0, 2, 1, 0, "comm0"] == 1
+    assert rows["r0", e.WAITANY, 0, 2, 1, 0, "comm0"] == rows["r1", e.WAITANY, 0, 2, 1, 0, "comm0"] == 1
+    assert rows["r0", e.WAITSOME, 0, 1, 1, 0, "comm0"] == rows["r1", e.WAITSOME, 0, 1, 1, 0, "comm0"] == 2
+    assert rows["r1", e.IRECV, e.ANY_SOURCE | e.REQUEST, 0, 41, 16, "comm0"] == 1
+    assert rows["r1", e.IRECV, e.ANY_TAG | e.REQUEST, 0, 43, 3, "comm0"] == 1
+    assert rows["r1", e.WAITALL, 0, 3, 3, 0, "comm0"] == 1

@@ -37,6 +37,20 @@ if r == 0:
     assert comm.isend(1, MPI.PROC_NULL, 20).test() == (True, None)
     comm.Recv(bytearray(2), 1, 19)                                    # rank 1 tested its Irecv: send it
     comm.Send(ints, 1, 18)
+    # the other calls on many requests, compiled too, with a request not ours among them
+    assert MPI.Request.Testall([comm.Isend(ints, MPI.PROC_NULL, 40), MPI.REQUEST_NULL])
+    assert MPI.Request.testall([comm.isend(1, MPI.PROC_NULL, 40)]) == (True, [None])
+    assert MPI.Request.Testany([comm.Isend(ints, MPI.PROC_NULL, 40)]) == (0, True)
+    assert MPI.Request.testany([comm.isend(1, MPI.PROC_NULL, 40)]) == (0, True, None)
+    assert MPI.Request.Testsome([comm.Isend(ints, MPI.PROC_NULL, 40)]) == [0]
+    assert MPI.Request.testsome([comm.isend(1, MPI.PROC_NULL, 40)]) == ([0], [None])
+    assert MPI.Request.Waitany([MPI.REQUEST_NULL, comm.Isend(ints, 1, 41)]) == 1
+    assert MPI.Request.waitany([comm.isend("x", 1, 42)])[0] == 0
+    assert MPI.Request.Waitsome([comm.Isend(b"abc", 1, 43)]) == [0]
+    assert MPI.Request.waitsome([comm.isend("y", 1, 44)])[0] == [0]
+    comm.Recv(bytearray(2), 1, 46)                                    # rank 1 tested its last three
+    for tag in (45, 47, 48):
+        comm.Send(ints, 1, tag)
 else:
     comm.Recv(got, 0, 1)
     comm.Recv(bytearray(16))              # ANY_SOURCE, ANY_TAG
@@ -62,6 +76,18 @@ else:
     assert not early.Test()                # rank 0 sends it only after the go below: not done, EMPTY
     comm.Send(b"go", 0, 19)
     early.Wait()
+    assert MPI.Request.Waitany([MPI.REQUEST_NULL, comm.Irecv(got, MPI.ANY_SOURCE, 41)]) == 1
+    assert MPI.Request.waitany([comm.irecv(source=0, tag=42)]) == (0, "x")
+    statuses = [MPI.Status()]
+    assert MPI.Request.Waitsome([comm.Irecv(bytearray(16), 0, MPI.ANY_TAG)], statuses) == [0]
+    assert statuses[0].Get_tag() == 43 and statuses[0].Get_count() == 3
+    assert MPI.Request.waitsome([comm.irecv(source=MPI.ANY_SOURCE, tag=44)]) == ([0], ["y"])
+    late = [comm.Irecv(bytearray(16), 0, tag) for tag in (45, 47, 48)]   # sent after the go below
+    assert not MPI.Request.Testall(late[:1])
+    assert MPI.Request.Testany(late[1:2]) == (MPI.UNDEFINED, False)
+    assert MPI.Request.Testsome(late[2:]) == []
+    comm.Send(b"go", 0, 46)
+    MPI.Request.Waitall(late)
 try:
     comm.Send(ints, dest=other, tga=3)    # no such parameter: mpi4py's TypeError, nothing sent
     raise AssertionError("a misspelt keyword was taken")
@@ -93,10 +119,14 @@ assert comm.reduce(r, op=MPI.MAX, root=1) == (1 if r == 1 else None)
 comm.gather(r)
 comm.Barrier()
 if r == 0:
+    many = ("Testall", "testall", "Waitany", "waitany", "Testany", "testany", "Waitsome", "waitsome", "Testsome",
+            "testsome")
     module = built.collector_module()
     counts = "MPI_Get_count" if module is not None and count_in_c(module) else "Status.Get_count"
     sys.stdout.write(f"collector {type(comm.Send).__name__} {type(comm.Sendrecv).__name__} "
                      f"{type(comm.allreduce).__name__}, "
                      f"posts {type(comm.Irecv).__name__}, "
                      f"waits {type(MPI.Request.__dict__['Wait']).__name__} "
-                     f"{type(MPI.Request.__dict__['Waitall']).__name__}, receives count with {counts}\n")
+                     f"{type(MPI.Request.__dict__['Waitall']).__name__} "
+                     f"{' '.join(sorted({type(MPI.Request.__dict__[name]).__name__ for name in many}))}, "
+                     f"receives count with {counts}\n")
