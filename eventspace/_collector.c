@@ -14,9 +14,9 @@
  *   TypedSize(kinds, fallback)  the msgpack size of a typed template's tuple (what a collector
  *       records as nbytes), in C for int, float, str, bytes and bool fields.
  *   MpiCall(kind, comm, call, fallback, append, ...)
- *       the hot path of an MPI collector closure (eventspace/mpi/collector.py) for buffer sends,
- *       Recv, Sendrecv, the nonblocking posts, and buffer and pickle-form collectives in their
- *       common form; every other form goes to the closure.
+ *       the hot path of an MPI collector closure (eventspace/mpi/collector.py) for sends, Recv,
+ *       Sendrecv, the nonblocking posts and collectives, buffer and pickle forms (but sendrecv)
+ *       in their common form; every other form goes to the closure.
  *   RequestWait, RequestWaitall(call, fallback, request_class, channel_class, ...)
  *       Wait and Test, and Waitall, Testall, Waitany, Testany, Waitsome and Testsome (outcome=O_*),
  *       of the traced Request class (eventspace/mpi/interpose.py).
@@ -1328,6 +1328,13 @@ collecting(MpiCall *self)
 
 static PyObject *s_info;
 
+/* Bytes mpi4py has pickled in this process so far (S_PICKLED: a call's are the growth during it). */
+static uint64_t
+pickled_so_far(MpiCall *self)
+{
+    return PyLong_AsUnsignedLongLongMask(PyList_GET_ITEM(self->dumped, 0));
+}
+
 /* A nonblocking post's request wrapped in the request class, its `info` set as the closure sets it:
  * (channel, op, flags, peer, tag, nbytes, t_start), what its completion records (interpose.py). */
 static PyObject *
@@ -1370,16 +1377,18 @@ fail:
     return NULL;
 }
 
-/* Send(buf, dest, tag=0), and the nonblocking sends (Isend...) with a request class */
+/* Send(buf, dest, tag=0), and the nonblocking sends (Isend...) with a request class; with S_PICKLED
+ * their pickle forms (send(obj, dest, tag=0), isend...), whose bytes are what mpi4py pickled */
 static PyObject *
 mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     long long dest, tag = 0;
-    uint64_t n;
+    uint64_t n = 0;
+    int pickled = self->sends == S_PICKLED;
     if (kwnames != NULL || nargs < 2 || nargs > 3 || small_int(args[1], &dest) < 0
         || (nargs == 3 && (small_int(args[2], &tag) < 0 || tag < 0 || (uint64_t)tag > U32))
-        || buffer_size(self, args[0], &n) < 0)
+        || (!pickled && buffer_size(self, args[0], &n) < 0))
         return to_fallback(self, args, nargsf, kwnames);
     PyObject *call_args[4] = {self->comm, args[0], args[1], nargs == 3 ? args[2] : zero};
     int on = collecting(self);
@@ -1389,10 +1398,15 @@ mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     int64_t t0 = now(self->offset_ns);
     if (mark_start(self, t0, self->flags, peer, (uint64_t)tag, n) < 0)
         return NULL;
+    uint64_t before = pickled ? pickled_so_far(self) : 0;
     PyObject *result = PyObject_Vectorcall(self->call, call_args, 4, NULL);
     if (result == NULL)
         return failed(self, self->flags, peer, (uint64_t)tag, t0);
     int64_t t1 = now(self->offset_ns);
+    if (pickled) {   /* what mpi4py pickled during the call */
+        uint64_t grew = pickled_so_far(self) - before;
+        n = grew < U32 ? grew : U32;
+    }
     if (set_mark(self, NULL) < 0) {
         Py_DECREF(result);
         return NULL;
@@ -1424,13 +1438,19 @@ wanted(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t most, 
 }
 
 /* Irecv(buf, source=ANY_SOURCE, tag=ANY_TAG): the post's record (no bytes yet: its completion
- * records what came) and its request, wrapped, with the post's info. */
+ * records what came) and its request, wrapped, with the post's info; with S_PICKLED irecv, whose
+ * buf may be left out too. */
 static PyObject *
 mpi_irecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     long long source, tag;
     uint64_t f;
+    PyObject *no_buf[1] = {Py_None};
+    if (nargs == 0 && kwnames == NULL && self->sends == S_PICKLED) {
+        args = no_buf;
+        nargs = 1;
+    }
     if (kwnames != NULL || wanted(self, args, nargs, 3, &source, &tag, &f) < 0)
         return to_fallback(self, args, nargsf, kwnames);
     PyObject *call_args[4] = {self->comm, args[0], nargs > 1 ? args[1] : NULL, nargs > 2 ? args[2] : NULL};
@@ -1523,13 +1543,19 @@ py_use_mpi_status(PyObject *Py_UNUSED(module), PyObject *args)
     Py_RETURN_TRUE;
 }
 
-/* Recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None) */
+/* Recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None); with S_PICKLED recv, whose buf may be left
+ * out too (the count is still the Status's: the pickle's bytes) */
 static PyObject *
 mpi_recv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     long long source, tag;
     uint64_t f;
+    PyObject *no_buf[1] = {Py_None};
+    if (nargs == 0 && kwnames == NULL && self->sends == S_PICKLED) {
+        args = no_buf;
+        nargs = 1;
+    }
     if (kwnames != NULL || wanted(self, args, nargs, 4, &source, &tag, &f) < 0)
         return to_fallback(self, args, nargsf, kwnames);
     PyObject *status = nargs > 3 && args[3] != Py_None ? args[3] : self->status;
@@ -1635,12 +1661,6 @@ done:
 }
 
 /* The bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count). */
-static uint64_t
-pickled_so_far(MpiCall *self)
-{
-    return PyLong_AsUnsignedLongLongMask(PyList_GET_ITEM(self->dumped, 0));
-}
-
 /* A buffer collective (Barrier, Bcast, Allreduce, Reduce, Gather, ...), or a pickle-form one
  * (S_PICKLED: allreduce, bcast, ...): numbered by the communicator's round counter, which the
  * closure shares. */
@@ -1810,9 +1830,9 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         }
     }
     if (kind < K_SEND || kind > K_SENDRECV || sends < S_NONE || sends > S_PICKLED || recv_op > 0xFFFF
-        || (sends == S_PICKLED && (kind != K_COLLECTIVE || !PyList_CheckExact(dumped) || PyList_GET_SIZE(dumped) != 1))) {
+        || (sends == S_PICKLED && (kind == K_SENDRECV || !PyList_CheckExact(dumped) || PyList_GET_SIZE(dumped) != 1))) {
         PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv), 2 (collective), 3 (irecv) or 4 (sendrecv); "
-                        "sends 0, 1, 2 or 3 (a pickle-form collective, with `dumped`); recv_op a u16");
+                        "sends 0, 1, 2 or 3 (a pickle form, with `dumped`; not sendrecv); recv_op a u16");
         return NULL;
     }
     if (!Py_IS_TYPE(append, &RingAppenderType) || !PyList_CheckExact(on) || PyList_GET_SIZE(on) != 1

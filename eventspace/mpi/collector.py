@@ -79,6 +79,12 @@ def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None
                                recv_op, dumped)
 
 
+def _form(pickled) -> dict:
+    """compiled_call's arguments for a point-to-point call's pickle form (send, recv, isend, irecv...):
+    its bytes are what mpi4py pickled during it (a send), or the Status's (a receive)."""
+    return {"sends": _COMPILED_SENDS["pickled"], "dumped": DUMPED} if pickled else {}
+
+
 @functools.lru_cache(maxsize=None)
 def count_in_c(compiled) -> bool:
     """Have the compiled receives read a Status's byte count with the MPI library's MPI_Get_count
@@ -222,9 +228,7 @@ def _send(comm, call, op, ch, flags, request_class=None):
             spill()
         return result
 
-    if pickled:
-        return send
-    return compiled_call(_SEND, comm, call, ch, op, flags, send, request_class=request_class)
+    return compiled_call(_SEND, comm, call, ch, op, flags, send, request_class=request_class, **_form(pickled))
 
 
 def _recv(comm, call, op, ch, flags):
@@ -261,8 +265,7 @@ def _recv(comm, call, op, ch, flags):
 
     if flags:
         recv.__defaults__ = (None, ANY_SOURCE, ANY_TAG, None)
-        return recv
-    return compiled_call(_RECV, comm, call, ch, op, flags, recv)
+    return compiled_call(_RECV, comm, call, ch, op, flags, recv, **_form(flags))
 
 
 def _post_recv(comm, call, ch, flags, request_class):
@@ -299,8 +302,7 @@ def _post_recv(comm, call, ch, flags, request_class):
 
     if flags:
         post.__defaults__ = (None, ANY_SOURCE, ANY_TAG)
-        return post
-    return compiled_call(_IRECV, comm, call, ch, op, flags, post, request_class=request_class)
+    return compiled_call(_IRECV, comm, call, ch, op, flags, post, request_class=request_class, **_form(flags))
 
 
 def _sendrecv(comm, call, ch, flags):

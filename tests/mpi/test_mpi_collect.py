@@ -186,10 +186,10 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     if compiled.collector_module() is not None:
         # receives read the count with MPI_Get_count in C: the short messages below (7 and 8
         # bytes into 16-byte buffers) have the pure collectors' counts
-        assert ("collector MpiCall MpiCall MpiCall, posts MpiCall, waits RequestWait RequestWaitall RequestWaitall, "
-                "receives count with MPI_Get_count" in seen["compiled"])
-    assert ("collector function function function, posts function, waits function classmethod classmethod, "
-            "receives count with Status.Get_count" in seen["pure"])
+        assert ("collector MpiCall MpiCall MpiCall, pickled MpiCall MpiCall MpiCall, posts MpiCall, waits "
+                "RequestWait RequestWaitall RequestWaitall, receives count with MPI_Get_count" in seen["compiled"])
+    assert ("collector function function function, pickled function function function, posts function, waits "
+            "function classmethod classmethod, receives count with Status.Get_count" in seen["pure"])
     assert seen["compiled", "rows"] == seen["pure", "rows"]
     rows = seen["pure", "rows"]
     # The forms each path takes are all there: the sends' bytes, the failed send, receives of
@@ -213,8 +213,8 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     assert rows["r1", e.IRECV, e.REQUEST, 0, 12, 16, "comm0"] == 1
     assert rows["r1", e.IRECV, e.ANY_SOURCE | e.ANY_TAG | e.REQUEST, 0, 15, 3, "comm0"] == 1
     assert rows["r1", e.IRECV, e.CANCELLED | e.REQUEST, 0, 99, 0, "comm0"] == 1
-    # Wait records: given one request, which completed (r0: 3 Wait or wait; r1: 5, one cancelled)
-    assert rows["r0", e.WAIT, 0, 1, 1, 0, "comm0"] == 3 and rows["r1", e.WAIT, 0, 1, 1, 0, "comm0"] == 5
+    # Wait records: given one request, which completed (r0: 4 Wait or wait; r1: 6, one cancelled)
+    assert rows["r0", e.WAIT, 0, 1, 1, 0, "comm0"] == 4 and rows["r1", e.WAIT, 0, 1, 1, 0, "comm0"] == 6
     # Waitall records: given n requests, n completed (r0: [Isend, Issend], 2 isends, the tuple's Isend)
     assert rows["r0", e.WAITALL, 0, 2, 2, 0, "comm0"] == 2 and rows["r0", e.WAITALL, 0, 1, 1, 0, "comm0"] == 1
     assert rows["r1", e.IRECV, e.ANY_SOURCE | e.REQUEST, 0, 17, 16, "comm0"] == 1
@@ -242,3 +242,15 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     assert rows["r1", e.IRECV, e.ANY_SOURCE | e.REQUEST, 0, 41, 16, "comm0"] == 1
     assert rows["r1", e.IRECV, e.ANY_TAG | e.REQUEST, 0, 43, 3, "comm0"] == 1
     assert rows["r1", e.WAITALL, 0, 3, 3, 0, "comm0"] == 1
+    # Pickle-form point-to-point: the bytes pickled at the send, the same bytes received
+    for tag, sent_flags, got_flags in ((50, 0, e.ANY_SOURCE | e.ANY_TAG), (51, 0, 0), (52, 0, 0), (53, 0, e.ANY_SOURCE)):
+        op = e.SSEND if tag == 52 else e.SEND
+        sent = [n for (thread, o, flags, _peer, arg, n, _where), k in rows.items()
+                if thread == "r0" and o == op and flags == e.PICKLED | sent_flags and arg == tag for _ in range(k)]
+        got = [n for (thread, o, flags, _peer, arg, n, _where), k in rows.items()
+               if thread == "r1" and o == e.RECV and flags == e.PICKLED | got_flags and arg == tag for _ in range(k)]
+        assert len(sent) == 1 and sent == got and sent[0] > 0, (tag, sent, got)
+    assert [n for (thread, o, flags, _peer, arg, n, _where), k in rows.items() if thread == "r1" and o == e.IRECV
+            and flags == e.PICKLED | e.ANY_SOURCE | e.ANY_TAG | e.REQUEST and arg == 54] == \
+        [n for (thread, o, flags, _peer, arg, n, _where), k in rows.items() if thread == "r0" and o == e.ISEND
+         and flags == e.PICKLED | e.REQUEST and arg == 54]

@@ -51,6 +51,12 @@ if r == 0:
     comm.Recv(bytearray(2), 1, 46)                                    # rank 1 tested its last three
     for tag in (45, 47, 48):
         comm.Send(ints, 1, tag)
+    # pickle-form point-to-point, compiled too: a send's bytes are what mpi4py pickled
+    comm.send({"k": [1, 2]}, 1, 50)
+    comm.send("by keyword", dest=1, tag=51)
+    comm.ssend(None, 1, 52)
+    comm.send(b"x" * 100, 1, 53)
+    comm.isend([1, 2, 3], 1, 54).wait()
 else:
     comm.Recv(got, 0, 1)
     comm.Recv(bytearray(16))              # ANY_SOURCE, ANY_TAG
@@ -88,6 +94,11 @@ else:
     assert MPI.Request.Testsome(late[2:]) == []
     comm.Send(b"go", 0, 46)
     MPI.Request.Waitall(late)
+    assert comm.recv() == {"k": [1, 2]}                  # no argument: ANY_SOURCE, ANY_TAG
+    assert comm.recv(source=0, tag=51) == "by keyword"
+    assert comm.recv(None, 0, 52, status) is None and status.Get_tag() == 52
+    assert comm.recv(source=MPI.ANY_SOURCE, tag=53) == b"x" * 100
+    assert comm.irecv().wait() == [1, 2, 3]
 try:
     comm.Send(ints, dest=other, tga=3)    # no such parameter: mpi4py's TypeError, nothing sent
     raise AssertionError("a misspelt keyword was taken")
@@ -125,6 +136,7 @@ if r == 0:
     counts = "MPI_Get_count" if module is not None and count_in_c(module) else "Status.Get_count"
     sys.stdout.write(f"collector {type(comm.Send).__name__} {type(comm.Sendrecv).__name__} "
                      f"{type(comm.allreduce).__name__}, "
+                     f"pickled {type(comm.send).__name__} {type(comm.recv).__name__} {type(comm.irecv).__name__}, "
                      f"posts {type(comm.Irecv).__name__}, "
                      f"waits {type(MPI.Request.__dict__['Wait']).__name__} "
                      f"{type(MPI.Request.__dict__['Waitall']).__name__} "
