@@ -1,7 +1,7 @@
 """Ranks that block, as its first argument says, after a Barrier (each rank has a record):
 
-p2p         ranks 0 and 1 each receive from the other first: a deadlock;
-p2p-buffer  the same with buffer receives (Recv, whose collector runs compiled where it is built);
+p2p         ranks 0 and 1 each receive from the other first (recv, the pickle form): a deadlock;
+p2p-buffer  the same with buffer receives (Recv; both run compiled where the collector is built);
 p2p-request the same with posted receives completed by Wait (compiled too);
 collective  ranks 0 and 1 enter an Allreduce, rank 2 receives from rank 0 (tag 5): a deadlock;
 late        ranks 0 and 1 enter an Allreduce that rank 2 joins once the file named by the second
