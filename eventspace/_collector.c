@@ -1496,6 +1496,25 @@ static MPI_Status_of status_of;
 static void *get_count_fn;
 static intptr_t mpi_byte;
 static int mpi_handle_size;
+static Py_ssize_t source_at = -1, tag_at = -1;   /* MPI_SOURCE's and MPI_TAG's offsets in MPI_Status */
+
+/* MPI_SOURCE (`at` source_at) or MPI_TAG (tag_at) of a Status, read from its MPI_Status, else as
+ * its method `get` (Get_source, Get_tag) says. */
+static int
+status_int(PyObject *get, PyObject *status, Py_ssize_t at, long long *out)
+{
+    if (at >= 0) {
+        char *st = status_of(status);
+        if (st != NULL) {
+            int v;
+            memcpy(&v, st + at, sizeof v);
+            *out = v;
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    return status_field(get, status, out);
+}
 
 /* The bytes a receive got, as Status.Get_count() says (MPI_BYTE); `get_count` the unbound method. */
 static int
@@ -1518,10 +1537,11 @@ received_bytes_of(PyObject *get_count, PyObject *status, long long *count)
     return status_field(get_count, status, count);
 }
 
-/* _collector.use_mpi_status(capsule, get_count, byte, handle_size) -> bool: have compiled receives
- * read a Status's count with MPI_Get_count (address `get_count`) on MPI_BYTE (handle `byte`, of
- * `handle_size` bytes), the Status's MPI_Status found by mpi4py's PyMPIStatus_Get (`capsule`).
- * False, and Status.Get_count stays, for a handle size other than an int's or a pointer's. */
+/* _collector.use_mpi_status(capsule, get_count, byte, handle_size, source_at=-1, tag_at=-1) -> bool:
+ * have compiled receives read a Status's count with MPI_Get_count (address `get_count`) on MPI_BYTE
+ * (handle `byte`, of `handle_size` bytes), the Status's MPI_Status found by mpi4py's PyMPIStatus_Get
+ * (`capsule`), and its source and tag at those byte offsets in it (-1: Get_source, Get_tag).
+ * False, and the Status's methods stay, for a handle size other than an int's or a pointer's. */
 static PyObject *
 py_use_mpi_status(PyObject *Py_UNUSED(module), PyObject *args)
 {
@@ -1529,7 +1549,8 @@ py_use_mpi_status(PyObject *Py_UNUSED(module), PyObject *args)
     unsigned long long address;
     long long byte;
     int size;
-    if (!PyArg_ParseTuple(args, "OKLi:use_mpi_status", &capsule, &address, &byte, &size))
+    Py_ssize_t source = -1, tag = -1;
+    if (!PyArg_ParseTuple(args, "OKLi|nn:use_mpi_status", &capsule, &address, &byte, &size, &source, &tag))
         return NULL;
     if ((size != 4 && size != (int)sizeof(void *)) || address == 0)
         Py_RETURN_FALSE;
@@ -1540,6 +1561,8 @@ py_use_mpi_status(PyObject *Py_UNUSED(module), PyObject *args)
     mpi_byte = (intptr_t)byte;
     mpi_handle_size = size;
     get_count_fn = (void *)(uintptr_t)address;
+    source_at = source >= 0 && source % 4 == 0 ? source : -1;
+    tag_at = tag >= 0 && tag % 4 == 0 ? tag : -1;
     Py_RETURN_TRUE;
 }
 
@@ -1589,8 +1612,8 @@ mpi_recv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
      * them only when the program left one open (or named MPI.PROC_NULL, whose tag is ANY_TAG). */
     long long got_source = source, got_tag = tag, count;
     int named = source >= 0 && tag >= 0;
-    if (set_mark(self, NULL) < 0 || (!named && status_field(self->get_source, status, &got_source) < 0)
-        || (!named && status_field(self->get_tag, status, &got_tag) < 0)
+    if (set_mark(self, NULL) < 0 || (!named && status_int(self->get_source, status, source_at, &got_source) < 0)
+        || (!named && status_int(self->get_tag, status, tag_at, &got_tag) < 0)
         || received_bytes_of(self->get_count, status, &count) < 0
         || record(self, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
                   count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1) < 0)
@@ -1645,7 +1668,8 @@ mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwna
     uint64_t send_half[8] = {self->op, self->flags, (uint64_t)self->cid, peer, (uint64_t)sendtag, n, (uint64_t)t0,
                              (uint64_t)t1};
     if (set_mark(self, NULL) < 0 || ring_append(self->ring, send_half) < 0
-        || status_field(self->get_source, status, &got_source) < 0 || status_field(self->get_tag, status, &got_tag) < 0
+        || status_int(self->get_source, status, source_at, &got_source) < 0
+        || status_int(self->get_tag, status, tag_at, &got_tag) < 0
         || received_bytes_of(self->get_count, status, &count) < 0)
         goto fail;
     if (record_as(self, self->recv_op, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
@@ -2137,7 +2161,7 @@ request_record(RequestWait *self, PyObject **field, const uint64_t post[5], int6
     if (st != Py_None && is_receive(self, post[0])) {
         long long source, got_tag, count;
         PyObject *p;
-        if (status_field(self->get_source, st, &source) < 0 || status_field(self->get_tag, st, &got_tag) < 0
+        if (status_int(self->get_source, st, source_at, &source) < 0 || status_int(self->get_tag, st, tag_at, &got_tag) < 0
             || received_bytes_of(self->get_count, st, &count) < 0
             || (p = PySequence_GetItem(field[CH_PEERS], (Py_ssize_t)source)) == NULL)
             return -1;

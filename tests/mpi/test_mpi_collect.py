@@ -187,7 +187,8 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
         # receives read the count with MPI_Get_count in C: the short messages below (7 and 8
         # bytes into 16-byte buffers) have the pure collectors' counts
         assert ("collector MpiCall MpiCall MpiCall, pickled MpiCall MpiCall MpiCall, posts MpiCall, waits "
-                "RequestWait RequestWaitall RequestWaitall, receives count with MPI_Get_count" in seen["compiled"])
+                "RequestWait RequestWaitall RequestWaitall, receives count with MPI_Get_count, source and tag from "
+                "MPI_Status" in seen["compiled"])
     assert ("collector function function function, pickled function function function, posts function, waits "
             "function classmethod classmethod, receives count with Status.Get_count" in seen["pure"])
     assert seen["compiled", "rows"] == seen["pure", "rows"]
