@@ -2343,17 +2343,21 @@ waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     PyObject *requests = args[1], *statuses = nargs > 2 ? args[2] : Py_None;
     int any = self->outcome >= O_INDEX && self->outcome <= O_FOUND;
     Py_ssize_t n = PyList_GET_SIZE(requests), npending = 0;
-    /* per traced request still to complete: its index, channel fields, post and t_start */
-    Py_ssize_t *index = PyMem_New(Py_ssize_t, n + 1);
-    PyObject **fields = PyMem_New(PyObject *, (n + 1) * CH_SLOTS);
-    uint64_t *posts = PyMem_New(uint64_t, (n + 1) * 5);
-    int64_t *t_posts = PyMem_New(int64_t, n + 1);
+    /* per traced request still to complete: its post, t_start, channel fields and index, in one
+     * block (a word each, the 8-byte ones first), on the stack for the few requests most calls give */
+    enum { WORDS = 1 + CH_SLOTS + 5 + 1, ON_STACK = 8 };
+    uint64_t local[WORDS * ON_STACK];
+    uint64_t *block = n + 1 <= ON_STACK ? local : PyMem_Malloc(sizeof(uint64_t) * WORDS * (size_t)(n + 1));
     PyObject *used = NULL, *result = NULL;
     int receives = 0, leave = 0;
-    if (index == NULL || fields == NULL || posts == NULL || t_posts == NULL) {
+    if (block == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return NULL;
     }
+    uint64_t *posts = block;
+    int64_t *t_posts = (int64_t *)(posts + (n + 1) * 5);
+    PyObject **fields = (PyObject **)(t_posts + n + 1);
+    Py_ssize_t *index = (Py_ssize_t *)(fields + (n + 1) * CH_SLOTS);
     for (Py_ssize_t i = 0; i < n && !leave; i++) {
         PyObject *request = PyList_GET_ITEM(requests, i), **field = fields + npending * CH_SLOTS;
         uint64_t *post = posts + npending * 5;
@@ -2421,10 +2425,8 @@ failed:
     Py_CLEAR(result);
 done:
     Py_XDECREF(used);
-    PyMem_Free(index);
-    PyMem_Free(fields);
-    PyMem_Free(posts);
-    PyMem_Free(t_posts);
+    if (block != local)
+        PyMem_Free(block);
     return result;
 }
 

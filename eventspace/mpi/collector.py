@@ -109,12 +109,12 @@ def status_offsets(capsule) -> tuple[int, int]:
     the fields, each MPI lays them out its own way: 8 and 12 in MPICH's, 0 and 4 in Open MPI's),
     found by setting them through mpi4py to values no other field holds and reading the struct
     back through `capsule` (mpi4py's PyMPIStatus_Get); -1 for one not found exactly once."""
+    # Prototypes of their own: setting ctypes.pythonapi's would change them for everyone else
     api = ctypes.pythonapi
-    api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = ctypes.c_char_p, [ctypes.py_object]
-    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    name_of = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", api))
+    pointer_of = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", api))
     try:
-        address = api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
+        address = pointer_of(capsule, name_of(capsule))
         struct_of = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(address)
         size = MPI._sizeof(MPI.Status)
     except (AttributeError, TypeError, ValueError):

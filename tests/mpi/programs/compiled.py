@@ -57,6 +57,7 @@ if r == 0:
     comm.ssend(None, 1, 52)
     comm.send(b"x" * 100, 1, 53)
     comm.isend([1, 2, 3], 1, 54).wait()
+    MPI.Request.Waitall([comm.Isend(ints, 1, 60 + i) for i in range(10)])   # more than fit on C's stack
 else:
     comm.Recv(got, 0, 1)
     comm.Recv(bytearray(16))              # ANY_SOURCE, ANY_TAG
@@ -99,6 +100,7 @@ else:
     assert comm.recv(None, 0, 52, status) is None and status.Get_tag() == 52
     assert comm.recv(source=MPI.ANY_SOURCE, tag=53) == b"x" * 100
     assert comm.irecv().wait() == [1, 2, 3]
+    MPI.Request.Waitall([comm.Irecv(bytearray(16), MPI.ANY_SOURCE, 60 + i) for i in range(10)])
 try:
     comm.Send(ints, dest=other, tga=3)    # no such parameter: mpi4py's TypeError, nothing sent
     raise AssertionError("a misspelt keyword was taken")
