@@ -17,7 +17,10 @@ Targets (best configuration per view): >= 4000, 3000, 1500, 500 pulls/s for 1, ~
 all trace elements; the scope at most ~1/3 slower than the bare peer for all elements. For all
 elements, against flat in the monitor pulled in the same rounds (the median of per-round ratios):
 every tree shape pulled concurrently >= 0.5x its observe rate, per-node and per-cluster near
->= 0.8x. Beside every rate, the monitor's own CPU per pull (this process, every thread).
+>= 0.8x. Beside every rate, the monitor's own CPU per pull (this process, every thread). One more
+row times a bare round trip to one node (a pastset ping): a tree whose near joins ask their
+children only once asked adds one of those per level, in series, to what flat pays; the table's
+title tells how long this machine's idle CPUs poll before they halt, which sets what it costs.
 `--profile` samples the monitor and two node servers with py-spy while the all-elements view is
 pulled, and prints where the time goes.
 """
@@ -114,6 +117,27 @@ class Bare:
             sock.close(linger=0)
 
 
+class RoundTrip:
+    """One pastset PING to one node and its reply over a plain pyzmq DEALER: the price of one hop
+    there and back on this machine, which a tree with joins near the data pays once more than
+    flat for each level it adds (its joins ask their children only once asked themselves)."""
+
+    def __init__(self, endpoint: str):
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self._frame = p.pack([1, p.PING])
+        self.sock.send(self._frame)
+        assert msgpack.unpackb(self.sock.recv())[1] == p.OK, f"{endpoint} did not answer a ping"
+
+    def pull(self) -> None:
+        self.sock.send(self._frame)
+        self.sock.recv()
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
 def configurations(largest: bool) -> list[tuple[str, str, str]]:
     configs = [(tree, placement, "concurrent") for tree in TREES for placement in PLACEMENTS]
     if largest:
@@ -125,6 +149,9 @@ def build(run, pm: Pathmap, quick: bool) -> tuple[dict, list, dict]:
     """(cases for `interleave`, [things to close], {view label: (target Hz, [scope figure names], bare name)})."""
     catalogue = Catalogue(pm)
     cases, closing, plan = {}, [], {}
+    ping = RoundTrip(run.endpoints[pm.nodes[0].name])
+    closing.append(ping)
+    cases[f"one round trip (ping node {pm.nodes[0].name})"] = (Metered(ping.pull), 100 if quick else 400, None)
     for label, (text, target, calls) in views(pm).items():
         entries = View.parse(text).select(catalogue)
         calls = max(3, calls // 4) if quick else calls

@@ -99,7 +99,21 @@ def load() -> tuple[float, float, float]:
 
 def machine() -> dict:
     return {"cores": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M"), "load": [round(x, 2) for x in load()]}
+            "date": time.strftime("%Y-%m-%d %H:%M"), "load": [round(x, 2) for x in load()],
+            "halt_poll_ns": halt_poll_ns()}
+
+
+def halt_poll_ns() -> int | None:
+    """How long an idle virtual CPU of this guest polls before it halts (Linux's haltpoll cpuidle
+    driver; None where it is not in use). At 0, every wake-up of an idle CPU is a trip through the
+    hypervisor: a message between processes costs several, which serial hops pay in full."""
+    try:
+        driver = Path("/sys/devices/system/cpu/cpuidle/current_driver").read_text().strip()
+        if driver != "haltpoll":
+            return None
+        return int(Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 _UNITS = {"ns": 1e9, "µs": 1e6, "ms": 1e3, "s": 1.0}
@@ -119,7 +133,9 @@ def report(title: str, figures: list[Figure], targets: dict[str, Target], out: s
     scale = _UNITS[unit]
     by_name = {f.name: f for f in figures}
     avg1, _, _ = load()
-    table = Table(title=f"{title} ({machine()['cores']} cores, load {avg1:.2f})")
+    polls = halt_poll_ns()
+    table = Table(title=f"{title} ({os.cpu_count()} cores, load {avg1:.2f}"
+                        + ("" if polls is None else f", idle CPUs poll {polls:,} ns before halting") + ")")
     columns = ["figure", f"median {unit}", "spread"] + (["rate /s"] if rate else []) + \
               ["peer", "ratio to peer", "ratio spread", "target", "met"]
     for column in columns:
