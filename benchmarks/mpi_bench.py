@@ -14,7 +14,8 @@ repetitions, and reports the median batch, on rank 0's clock:
   plain is what a collector adds to a call), the same with dest and tag given by keyword (as
   mpi4py's tutorial writes it), Isend + Wait to PROC_NULL (a post, its request
   record and the completion call), Isend + Waitany of a list (a completion call on many
-  requests, as Waitall, Testany, Waitsome...) and `comm.send(None, ...)` (the pickle form); also in the rank's own CPU time (time.thread_time), which a
+  requests, as Waitall, Testany, Waitsome...), `comm.send(None, ...)` and `comm.sendrecv(None, ...)` (the
+  pickle form); also in the rank's own CPU time (time.thread_time), which a
   loaded machine inflates less than the wall clock, beside a bare Python function call's, for
   scale;
 - latency: ping-pong of Send/Recv between ranks 0 and 1, half the round trip, 0 B to 1 MiB
@@ -120,6 +121,10 @@ def kernel(args) -> None:
         for _ in range(n):
             comm.send(None, MPI.PROC_NULL, 0)
 
+    def sendrecv_null_pickled(n):   # a halo exchange's call, the pickle form
+        for _ in range(n):
+            comm.sendrecv(None, MPI.PROC_NULL, 0, None, MPI.PROC_NULL, 0)
+
     def isend_waitany_null(n):   # a completion call on many requests (Waitany, Testsome, ...)
         for _ in range(n):
             MPI.Request.Waitany([comm.Isend(nothing, MPI.PROC_NULL, 0)])
@@ -134,6 +139,7 @@ def kernel(args) -> None:
     best("Isend+Wait to PROC_NULL", isend_wait_null, 10000)
     best("Isend+Waitany to PROC_NULL", isend_waitany_null, 10000)
     best("send (pickle form) to PROC_NULL", send_null_pickled, 10000)
+    best("sendrecv (pickle form) with PROC_NULL", sendrecv_null_pickled, 10000)
     if size == 2:
         for nbytes in LATENCY_SIZES:
             buf = aligned(nbytes)

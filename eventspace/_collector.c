@@ -1626,17 +1626,20 @@ done:
 
 /* Sendrecv(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
  * two records with the call's times, its send half (`op`) and its receive half (`recv_op`: what
- * came, from the Status), marked meanwhile as waiting in the receive. */
+ * came, from the Status), marked meanwhile as waiting in the receive. With S_PICKLED, sendrecv
+ * (sendobj, ...): the send half's bytes are what mpi4py pickled during the call, the receive
+ * half's the Status's (the pickle that came). */
 static PyObject *
 mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     long long dest, sendtag = 0, source = self->any_source, recvtag = self->any_tag;
-    uint64_t n;
+    uint64_t n = 0;
+    int pickled = self->sends == S_PICKLED;
     if (kwnames != NULL || nargs < 2 || nargs > 7 || small_int(args[1], &dest) < 0
         || (nargs > 2 && (small_int(args[2], &sendtag) < 0 || sendtag < 0 || (uint64_t)sendtag > U32))
         || (nargs > 4 && small_int(args[4], &source) < 0) || (nargs > 5 && small_int(args[5], &recvtag) < 0)
-        || buffer_size(self, args[0], &n) < 0)
+        || (!pickled && buffer_size(self, args[0], &n) < 0))
         return to_fallback(self, args, nargsf, kwnames);
     PyObject *status = nargs > 6 && args[6] != Py_None ? args[6] : self->status;
     PyObject *made[2] = {NULL, NULL};
@@ -1658,12 +1661,18 @@ mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwna
     int64_t t0 = now(self->offset_ns);
     if (mark_as(self, self->recv_op, t0, f, want, wanted_tag, 0) < 0)   /* waiting in the receive half */
         goto done;
+    uint64_t before = pickled ? pickled_so_far(self) : 0;
     result = PyObject_Vectorcall(self->call, call_args, 8, NULL);
     if (result == NULL) {   /* as the closure: the receive half's record, failed */
         failed_as(self, self->recv_op, f, want, wanted_tag, t0);
         goto done;
     }
     int64_t t1 = now(self->offset_ns);
+    if (pickled) {   /* what mpi4py pickled during the call */
+        n = pickled_so_far(self) - before;
+        if (n > U32)
+            n = U32;
+    }
     long long got_source, got_tag, count;
     uint64_t send_half[8] = {self->op, self->flags, (uint64_t)self->cid, peer, (uint64_t)sendtag, n, (uint64_t)t0,
                              (uint64_t)t1};
@@ -1854,9 +1863,9 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         }
     }
     if (kind < K_SEND || kind > K_SENDRECV || sends < S_NONE || sends > S_PICKLED || recv_op > 0xFFFF
-        || (sends == S_PICKLED && (kind == K_SENDRECV || !PyList_CheckExact(dumped) || PyList_GET_SIZE(dumped) != 1))) {
+        || (sends == S_PICKLED && (!PyList_CheckExact(dumped) || PyList_GET_SIZE(dumped) != 1))) {
         PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv), 2 (collective), 3 (irecv) or 4 (sendrecv); "
-                        "sends 0, 1, 2 or 3 (a pickle form, with `dumped`; not sendrecv); recv_op a u16");
+                        "sends 0, 1, 2 or 3 (a pickle form, with `dumped`); recv_op a u16");
         return NULL;
     }
     if (!Py_IS_TYPE(append, &RingAppenderType) || !PyList_CheckExact(on) || PyList_GET_SIZE(on) != 1

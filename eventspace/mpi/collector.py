@@ -372,9 +372,7 @@ def _sendrecv(comm, call, ch, flags):
             spill()
         return result
 
-    if pickled:
-        return sendrecv
-    return compiled_call(_SENDRECV, comm, call, ch, SEND, flags, sendrecv, recv_op=RECV)
+    return compiled_call(_SENDRECV, comm, call, ch, SEND, flags, sendrecv, recv_op=RECV, **_form(pickled))
 
 
 def _sendrecv_replace(comm, call, ch):

@@ -186,10 +186,11 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     if compiled.collector_module() is not None:
         # receives read the count with MPI_Get_count in C: the short messages below (7 and 8
         # bytes into 16-byte buffers) have the pure collectors' counts
-        assert ("collector MpiCall MpiCall MpiCall, pickled MpiCall MpiCall MpiCall, posts MpiCall, waits "
+        assert ("collector MpiCall MpiCall MpiCall, pickled MpiCall MpiCall MpiCall MpiCall, posts MpiCall, waits "
                 "RequestWait RequestWaitall RequestWaitall, receives count with MPI_Get_count, source and tag from "
                 "MPI_Status" in seen["compiled"])
-    assert ("collector function function function, pickled function function function, posts function, waits "
+    assert ("collector function function function, pickled function function function function, posts function, "
+            "waits "
             "function classmethod classmethod, receives count with Status.Get_count" in seen["pure"])
     assert seen["compiled", "rows"] == seen["pure", "rows"]
     rows = seen["pure", "rows"]
@@ -228,6 +229,17 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     # Sendrecv: its send half and its receive half (what came: ANY_SOURCE, ANY_TAG from r0, 4 bytes)
     assert rows["r0", e.SENDRECV_SEND, 0, 1, 31, 2, "comm0"] == rows["r1", e.SENDRECV_RECV, 0, 0, 31, 2, "comm0"] == 1
     assert rows["r1", e.SENDRECV_RECV, e.ANY_SOURCE | e.ANY_TAG, 0, 32, 4, "comm0"] == 1
+    # sendrecv, the pickle form: each rank's send half carries the bytes the other's receive half got
+    for tag, got_flags in ((33, 0), (34, 0), (35, e.ANY_SOURCE | e.ANY_TAG)):
+        for sender, receiver in (("r0", "r1"), ("r1", "r0")):
+            sent = [n for (thread, o, flags, _peer, arg, n, _where), k in rows.items() if thread == sender
+                    and o == e.SENDRECV_SEND and flags == e.PICKLED and arg == tag for _ in range(k)]
+            got = [n for (thread, o, flags, _peer, arg, n, _where), k in rows.items() if thread == receiver
+                   and o == e.SENDRECV_RECV and flags == e.PICKLED | got_flags and arg == tag for _ in range(k)]
+            assert len(sent) == 1 and sent == got and sent[0] > 0, (tag, sender, sent, got)
+    # ... and to and from PROC_NULL: nothing pickled, nothing came (MPI's PROC_NULL Status: ANY_TAG)
+    assert rows["r0", e.SENDRECV_SEND, e.PICKLED, e.PEER_NONE, 36, 0, "comm0"] == 1
+    assert rows["r0", e.SENDRECV_RECV, e.PICKLED, e.PEER_NONE, e.TAG_ANY, 0, "comm0"] == 1
     # Test: done at once (r0, to PROC_NULL: Test and test), and not yet (r1, EMPTY, nothing completed)
     assert rows["r0", e.TEST, 0, 1, 1, 0, "comm0"] == 2 and rows["r1", e.TEST, e.EMPTY, 1, 0, 0, "comm0"] == 1
     assert rows["r1", e.IRECV, e.REQUEST, 0, 18, 16, "comm0"] == 1

@@ -115,6 +115,13 @@ comm.Sendrecv(ints, other, 30, got, other, 30)
 comm.Sendrecv(sendbuf=b"ab", dest=other, sendtag=31, recvbuf=bytearray(4), source=other, recvtag=31)
 comm.Sendrecv(ints[:1], other, 32, got, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
 assert status.Get_source() == other and status.Get_count() == 4
+# sendrecv, the pickle form, compiled too: by position, by keyword, from ANY_SOURCE into the
+# program's Status; the send half's bytes are what mpi4py pickled, the receive half's what came
+assert comm.sendrecv({"from": r}, other, 33, None, other, 33) == {"from": other}
+assert comm.sendrecv([r] * (r + 1), dest=other, sendtag=34, source=other, recvtag=34) == [other] * (other + 1)
+assert comm.sendrecv("z" * (10 + r), other, 35, None, MPI.ANY_SOURCE, MPI.ANY_TAG, status) == "z" * (10 + other)
+assert (status.Get_source(), status.Get_tag()) == (other, 35)
+assert comm.sendrecv(r, MPI.PROC_NULL, 36, source=MPI.PROC_NULL, recvtag=36) is None
 comm.Barrier()
 comm.Bcast(ints, 1)
 comm.Reduce(ints, got if r == 1 else None, MPI.SUM, 1)
@@ -140,7 +147,8 @@ if r == 0:
         counts += ", source and tag from MPI_Status"
     sys.stdout.write(f"collector {type(comm.Send).__name__} {type(comm.Sendrecv).__name__} "
                      f"{type(comm.allreduce).__name__}, "
-                     f"pickled {type(comm.send).__name__} {type(comm.recv).__name__} {type(comm.irecv).__name__}, "
+                     f"pickled {type(comm.send).__name__} {type(comm.recv).__name__} {type(comm.irecv).__name__} "
+                     f"{type(comm.sendrecv).__name__}, "
                      f"posts {type(comm.Irecv).__name__}, "
                      f"waits {type(MPI.Request.__dict__['Wait']).__name__} "
                      f"{type(MPI.Request.__dict__['Waitall']).__name__} "
