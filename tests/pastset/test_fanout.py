@@ -1,6 +1,8 @@
 """Rounds of requests to several node servers, over both backends: merged batch reads, hosted
 calls, errors and nodes that are not there."""
 
+import json
+import os
 import struct
 import subprocess
 import sys
@@ -194,3 +196,44 @@ def test_a_monitor_may_hold_many_fanouts_over_64_nodes():
         for fanout in fanouts:
             fanout.close()
         server.close()
+
+
+
+_THREADS = """
+import glob, json, os, time
+import pastset
+
+def io_threads():
+    found = {}
+    for task in glob.glob("/proc/self/task/*"):
+        with open(task + "/comm") as f:
+            if f.read().startswith("ZMQbg/IO"):
+                tid = int(task.rsplit("/", 1)[1])
+                found[tid] = os.sched_getscheduler(tid)
+    return found
+
+server = pastset.TupleServer("A")
+endpoint = server.serve("tcp://127.0.0.1:0")
+time.sleep(0.1)
+serving = io_threads()
+fanout = pastset.Fanout({"A": endpoint})
+pulls = fanout.round(5)
+ping = pulls.ping("A")
+assert pulls.wait() == set() and ping.result() == "A"
+pulling = {tid: policy for tid, policy in io_threads().items() if tid not in serving}
+print(json.dumps([sorted(serving.values()), sorted(pulling.values())]))
+fanout.close()
+server.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+def test_a_fanouts_io_thread_yields_to_the_running_thread_and_a_servers_does_not():
+    """A fan-out carries an observer's traffic: its ZeroMQ I/O thread, woken, must not take the
+    CPU from the thread running (a join between its sends, an application's thread), so it runs
+    under SCHED_BATCH; a node server's endpoint answers the application too, and keeps the
+    default policy. Checked in a fresh process, whose only ZeroMQ threads are these."""
+    out = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    serving, pulling = json.loads(out.stdout)
+    assert serving == [os.SCHED_OTHER] and pulling == [os.SCHED_BATCH], out.stdout
