@@ -133,8 +133,9 @@ def report(title: str, figures: list[Figure], targets: dict[str, Target], out: s
     scale = _UNITS[unit]
     by_name = {f.name: f for f in figures}
     avg1, _, _ = load()
-    polls = halt_poll_ns()
-    table = Table(title=f"{title} ({os.cpu_count()} cores, load {avg1:.2f}"
+    here = machine()
+    polls = here["halt_poll_ns"]
+    table = Table(title=f"{title} ({here['cores']} cores, load {avg1:.2f}"
                         + ("" if polls is None else f", idle CPUs poll {polls:,} ns before halting") + ")")
     columns = ["figure", f"median {unit}", "spread"] + (["rate /s"] if rate else []) + \
               ["peer", "ratio to peer", "ratio spread", "target", "met"]

@@ -15,8 +15,8 @@
  *       records as nbytes), in C for int, float, str, bytes and bool fields.
  *   MpiCall(kind, comm, call, fallback, append, ...)
  *       the hot path of an MPI collector closure (eventspace/mpi/collector.py) for sends, Recv,
- *       Sendrecv, the nonblocking posts and collectives, buffer and pickle forms (but sendrecv)
- *       in their common form; every other form goes to the closure.
+ *       Sendrecv, the nonblocking posts and collectives, buffer and pickle forms, in their common
+ *       form; every other form goes to the closure.
  *   RequestWait, RequestWaitall(call, fallback, request_class, channel_class, ...)
  *       Wait and Test, and Waitall, Testall, Waitany, Testany, Waitsome and Testsome (outcome=O_*),
  *       of the traced Request class (eventspace/mpi/interpose.py).
@@ -1328,11 +1328,20 @@ collecting(MpiCall *self)
 
 static PyObject *s_info;
 
-/* Bytes mpi4py has pickled in this process so far (S_PICKLED: a call's are the growth during it). */
+/* Bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count):
+ * S_PICKLED, a call's bytes are the growth during it (`pickled_since`). */
 static uint64_t
 pickled_so_far(MpiCall *self)
 {
     return PyLong_AsUnsignedLongLongMask(PyList_GET_ITEM(self->dumped, 0));
+}
+
+/* What mpi4py pickled since `before` (pickled_so_far before a call), as a record's u32 nbytes. */
+static uint64_t
+pickled_since(MpiCall *self, uint64_t before)
+{
+    uint64_t grew = pickled_so_far(self) - before;
+    return grew < U32 ? grew : U32;
 }
 
 /* A nonblocking post's request wrapped in the request class, its `info` set as the closure sets it:
@@ -1403,10 +1412,8 @@ mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     if (result == NULL)
         return failed(self, self->flags, peer, (uint64_t)tag, t0);
     int64_t t1 = now(self->offset_ns);
-    if (pickled) {   /* what mpi4py pickled during the call */
-        uint64_t grew = pickled_so_far(self) - before;
-        n = grew < U32 ? grew : U32;
-    }
+    if (pickled)   /* what mpi4py pickled during the call */
+        n = pickled_since(self, before);
     if (set_mark(self, NULL) < 0) {
         Py_DECREF(result);
         return NULL;
@@ -1668,11 +1675,8 @@ mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwna
         goto done;
     }
     int64_t t1 = now(self->offset_ns);
-    if (pickled) {   /* what mpi4py pickled during the call */
-        n = pickled_so_far(self) - before;
-        if (n > U32)
-            n = U32;
-    }
+    if (pickled)   /* what mpi4py pickled during the call */
+        n = pickled_since(self, before);
     long long got_source, got_tag, count;
     uint64_t send_half[8] = {self->op, self->flags, (uint64_t)self->cid, peer, (uint64_t)sendtag, n, (uint64_t)t0,
                              (uint64_t)t1};
@@ -1693,7 +1697,6 @@ done:
     return result;
 }
 
-/* The bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count). */
 /* A buffer collective (Barrier, Bcast, Allreduce, Reduce, Gather, ...), or a pickle-form one
  * (S_PICKLED: allreduce, bcast, ...): numbered by the communicator's round counter, which the
  * closure shares. */
@@ -1734,10 +1737,8 @@ mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kw
     if (result == NULL)
         return failed(self, self->flags, peer, round, t0);
     int64_t t1 = now(self->offset_ns);
-    if (self->sends == S_PICKLED) {   /* what mpi4py pickled during the call */
-        uint64_t after = pickled_so_far(self);
-        n = after - before < U32 ? after - before : U32;
-    }
+    if (self->sends == S_PICKLED)   /* what mpi4py pickled during the call */
+        n = pickled_since(self, before);
     if (set_mark(self, NULL) < 0 || record(self, self->flags, peer, round, n, t0, t1) < 0) {
         Py_DECREF(result);
         return NULL;
@@ -2270,6 +2271,20 @@ pending_at(const Py_ssize_t *index, Py_ssize_t npending, Py_ssize_t i)
     return -1;
 }
 
+/* The request record of pending request `k`, completed with the Status `used` (at < 0: a call on
+ * many requests that fills one, Waitany's), or statuses[at] (used: the statuses, or None). */
+static int
+completed_record(RequestWait *self, PyObject **fields, const uint64_t *posts, const int64_t *t_posts,
+                 Py_ssize_t k, PyObject *used, Py_ssize_t at, int64_t t1)
+{
+    PyObject *st = at < 0 || used == Py_None ? Py_NewRef(used) : PySequence_GetItem(used, at);
+    if (st == NULL)
+        return -1;
+    int rc = request_record(self, fields + k * CH_SLOTS, posts + k * 5, t_posts[k], st, t1);
+    Py_DECREF(st);
+    return rc;
+}
+
 /* The request records of what a completion call on many requests completed (`result` read as
  * self->outcome says): how many, or -1 with an error set. `used` is the Status (Waitany, Testany) or
  * the statuses (None, or one per request; Waitsome's and Testsome's in the order of the indices). */
@@ -2288,10 +2303,7 @@ completed_records(RequestWait *self, PyObject *result, PyObject *used, const Py_
         if (all <= 0)
             return all;
         for (Py_ssize_t k = 0; k < npending; k++) {
-            PyObject *st = used == Py_None ? Py_NewRef(Py_None) : PySequence_GetItem(used, index[k]);
-            int rc = st == NULL ? -1 : request_record(self, fields + k * CH_SLOTS, posts + k * 5, t_posts[k], st, t1);
-            Py_XDECREF(st);
-            if (rc < 0)
+            if (completed_record(self, fields, posts, t_posts, k, used, index[k], t1) < 0)
                 return -1;
         }
         return npending;
@@ -2312,7 +2324,7 @@ completed_records(RequestWait *self, PyObject *result, PyObject *used, const Py_
         Py_ssize_t k = pending_at(index, npending, i);
         if (k < 0)
             return 0;
-        return request_record(self, fields + k * CH_SLOTS, posts + k * 5, t_posts[k], used, t1) < 0 ? -1 : 1;
+        return completed_record(self, fields, posts, t_posts, k, used, -1, t1) < 0 ? -1 : 1;
     }
     PyObject *said = outcome_item(result, outcome == O_SOME ? -1 : 0);   /* some: their indices, or None */
     if (said == NULL)
@@ -2329,10 +2341,7 @@ completed_records(RequestWait *self, PyObject *result, PyObject *used, const Py_
         Py_ssize_t k = pending_at(index, npending, i);
         if (k < 0)
             continue;
-        PyObject *st = used == Py_None ? Py_NewRef(Py_None) : PySequence_GetItem(used, j);
-        int rc = st == NULL ? -1 : request_record(self, fields + k * CH_SLOTS, posts + k * 5, t_posts[k], st, t1);
-        Py_XDECREF(st);
-        completed = rc < 0 ? -1 : completed + 1;
+        completed = completed_record(self, fields, posts, t_posts, k, used, j, t1) < 0 ? -1 : completed + 1;
     }
     Py_DECREF(said);
     return n < 0 ? -1 : completed;
@@ -2392,17 +2401,19 @@ waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         result = PyObject_Vectorcall(self->call, call_args, 2, NULL);
         goto done;
     }
-    if (any && statuses == Py_None && receives) {   /* the one that completes: a receive's actual source */
-        if ((used = PyObject_CallNoArgs(self->status_class)) == NULL)
-            goto done;
-    } else if (!any && statuses == Py_None && receives) {   /* to read the receives' actual sources */
-        if ((used = PyList_New(n)) == NULL)
-            goto done;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *st = PyObject_CallNoArgs(self->status_class);
-            if (st == NULL)
+    if (statuses == Py_None && receives) {   /* to read the receives' actual sources */
+        if (any) {   /* the one that completes */
+            if ((used = PyObject_CallNoArgs(self->status_class)) == NULL)
                 goto done;
-            PyList_SET_ITEM(used, i, st);
+        } else {
+            if ((used = PyList_New(n)) == NULL)
+                goto done;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *st = PyObject_CallNoArgs(self->status_class);
+                if (st == NULL)
+                    goto done;
+                PyList_SET_ITEM(used, i, st);
+            }
         }
     } else {
         Py_INCREF(statuses);

@@ -42,9 +42,9 @@ def shared_context() -> zmq.Context:
 def _yielding_io(context: zmq.Context) -> None:
     """Run `context`'s I/O thread under SCHED_BATCH where the platform has it (Linux): woken, it
     does not preempt the thread running, but waits for that one to block or use up its slice.
-    A fan-out's traffic is an observer's: a join that sends its reads to three nodes is otherwise
-    switched out for its own I/O thread after the first send, three times a pull, and an
-    application thread is switched out for a monitor's replies arriving. On an idle machine
+    A fan-out's traffic is an observer's: otherwise a join sending its reads to three nodes is
+    switched out for its own I/O thread in the middle of its sends, on every pull, and an
+    application thread is switched out when a join's replies arrive. On an idle machine
     nothing waits (the thread goes to an idle CPU); pulls over the paper's layout on two cores
     were 4% faster, near-placed cluster joins gaining a little more (docs/RESULTS.md). A node
     server's endpoint keeps the default policy: it answers the application too."""
