@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from eventspace.scope import EventScope
 
@@ -22,6 +23,18 @@ GONE = "gone"          # its node is gone: its process ended, or its connection 
 NOT_ANSWERING = "not answering"   # its node keeps its connection but does not answer: paused, swapping, busy
 UNSEEN = "unseen"      # none of its events reached this beat, though its node is not known to be gone
                        # (a join between its node and the monitor did not answer): nothing is known
+OFF = "off"            # no progress seen because its collectors are switched off (`eventspace space switch`)
+
+
+class Blocked(NamedTuple):
+    """What a heartbeat learns when it asks about the threads that did not move: {thread: the
+    operation it is inside now}, the nodes that did not answer, those of them gone, and the threads
+    whose collectors are all switched off."""
+
+    inside: dict[str, str]
+    late: set[str]
+    gone: set[str]
+    off: set[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -99,6 +112,10 @@ class Heartbeat(ScopeMon):
         order = [t.name for t in catalogue.pathmap.threads]
         self.threads = sorted({e.thread for e in self.scope.entries if e.thread}, key=order.index)
         self.node_of = {t.name: t.node for t in catalogue.pathmap.threads}
+        self._collectors: dict[str, set[int]] = {}   # thread -> its collectors in the view
+        for entry in self.scope.entries:
+            if entry.thread:
+                self._collectors.setdefault(entry.thread, set()).add(entry.id)
         self.judge = Judge(self.threads, self.node_of)
 
     def beat(self) -> HeartbeatReport:
@@ -112,8 +129,10 @@ class Heartbeat(ScopeMon):
 
         deadlock = []
 
-        def blocked(missing: set[str]) -> tuple[dict[str, str], set[str], set[str]]:
+        def blocked(missing: set[str]) -> Blocked:
             marks, late = self.scope.in_flight_marks(skip=missing)
+            off_ids, late_off = self.scope.switched_off(skip=missing | late)
+            late |= late_off
             inside: dict[str, str] = {}
             for cid in sorted(marks, key=lambda c: marks[c].t_start):
                 entry = catalogue[cid]
@@ -122,7 +141,8 @@ class Heartbeat(ScopeMon):
             ranks, found = self.waits.look(marks, missing | late)
             inside.update({f"r{rank}": wait.text for rank, wait in ranks.items()})
             deadlock.extend(found.lines if found else [])
-            return inside, late, self.scope.gone(late)
+            off = {t for t, ids in self._collectors.items() if ids and ids <= off_ids}
+            return Blocked(inside, late, self.scope.gone(late), off)
 
         # On an MPI run marks are read at every beat (a deadlock is confirmed over two), and where
         # a thread has no record yet (it may be blocked in its first call).
@@ -142,9 +162,9 @@ class Judge:
 
     `judge(newest, now, blocked, missing, gone, unreached)`: `newest` is {thread: its newest
     event's t_end} of the threads whose records reached this beat; `now` the beat's time in
-    seconds; `blocked(missing)` gives ({thread: the operation it is inside now}, nodes that did
-    not answer that question, those of them gone), and is asked only when a thread did not move
-    (or at every beat, `always`);
+    seconds; `blocked(missing)` gives a Blocked (what each thread is inside now, the nodes that did
+    not answer that question and those of them gone, the threads whose collectors are switched
+    off), and is asked only when a thread did not move (or at every beat, `always`);
     `missing`, `gone`, `unreached` are the beat's nodes as a pull reports them.
     """
 
@@ -170,8 +190,9 @@ class Judge:
             elif thread in self._moved_at:
                 still.append(thread)
         inside: dict[str, str] = {}
+        off: set[str] = set()
         if still or always:
-            inside, late, late_gone = blocked(missing)
+            inside, late, late_gone, off = blocked(missing)
             missing |= late
             gone |= late_gone
         # A thread stopped outside communication is the one others wait on, unless nobody waits or
@@ -185,6 +206,9 @@ class Judge:
             if node in missing:
                 status = GONE if node in gone else NOT_ANSWERING
                 beats.append(ThreadBeat(thread, node, status, self._last.get(thread, 0), 0.0))
+            elif thread in off and (thread in still or thread not in newest):
+                # Its collectors write nothing: its progress cannot be seen, which is not a stall.
+                beats.append(ThreadBeat(thread, node, OFF, self._last.get(thread, 0), 0.0))
             elif thread not in newest:
                 # No record reached us: say so, never ALIVE on an old record (nor QUIET when the
                 # join that reads its node did not answer).

@@ -10,11 +10,11 @@ from eventspace import trace
 from eventspace.system import NodeSample
 
 from .colop import ColOpReport
-from .heartbeat import (ALIVE, GONE, IDLE, NOT_ANSWERING, QUIET, SLOW, STALLED, UNSEEN, WAITING,
+from .heartbeat import (ALIVE, GONE, IDLE, NOT_ANSWERING, OFF, QUIET, SLOW, STALLED, UNSEEN, WAITING,
                         HeartbeatReport)
 
 STATUS_STYLE = {ALIVE: "green", WAITING: "yellow", STALLED: "bold red", QUIET: "dim", GONE: "magenta", IDLE: "blue",
-                SLOW: "orange3", NOT_ANSWERING: "bold magenta", UNSEEN: "grey50"}
+                SLOW: "orange3", NOT_ANSWERING: "bold magenta", UNSEEN: "grey50", OFF: "dim cyan"}
 
 
 def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from monitors.heartbeat import ALIVE, GONE, IDLE, STALLED, UNSEEN, WAITING, Heartbeat, Judge
+from monitors.heartbeat import ALIVE, GONE, IDLE, STALLED, UNSEEN, WAITING, Blocked, Heartbeat, Judge
 from paths import Instrument, Pathmap, Selector, launch
 from runs import ENV, REPO, THREE_NODES, pathmap_for, ring_app
 
@@ -92,12 +92,12 @@ def test_threads_that_all_stopped_are_idle_though_a_node_went_while_the_beat_ask
     question of who waits: the threads left are idle, not stalled (1,024 threads were flagged so)."""
     judge = Judge(["T0", "T1", "T2", "T3"], {"T0": "A", "T1": "A", "T2": "B", "T3": "B"})
     newest = {"T0": 10, "T1": 11, "T2": 12, "T3": 13}
-    judge.judge(newest, 0.0, lambda missing: ({}, set(), set()))
+    judge.judge(newest, 0.0, lambda missing: Blocked({}, set(), set()))
     for now in (1.0, 2.0):
-        report = judge.judge(newest, now, lambda missing: ({}, {"B"}, {"B"}))
+        report = judge.judge(newest, now, lambda missing: Blocked({}, {"B"}, {"B"}))
         assert {b.thread: b.status for b in report.threads} == {"T0": IDLE, "T1": IDLE, "T2": GONE, "T3": GONE}
     # One thread stopped while the others wait on it is still flagged, as before.
-    judge.judge({**newest, "T1": 12}, 3.0, lambda missing: ({"T1": "observe x"}, set(), set()))
+    judge.judge({**newest, "T1": 12}, 3.0, lambda missing: Blocked({"T1": "observe x"}, set(), set()))
     for now in (4.0, 5.0):
-        report = judge.judge({**newest, "T1": 12}, now, lambda missing: ({"T1": "observe x"}, {"B"}, {"B"}))
+        report = judge.judge({**newest, "T1": 12}, now, lambda missing: Blocked({"T1": "observe x"}, {"B"}, {"B"}))
     assert {b.thread: b.status for b in report.threads} == {"T0": STALLED, "T1": WAITING, "T2": GONE, "T3": GONE}
