@@ -215,7 +215,12 @@ class Run:
         self._clients.clear()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop every launched node (asked first, killed if it lingers) and remove the run's own files."""
+        """Stop every launched node (asked first, killed if it lingers) and remove the run's own files.
+        Monitors attached to the run first get their final read (`RunFile.end`: at most
+        runfile.FINAL_READ_GRACE seconds, nothing when none is attached; Ctrl-C cuts it short)."""
+        if any(proc.poll() is None for proc in self._processes.values()):
+            with contextlib.suppress(KeyboardInterrupt):
+                self.run_file.end()
         for node, proc in self._processes.items():
             if proc.poll() is None:
                 with contextlib.suppress(pastset.PastSetError):

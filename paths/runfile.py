@@ -22,6 +22,10 @@ from .wrapper import PathsError
 
 # Where run files live, in order: this variable, $XDG_RUNTIME_DIR/eventspace/runs, ~/.eventspace/runs.
 RUN_DIR_ENV = "EVENTSPACE_RUN_DIR"
+# Seconds a launcher whose program has ended waits, nodes still serving, for the monitors attached to
+# make their final read (RunFile.end). A monitor that sees the end reads once more and detaches:
+# within about a pull's time.
+FINAL_READ_GRACE = 10.0
 
 
 def run_dir(directory: str | os.PathLike | None = None) -> FilePath:
@@ -83,7 +87,13 @@ class RunFile:
         if self.checked:
             with contextlib.suppress(PathsError):
                 return snapshots.load(self.pathmap_file, self.checked, own=True)
-        return Pathmap.load(self.pathmap_file)
+        try:
+            return Pathmap.load(self.pathmap_file)
+        except FileNotFoundError:
+            if not os.path.exists(self.path):
+                raise RunError(f"run {self.name} has ended: its launcher removed its files") from None
+            raise RunError(f"run {self.name}: its pathmap snapshot {self.pathmap_file} is missing; the run file "
+                           "is stale: `eventspace runs` lists the live runs") from None
 
     def log(self, node: str) -> FilePath:
         """Where the launcher keeps node `node`'s stderr (kept after the run if not empty)."""
@@ -178,6 +188,35 @@ class RunFile:
                            f"{age:.0f} s ago); the run has ended: remove the file or start a new run")
         return self
 
+    # -- the end, and the monitors' final reads ---------------------------------------------------
+
+    @property
+    def ending_marker(self) -> FilePath:
+        """The file whose presence says the run's program has ended and its nodes wait for the
+        monitors' final reads (`end`)."""
+        return self.directory / f"{self.name}.ending"
+
+    def ending(self) -> bool:
+        """Whether the run's program has ended and its nodes wait, still serving, for the monitors
+        attached to make their final read (one stat)."""
+        return os.path.lexists(self.ending_marker)
+
+    def end(self, grace: float = FINAL_READ_GRACE) -> list[MonitorEntry]:
+        """Say that the program has ended (the nodes still serve), and wait up to `grace` seconds
+        for every monitor attached to make its final read and detach: the launcher calls it
+        before it stops the nodes, so that what the collectors wrote last is read. Returns at once
+        when no monitor is attached; the monitors that did not detach in time."""
+        waiting = self.monitors()
+        if not waiting:
+            return []
+        with contextlib.suppress(FileExistsError):
+            _create_exclusive(self.ending_marker, f"{time.time()}\n")
+        deadline = time.monotonic() + grace
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.02)
+            waiting = self.monitors()
+        return waiting
+
     # -- monitors --------------------------------------------------------------------------------
 
     @property
@@ -263,6 +302,7 @@ def register(name: str, directory: str | os.PathLike | None = None, source: str 
                 created = _create(path, text)
             if created:
                 _clear_monitors(run)  # of an earlier run of that name
+                run.ending_marker.unlink(missing_ok=True)
                 return run
 
 
@@ -309,6 +349,7 @@ def _stale(path: FilePath) -> bool:
 
 def _remove_run(run: RunFile) -> None:
     FilePath(run.path).unlink(missing_ok=True)
+    run.ending_marker.unlink(missing_ok=True)
     snapshots.remove(run.pathmap_file)
     _clear_monitors(run)
     run.drop_empty_logs(run.pids)
@@ -316,6 +357,13 @@ def _remove_run(run: RunFile) -> None:
 
 def _clear_monitors(run: RunFile) -> None:
     shutil.rmtree(run.monitor_dir, ignore_errors=True)
+
+
+def _create_exclusive(path: FilePath, text: str) -> None:
+    """Create `path` holding `text`; FileExistsError if anything (a link too) is there already."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def _create(path: FilePath, text: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -260,6 +261,10 @@ class Rank:
         self.finished = True
         written = self.private.gather(sum(ring.last() for ring in self.rings), root=0)
         if self.rank == 0:
+            # Every rank's program has ended, and every node still serves (the others wait in the
+            # Barrier below, which releases the GIL): the monitors attached read the rest.
+            with contextlib.suppress(OSError):
+                self.registration.run_file.end()
             try:
                 if self.writer is not None:
                     self.writer.close()

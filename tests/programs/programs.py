@@ -78,6 +78,7 @@ def ring_forever(ctx):
         inn.observe(timeout=30)
         ctx.barrier(tree="step", timeout=30)
         steps += 1
+        ctx.report(step=steps)
         time.sleep(pause)
     return steps
 
