@@ -38,7 +38,7 @@ def _scope(args) -> int:
     import json
     import time
 
-    from rich.console import Console
+    from pastset.terminal import console as terminal_console
     from rich.table import Table
 
     from paths import RunFile
@@ -71,7 +71,7 @@ def _scope(args) -> int:
     if args.json:
         print(json.dumps(figures))
         return 0
-    console = Console()
+    console = terminal_console()
     table = Table(title=f"scope over {args.view}: {len(scope.entries)} trace elements, {args.tree}/{args.placement}",
                   show_header=False)
     for key, value in figures.items():

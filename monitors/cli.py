@@ -67,7 +67,8 @@ def register(subparsers) -> None:
                                                                     "(.pftrace, or .json; default %(default)s)")
     demo.add_argument("--pathmap", default=str(_default_demo_pathmap()), help="the pathmap (default: %(default)s)")
     demo.add_argument("--size", default="small", help="the wind tunnel's size (default %(default)s)")
-    demo.add_argument("--json", action="store_true", help="print the summary as JSON too")
+    demo.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout (the "
+                                                          "dashboard and tables go to stderr)")
     demo.set_defaults(func=_demo)
 
     replay = subparsers.add_parser("replay", help="play an archived run back through the dashboard, as if live")
@@ -115,9 +116,10 @@ def _query(args) -> int:
         sys.stdout.write("\n")
         return 0
 
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from pastset.terminal import console
 
     table = Table(title=f"{len(rows)} row{'s' if len(rows) != 1 else ''}")
     for column in columns:
@@ -125,7 +127,7 @@ def _query(args) -> int:
     for row in rows:
         # Values are data, not markup: "[error]" must print as itself.
         table.add_row(*("NULL" if v is None else escape(str(v)) for v in row))
-    Console().print(table)
+    console().print(table)
     return 0
 
 
@@ -167,7 +169,7 @@ def _export(args) -> int:
 
 
 def _replay(args) -> int:
-    from rich.console import Console
+    from pastset.terminal import console as terminal_console
 
     from .archive import Archive
     from .replay import Replay, play
@@ -178,7 +180,7 @@ def _replay(args) -> int:
             for frame in replay.frames():
                 print(json.dumps(frame.as_dict()), flush=True)
             return 0
-        console = Console()
+        console = terminal_console()
         shown = play(replay, console, args.speed)
     console.print(f"replayed {shown} of {replay.count} frames of {args.db} "
                   f"({replay.start:.1f} s to {replay.end:.1f} s of {replay.length:.1f} s recorded)")
@@ -249,7 +251,7 @@ def _account_figures(account) -> dict | None:
 
 def _show_matrix(args, matrix, table: bool = True) -> None:
     """The matrix as JSON or tables (unless `table` is False), and its plots if --plot asks."""
-    from rich.console import Console
+    from pastset.terminal import console
 
     from .heatmap import INSTALL_HINT, plotting, write_plots
     from .render import matrix_tables
@@ -258,7 +260,7 @@ def _show_matrix(args, matrix, table: bool = True) -> None:
         if args.json:
             print(json.dumps(matrix.as_dict()))
         else:
-            Console().print(matrix_tables(matrix))
+            console().print(matrix_tables(matrix))
     if args.plot:
         if not plotting():
             print(f"note: no plots: --plot needs matplotlib ({INSTALL_HINT})", file=sys.stderr)
@@ -307,9 +309,12 @@ def _dashboard(args) -> int:
 
 
 def _demo(args) -> int:
+    from rich.console import Console
+
     from .demo import run_demo
 
-    summary = run_demo(args.duration, args.trace, args.pathmap, args.size)
+    # With --json, stdout carries the summary alone; the dashboard and the tables go to stderr.
+    summary = run_demo(args.duration, args.trace, args.pathmap, args.size, console=Console(stderr=args.json))
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -11,7 +11,7 @@ import time
 from importlib.metadata import entry_points
 from pathlib import Path as FilePath
 
-from rich.console import Console
+from pastset.terminal import console as terminal_console
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
@@ -112,7 +112,7 @@ def _validate(args) -> int:
         count = len(exc.problems)
         print(f"{count} problem{'s' if count != 1 else ''} in {args.file}")
         return 1
-    console = Console(highlight=False)
+    console = terminal_console(highlight=False)
     totals = ", ".join(f"{what} {n}" for what, n in pathmap.summary().items())
     console.print(f"ok: {args.file} ({pathmap.name}): {totals}", soft_wrap=True)
     if pathmap.security.keys is not None:
@@ -146,7 +146,7 @@ def _show(args) -> int:
             drawing.children.append(_draw_thread(pathmap, thread.name))
         for tree in pathmap.trees:
             drawing.children.append(_draw_tree(pathmap, tree.name))
-    Console(highlight=False).print(drawing)
+    terminal_console(highlight=False).print(drawing)
     return 0
 
 
@@ -315,7 +315,7 @@ def _runs(args) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
-    console = Console(highlight=False)
+    console = terminal_console(highlight=False)
     if rows:
         console.print(_runs_table(rows, runfile.run_dir(args.run_dir)))
     else:

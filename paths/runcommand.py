@@ -14,6 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from pastset.terminal import console as terminal_console
+
 from .__main__ import add_grace_option
 from .execution import Execution, execute, slowest
 from .pathmap import Pathmap
@@ -71,7 +73,7 @@ def _launch(args) -> int:
     from .launch import NodeDied, launch
 
     mpiexec = mpiexec_args(args)
-    console = Console(stderr=True)
+    console = terminal_console(stderr=True)
     signal.signal(signal.SIGTERM, _interrupt)   # stopped by a job manager: as Ctrl-C
     started = time.monotonic()
     with launch(args.pathmap, run_dir=args.run_dir, path=args.path, grace=args.grace, mpiexec=mpiexec) as run:
@@ -135,7 +137,7 @@ class ProgressBar:
     bar, done/total `unit`, elapsed time. `console` is where the summary goes after it."""
 
     def __init__(self, args, label: str, unit: str, total: int | None = None):
-        self.console = Console(stderr=args.json)
+        self.console = terminal_console(stderr=args.json)
         self._progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                                   TimeElapsedColumn(), console=self.console, disable=args.json)
         self._task = self._progress.add_task(unit, total=total)

@@ -6,6 +6,7 @@ import pytest
 
 from eventspace import trace
 from eventspace.catalogue import Catalogue
+from eventspace.view import View
 from eventspace.cli import main
 from paths import Instrument, Selector, launch
 from runs import ENV, TWO_NODES, pathmap_for, ring_app
@@ -108,3 +109,14 @@ def test_a_thread_whose_collectors_are_off_is_off_not_stalled_and_space_ls_says_
         switched = {row[1]: row[-2] for row in rows}   # id -> its last cell: on or off
         t2 = {str(e.id) for e in Catalogue(pm) if e.thread == "T2"}
         assert {switched[i] for i in t2} == {"off"} and {v for i, v in switched.items() if i not in t2} == {"on"}
+
+
+def test_space_ls_written_to_a_pipe_keeps_every_stage_and_trace_element_whole(capsys):
+    from paths import Pathmap
+    from runs import REPO
+
+    pathmap = REPO / "pathmaps" / "windtunnel-4node.yaml"
+    assert main(["space", "ls", str(pathmap), "--view", "thread:T5"]) == 0
+    out = capsys.readouterr().out
+    entries = View.parse("thread:T5").select(Catalogue(Pathmap.load(pathmap)))
+    assert all(e.stage in out and f"{e.trace} @ {e.trace_node}" in out for e in entries), out

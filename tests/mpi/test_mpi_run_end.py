@@ -39,7 +39,8 @@ def test_monitors_read_to_the_end_of_an_mpi_run_and_their_counts_reconcile(tmp_p
     try:
         until_live("ending", job)
         monitors = {name: monitor(tmp_path, *command) for name, command in
-                    {"matrix": ["matrix"], "colop": ["colop"], "getevent": ["getevent"]}.items()}
+                    {"matrix": ["matrix"], "colop": ["colop"], "getevent": ["getevent"],
+                     "dashboard": ["dashboard"]}.items()}
         for proc in monitors.values():
             json.loads(proc.stdout.readline())   # attached, and pulled once
         go.touch()
@@ -52,11 +53,15 @@ def test_monitors_read_to_the_end_of_an_mpi_run_and_their_counts_reconcile(tmp_p
                 proc.kill()
                 proc.communicate()
         stop(job)
-    matrix, colop, getevent = (ended[name][0][-1] for name in ("matrix", "colop", "getevent"))
-    for last in (matrix, colop, getevent):
+    matrix, colop, getevent, board = (ended[name][0][-1] for name in ("matrix", "colop", "getevent", "dashboard"))
+    for last in (matrix, colop, getevent, board):
         assert (last["ended"], last["why"]) == (True, "its program ended")
     assert matrix["messages"] == COUNT
     assert colop["rounds"] == ROUNDS + 2   # the Barrier, the allreduces and the Gather, every one complete
+    # The dashboard on an MPI run: its collectives panel counts them too, and the panel it has nothing
+    # for (an MPI run samples no system summaries) says so instead of ending the dashboard.
+    assert board["trees"] == {"comm0": ROUNDS + 2} and board["heartbeat"]
+    assert "no system summaries" in ended["dashboard"][1]
     # getevent's view: every record of both ranks (source and contribute collectors): the sends, the
     # receives, and each rank's collectives.
     account = getevent["account"]

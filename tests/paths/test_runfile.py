@@ -194,3 +194,20 @@ def test_prune_keeps_runs_of_other_hosts_and_of_live_launchers(tmp_path):
     assert prune(tmp_path) == []
     assert {r.name for r in live_runs(tmp_path)} == {"here", "far"}
     assert other.owner.alive() is None
+
+
+def test_eventspace_runs_keeps_every_name_whole_when_piped(tmp_path):
+    """Written to a pipe (as to grep or a file), a table is as wide as its cells: rich would give it 80
+    columns and cut a run's name ("wor") or fold its pathmap's path."""
+    runs = tmp_path / "runs"
+    name = "workers-of-a-pipeline-whose-name-does-not-fit-in-eighty-columns-at-all"
+    source = str(tmp_path.joinpath(*["deeper"] * 12, "pipeline.yaml"))
+    run = register(name, runs, source=source)
+    run.ready({"A": "tcp://127.0.0.1:1"}, {"A": os.getpid()})
+    try:
+        for env in ({**os.environ, "COLUMNS": "80"}, {k: v for k, v in os.environ.items() if k != "COLUMNS"}):
+            out = eventspace("runs", "--run-dir", str(runs), cwd=tmp_path, env=env)
+            assert out.returncode == 0, out.stderr
+            assert name in out.stdout and os.path.relpath(source, tmp_path) in out.stdout, out.stdout
+    finally:
+        run.unregister()
