@@ -162,9 +162,14 @@ def _export(args) -> int:
         print(f"wrote {args.perfetto}: {phases.count('X')} events on {tracks} tracks, "
               f"{phases.count('s')} flows, {phases.count('C')} counter values")
     if args.otf2:
+        from eventspace import system
+
         from .otf2_export import write_otf2
         anchor = write_otf2(args.otf2, records, catalogue, recorded=recorded)
-        print(f"wrote {anchor}: {len(records)} events")
+        samples, operations = system.split(records)
+        left_out = (f"; left out {len(samples):,} system summary records (metrics, not operations: the Perfetto "
+                    "exports show them)") if len(samples) else ""
+        print(f"wrote {anchor}: {len(operations):,} operations of the archive's {len(records):,} events{left_out}")
     return 0
 
 

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from eventspace import trace
 from eventspace.system import NodeSample
+from pastset.terminal import counted
 
 from .colop import ColOpReport
 from .heartbeat import (ALIVE, GONE, IDLE, NOT_ANSWERING, OFF, QUIET, SLOW, STALLED, UNSEEN, WAITING,
@@ -182,7 +183,7 @@ def matrix_tables(matrix, most: int = 16) -> Group:
     from .matrix import HOPS
 
     total = int(matrix.nbytes.sum())
-    hops = Table(title=f"point-to-point traffic between {matrix.ranks} ranks", title_justify="left")
+    hops = Table(title=f"point-to-point traffic between {counted(matrix.ranks, 'rank')}", title_justify="left")
     for column in ("hop class", "messages", "bytes", "share of bytes"):
         hops.add_column(column, justify="left" if column == "hop class" else "right")
     for hop, messages, nbytes in matrix.by_hop():

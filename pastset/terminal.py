@@ -21,3 +21,8 @@ def console(stderr: bool = False, **options) -> Console:
     except (AttributeError, ValueError):
         terminal = False
     return Console(stderr=stderr, width=None if terminal else UNBOUNDED, **options)
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 rank`, `4 ranks`, `2,000 events`: a count and its noun, agreeing."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -10,6 +10,7 @@ import sys
 import threading
 
 import pastset
+from pastset.terminal import counted
 from paths import NodeServer, PathmapError, RunError
 from paths.wrapper import PathsError
 
@@ -148,7 +149,7 @@ class Rank:
     def _register(self, pids: dict[str, int]) -> None:
         self.registration.ready(self.node.pathmap, self.comms, self.endpoints, pids)
         hosts = len(set(self.hosts))
-        say(f"run {self.name}: {self.size} ranks on {hosts} host{'s' if hosts > 1 else ''}; "
+        say(f"run {self.name}: {counted(self.size, 'rank')} on {counted(hosts, 'host')}; "
             f"run file {self.registration.path}")
         if self.options.archive is not None:
             archive = self._archive
@@ -268,8 +269,8 @@ class Rank:
             try:
                 if self.writer is not None:
                     self.writer.close()
-                    say(f"archive {self.options.archive}: {self.writer.tuples:,} events from {self.size} "
-                        f"ranks, {self.writer.lost:,} discarded")
+                    say(f"archive {self.options.archive}: {counted(self.writer.tuples, 'event')} from "
+                        f"{counted(self.size, 'rank')}, {self.writer.lost:,} discarded")
                 if not sum(written):
                     say("no MPI calls were collected" + (" (--instrument none)" if self.options.instrument == "none"
                                                          else ""))

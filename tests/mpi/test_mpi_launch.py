@@ -80,3 +80,10 @@ def test_a_bad_topology_is_one_clear_error_before_any_rank_starts(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith(f"eventspace mpirun: {topology}:2: clusters.rack1:")
     assert result.stdout == ""
+
+
+def test_one_rank_is_one_rank(tmp_path):
+    result = mpirun("-n", 1, "--name", "solo", "--archive", tmp_path / "solo.sqlite", "output.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    said = "\n".join(ours(result.stderr))
+    assert "run solo: 1 rank on 1 host;" in said and "from 1 rank," in said and "1 ranks" not in said
