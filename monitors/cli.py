@@ -210,10 +210,10 @@ def _archive_matrix(args) -> int:
 
 def _matrix(args) -> int:
     from .watch import Watch
-    from .matrix import MatrixMon
-    from .render import matrix_tables
-
     with Watch(args.run, "matrix", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .matrix import MatrixMon
+        from .render import matrix_tables
+
         with MatrixMon(watch.run_file) as mon:
             shown = {"messages": -1}
 
@@ -285,12 +285,12 @@ def _dashboard(args) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from paths import attach
-    from paths.runfile import run_ended
-
-    from .dashboard import Dashboard, render
-
     with Watch(args.run, "dashboard", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from paths import attach
+        from paths.runfile import run_ended
+
+        from .dashboard import Dashboard, render
+
         run_file = watch.run_file
         run = attach(run_file)
         board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}", trees=args.tree,
@@ -338,10 +338,10 @@ def _run_options(parser, interval: float) -> None:
 
 def _heartbeat(args) -> int:
     from .watch import Watch
-    from .heartbeat import Heartbeat
-    from .render import heartbeat_summary, heartbeat_table, status_counts
-
     with Watch(args.run, "heartbeat", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .heartbeat import Heartbeat
+        from .render import heartbeat_summary, heartbeat_table, status_counts
+
         shown = []
         with Heartbeat(watch.run_file, args.view, tree=args.tree, placement=args.placement) as hb:
             def show(report):
@@ -362,10 +362,10 @@ def _heartbeat(args) -> int:
 
 def _getevent(args) -> int:
     from .watch import Watch
-    from .getevent import GetEventMon
-    from .render import events_table
-
     with Watch(args.run, "getevent", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .getevent import GetEventMon
+        from .render import events_table
+
         mon = GetEventMon(watch.run_file, args.view, args.out, tree=args.tree, placement=args.placement)
         try:
             def show(records):
@@ -395,10 +395,10 @@ def _getevent(args) -> int:
 
 def _colop(args) -> int:
     from .watch import Watch
-    from .colop import ColOpMon
-    from .render import colop_tables, open_round
-
     with Watch(args.run, "colop", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .colop import ColOpMon
+        from .render import colop_tables, open_round
+
         with ColOpMon(watch.run_file, args.tree) as mon:
             shown = {"rounds": -1, "report": None}
 
@@ -433,9 +433,9 @@ def _classes(args) -> int:
     from .watch import Watch
     from rich.markup import escape
 
-    from .classes import ClassesMon, describe
-
     with Watch(args.run, "classes", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .classes import ClassesMon, describe
+
         with ClassesMon(watch.run_file, args.view, signature=args.signature, by=args.by, tree=args.tree,
                         placement=args.placement) as mon:
             shown = []

@@ -12,13 +12,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path as FilePath
+from typing import TYPE_CHECKING
 
 import pastset
 
-from . import snapshot as snapshots
-from .pathmap import Pathmap
 from .process import Owner, exited, refused
 from .wrapper import PathsError
+
+if TYPE_CHECKING:   # imported where used: finding a run and reading its file need no pathmap code
+    from .pathmap import Pathmap
 
 # Where run files live, in order: this variable, $XDG_RUNTIME_DIR/eventspace/runs, ~/.eventspace/runs.
 RUN_DIR_ENV = "EVENTSPACE_RUN_DIR"
@@ -84,6 +86,9 @@ class RunFile:
         """The run's pathmap: the checked one its launcher kept beside the snapshot, if it is this
         user's own file and is the one the launcher wrote (seconds faster for a large pathmap),
         else the snapshot, read and checked again."""
+        from . import snapshot as snapshots
+        from .pathmap import Pathmap
+
         if self.checked:
             with contextlib.suppress(PathsError):
                 return snapshots.load(self.pathmap_file, self.checked, own=True)
@@ -350,6 +355,8 @@ def _stale(path: FilePath) -> bool:
 def _remove_run(run: RunFile) -> None:
     FilePath(run.path).unlink(missing_ok=True)
     run.ending_marker.unlink(missing_ok=True)
+    from . import snapshot as snapshots
+
     snapshots.remove(run.pathmap_file)
     _clear_monitors(run)
     run.drop_empty_logs(run.pids)

@@ -12,6 +12,7 @@ from runs import gone
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)   # its own wait: 240 s for the demo
 def test_the_demo_runs_end_to_end_and_writes_a_native_perfetto_trace(tmp_path):
     trace = tmp_path / "demo-trace.pftrace"   # the default, as `make demo` writes it
     runs = tmp_path / "runs"
