@@ -659,7 +659,7 @@ def _snapshot_of(run) -> tuple[str, int] | None:
     pathmap given as such (nothing to follow)."""
     if isinstance(run, Pathmap):
         return None
-    run_file = getattr(run, "run_file", None) if hasattr(run, "pathmap") else run
+    run_file = run.run_file if hasattr(run, "run_file") else run   # a paths.Run holds its RunFile
     if not isinstance(run_file, RunFile):
         try:
             run_file = RunFile.find(os.fspath(run_file))

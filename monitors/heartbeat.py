@@ -112,15 +112,22 @@ class Heartbeat(ScopeMon):
         order = [t.name for t in catalogue.pathmap.threads]
         self.threads = sorted({e.thread for e in self.scope.entries if e.thread}, key=order.index)
         self.node_of = {t.name: t.node for t in catalogue.pathmap.threads}
+        self._take(catalogue)
+        self.judge = Judge(self.threads, self.node_of)
+
+    def _take(self, catalogue) -> None:
+        """Use `catalogue` (the scope's, as the run grows) for what each thread's collectors are."""
+        self.waits.catalogue = catalogue
         self._collectors: dict[str, set[int]] = {}   # thread -> its collectors in the view
         for entry in self.scope.entries:
             if entry.thread:
                 self._collectors.setdefault(entry.thread, set()).add(entry.id)
-        self.judge = Judge(self.threads, self.node_of)
 
     def beat(self) -> HeartbeatReport:
         pulled = self.scope.pull()
         catalogue = self.scope.catalogue
+        if catalogue is not self.waits.catalogue:   # the run grew (an MPI run's new communicators)
+            self._take(catalogue)
         newest: dict[str, int] = {}
         for record in pulled.records:
             thread = catalogue[int(record["collector"])].thread
