@@ -13,6 +13,8 @@ from queue import SimpleQueue
 import numpy as np
 
 from paths import Pathmap, RunFile, Shape
+from paths.node import THREADS
+from paths.stack import DEPTH, ThreadState
 from paths.shapes import LayoutJoin as TreeJoin
 from paths.shapes import Member, lay_out
 import pastset
@@ -534,6 +536,29 @@ class EventScope:
         mine = {e.id for e in self.entries}
         ids, missing = self._ask_collector_nodes(OFF, skip)
         return {cid for cid in ids if cid in mine}, missing
+
+    def thread_states(self, stacks: bool = True, depth: int = DEPTH, skip=()) -> tuple[dict[str, ThreadState], set[str]]:
+        """Where the view's threads are now, as their own processes see them (paths.stack): ({thread:
+        ThreadState: CPU time, with `stacks` the Python stack, at most `depth` frames; a thread that
+        raised, its error}, nodes that did not answer). A node busy in a C call that holds the GIL
+        cannot answer: it is among the missing after the scope's timeout. Nodes in `skip` are not
+        asked. Nothing is captured until this is called."""
+        threads = {e.thread for e in self.entries if e.thread}
+        node_of = {t.name: t.node for t in self.pathmap.threads}
+        nodes = sorted({node_of[t] for t in threads if t in node_of} - set(skip))
+        with self._mutex:
+            asking = self._fanout.round(self.timeout)
+            replies = [asking.call(node, THREADS, bool(stacks), int(depth)) for node in nodes]
+            missing = asking.wait()
+        states = {}
+        for reply in replies:
+            if reply.ok and isinstance(reply.value, dict):
+                for thread, data in reply.value.items():
+                    if thread in threads:
+                        states[thread] = ThreadState.from_wire(thread, reply.node, data)
+            elif reply.answered:
+                missing.add(reply.node)
+        return states, missing
 
     def _ask_collector_nodes(self, name: str, skip=()) -> tuple[list, set[str]]:
         """Hosted call `name` (answered with a list) to every node where a collector of the view runs,

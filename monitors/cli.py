@@ -20,6 +20,10 @@ def register(subparsers) -> None:
     hb.add_argument("--placement", default="near", help="near or monitor (default %(default)s)")
     hb.add_argument("--all", action="store_true", help="a row for every thread at every beat, not only "
                                                        "the threads that are not alive")
+    hb.add_argument("--stacks", action="store_true", help="the whole Python stack of every thread that does not "
+                                                          "progress, under the table (identical stacks once)")
+    hb.add_argument("--depth", type=int, default=40, help="frames of a stack at most, the innermost "
+                                                          "(default %(default)s)")
     hb.set_defaults(func=_heartbeat)
 
     ge = monitors.add_parser("getevent", help="stream raw events to a trace file or archive, or print them live")
@@ -52,6 +56,19 @@ def register(subparsers) -> None:
     _run_options(mx, interval=1.0)
     _matrix_options(mx)
     mx.set_defaults(func=_matrix)
+
+    stack = subparsers.add_parser("stack", help="the Python stack of every thread of a live run, identical ones "
+                                                "merged, with the operation each is in")
+    stack.add_argument("--run", required=True, help="the live run: its name (`eventspace runs` lists them) or its "
+                                                    "run file")
+    stack.add_argument("--view", default="all", help="whose threads (default: every thread with a collector)")
+    stack.add_argument("--depth", type=int, default=40, help="frames of a stack at most, the innermost "
+                                                             "(default %(default)s)")
+    stack.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for a node (one in a C call "
+                                                                  "that holds the GIL cannot answer; default "
+                                                                  "%(default)s)")
+    stack.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    stack.set_defaults(func=_stack)
 
     # The dashboard is a monitor too: `eventspace dashboard` and `eventspace monitor dashboard` are one command.
     for parsers in (subparsers, monitors):
@@ -340,18 +357,22 @@ def _heartbeat(args) -> int:
     from .watch import Watch
     with Watch(args.run, "heartbeat", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
         from .heartbeat import Heartbeat
-        from .render import heartbeat_summary, heartbeat_table, status_counts
+        from .render import heartbeat_stacks, heartbeat_summary, heartbeat_table, status_counts
 
         shown = []
-        with Heartbeat(watch.run_file, args.view, tree=args.tree, placement=args.placement) as hb:
+        with Heartbeat(watch.run_file, args.view, tree=args.tree, placement=args.placement, stacks=args.stacks,
+                       depth=args.depth) as hb:
             def show(report):
                 shown.append(report)
                 if args.json:
                     watch.emit(report.as_dict())
-                elif args.all:
+                    return
+                if args.all:
                     watch.out.print(heartbeat_table(report, f"heartbeat {time.strftime('%H:%M:%S')}"))
                 else:
                     watch.out.print(heartbeat_summary(report, time.strftime("%H:%M:%S")))
+                if args.stacks:
+                    watch.out.print(heartbeat_stacks(report))
 
             watch.loop(hb.beat, show)
     last = dict(status_counts(shown[-1])) if shown else {}
@@ -452,6 +473,26 @@ def _classes(args) -> int:
     last = f", the last: {len(shown[-1].classes)} classes" if shown else ""
     watch.finish(f"{len(shown)} pulls{last}" + _account_line(account),
                  {"pulls": len(shown), "account": _account_figures(account)})
+    return 0
+
+
+def _stack(args) -> int:
+    from paths import RunFile
+
+    from .render import stacks_view
+    from .stacks import StacksMon
+
+    if not 1 <= args.depth <= 1000:
+        raise ValueError(f"--depth {args.depth}: give a number of frames from 1 to 1000")
+    run_file = RunFile.find(args.run).check_live()
+    with StacksMon(run_file, args.view, depth=args.depth, timeout=args.timeout) as mon:
+        report = mon.read()
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        from pastset.terminal import console
+
+        console(highlight=False).print(stacks_view(report, mon.order))
     return 0
 
 

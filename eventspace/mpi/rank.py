@@ -86,6 +86,8 @@ class Rank:
         self.comms = [Communicator(0, tuple(range(self.size)), "COMM_WORLD")]
         pathmap = run_pathmap(self.name, self.hosts, self.clusters, self.comms, options.instrument, options.keep)
         self.node = NodeServer(pathmap, node_name(self.rank))
+        # The thread rK is the one that imported MPI: the program's (its stack is what `eventspace stack` shows).
+        self.node.host_thread(node_name(self.rank), threading.current_thread().ident)
         self.space = NodeSpace.of(self.node)
         self.drain = Drain(active=options.archive is not None)
         self.node.server.host(ADOPT, self._adopt)

@@ -29,7 +29,8 @@ def test_an_exception_on_one_rank_aborts_the_job_naming_it(tmp_path):
     result = mpirun("-n", 3, "fails.py", cwd=tmp_path, timeout=60)
     assert result.returncode != 0
     named = [line for line in ours(result.stderr) if "raised" in line]
-    assert named == ["eventspace.mpi: rank 1 raised ZeroDivisionError: rank 1 divides by zero; aborting the MPI job"]
+    assert named == ["eventspace.mpi: rank 1 raised ZeroDivisionError: rank 1 divides by zero at fails.py:7 in "
+                     "<module>; aborting the MPI job"]
     assert "Traceback" in result.stderr and 'fails.py", line 7' in result.stderr
     assert "MPI_Abort" in result.stderr   # the ordinary MPI abort ended the others
 
