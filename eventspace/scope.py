@@ -95,6 +95,18 @@ class ScopeStats:
         return self.pulls / self.seconds if self.seconds else 0.0
 
 
+@dataclass
+class Look:
+    """What the nodes said of the view at one look (EventScope.look): the operations its collectors
+    time ({collector id: Mark}), the collectors switched off, where its threads are ({thread:
+    ThreadState}), and the nodes that did not answer."""
+
+    marks: dict[int, Mark]
+    off: set[int]
+    threads: dict[str, ThreadState]
+    missing: set[str]
+
+
 @dataclass(frozen=True)
 class Account:
     """A stream scope's view, in records: `made` by its collectors as of the last pull, `before`
@@ -522,59 +534,61 @@ class EventScope:
         ({collector id: Mark(t_start, op, flags, element, arg, nbytes)}, nodes that did not
         answer); the fields are the record's as known when the operation began, and op is 0
         (the other fields too) for a collector that leaves no mark."""
-        rows, missing = self._in_flight_rows(skip)
-        return {row[0]: Mark(*row[1:7]) if len(row) == 7 else Mark(row[1], 0, 0, 0, 0, 0) for row in rows}, missing
-
-    def _in_flight_rows(self, skip=()) -> tuple[list[list[int]], set[str]]:
-        mine = {e.id for e in self.entries}
-        rows, missing = self._ask_collector_nodes(INFLIGHT, skip)
-        return [row for row in rows if row[0] in mine], missing
+        look = self.look(skip, marks=True)
+        return look.marks, look.missing
 
     def switched_off(self, skip=()) -> tuple[set[int], set[str]]:
         """The view's collectors switched off now (`eventspace space switch`): (their ids, nodes that
         did not answer). Nodes in `skip` are not asked."""
-        mine = {e.id for e in self.entries}
-        ids, missing = self._ask_collector_nodes(OFF, skip)
-        return {cid for cid in ids if cid in mine}, missing
+        look = self.look(skip, off=True)
+        return look.off, look.missing
 
     def thread_states(self, stacks: bool = True, depth: int = DEPTH, skip=()) -> tuple[dict[str, ThreadState], set[str]]:
         """Where the view's threads are now, as their own processes see them (paths.stack): ({thread:
         ThreadState: CPU time, with `stacks` the Python stack, at most `depth` frames; a thread that
-        raised, its error}, nodes that did not answer). A node busy in a C call that holds the GIL
-        cannot answer: it is among the missing after the scope's timeout. Nodes in `skip` are not
-        asked. Nothing is captured until this is called."""
-        threads = {e.thread for e in self.entries if e.thread}
-        node_of = {t.name: t.node for t in self.pathmap.threads}
-        nodes = sorted({node_of[t] for t in threads if t in node_of} - set(skip))
-        with self._mutex:
-            asking = self._fanout.round(self.timeout)
-            replies = [asking.call(node, THREADS, bool(stacks), int(depth)) for node in nodes]
-            missing = asking.wait()
-        states = {}
-        for reply in replies:
-            if reply.ok and isinstance(reply.value, dict):
-                for thread, data in reply.value.items():
-                    if thread in threads:
-                        states[thread] = ThreadState.from_wire(thread, reply.node, data)
-            elif reply.answered:
-                missing.add(reply.node)
-        return states, missing
+        raised, its error}, nodes that did not answer). Nodes in `skip` are not asked."""
+        look = self.look(skip, threads=True, stacks=stacks, depth=depth)
+        return look.threads, look.missing
 
-    def _ask_collector_nodes(self, name: str, skip=()) -> tuple[list, set[str]]:
-        """Hosted call `name` (answered with a list) to every node where a collector of the view runs,
-        but those in `skip`, in one round: (the lists' items, nodes that did not answer)."""
-        nodes = sorted({e.node for e in self.entries} - set(skip))
+    def look(self, skip=(), *, marks: bool = False, off: bool = False, threads: bool = False,
+             stacks: bool = False, depth: int = DEPTH) -> Look:
+        """What the view's collectors and threads are doing now, asked of their nodes in one round
+        (one request each, all at once; nodes in `skip` are not asked): with `marks`, the operations
+        the collectors time (`in_flight_marks`), with `off` the collectors switched off, with `threads`
+        where the threads are (`thread_states`: CPU time and, with `stacks`, the Python stack). A node
+        busy in a C call that holds the GIL cannot answer: it is among the missing after the scope's
+        timeout. Nothing is captured on the nodes until this is called."""
+        mine = {e.id for e in self.entries}
+        wanted = {e.thread for e in self.entries if e.thread}
+        node_of = {t.name: t.node for t in self.pathmap.threads}
+        collector_nodes = {e.node for e in self.entries} if marks or off else set()
+        thread_nodes = {node_of[t] for t in wanted if t in node_of} if threads else set()
+        nodes = sorted((collector_nodes | thread_nodes) - set(skip))
         with self._mutex:
             asking = self._fanout.round(self.timeout)
-            replies = [asking.call(node, name) for node in nodes]
+            asked = []
+            for node in nodes:
+                if node in collector_nodes and marks:
+                    asked.append(("marks", asking.call(node, INFLIGHT)))
+                if node in collector_nodes and off:
+                    asked.append(("off", asking.call(node, OFF)))
+                if node in thread_nodes:
+                    asked.append(("threads", asking.call(node, THREADS, bool(stacks), int(depth))))
             missing = asking.wait()
-        items = []
-        for reply in replies:
-            if reply.ok and isinstance(reply.value, list):
-                items.extend(reply.value)
+        found = Look({}, set(), {}, missing)
+        for what, reply in asked:
+            value = reply.value if reply.ok else None
+            if what == "marks" and isinstance(value, list):
+                found.marks.update((row[0], Mark(*row[1:7]) if len(row) == 7 else Mark(row[1], 0, 0, 0, 0, 0))
+                                   for row in value if row[0] in mine)
+            elif what == "off" and isinstance(value, list):
+                found.off.update(cid for cid in value if cid in mine)
+            elif what == "threads" and isinstance(value, dict):
+                found.threads.update((t, ThreadState.from_wire(t, reply.node, data)) for t, data in value.items()
+                                     if t in wanted)
             elif reply.answered:
                 missing.add(reply.node)
-        return items, missing
+        return found
 
     # -- reshaping -------------------------------------------------------------------------------
 
