@@ -3,6 +3,7 @@ ignore SIGTERM, `eventspace run` ended by SIGTERM, and MPI runs that end without
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,10 +12,11 @@ import sys
 import textwrap
 import time
 
-from runs import REPO, gone
+from runs import REPO, TWO_NODES, gone, pathmap_for, ring_app
 
 import pastset
 from eventspace.hosted import INFLIGHT
+from paths import RunError, RunFile
 
 TESTS = REPO / "tests"
 
@@ -80,3 +82,36 @@ def test_a_node_ends_within_seconds_of_sigterm_or_of_its_launcher_dying_whatever
             if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
 
+
+def test_eventspace_run_ended_by_sigterm_stops_its_nodes_and_removes_its_files_as_ctrl_c_does(tmp_path):
+    pathmap = tmp_path / "hung.yaml"
+    pathmap_for(ring_app(4), TWO_NODES, name="hung").dump(pathmap)
+    runs = tmp_path / "runs"
+    launcher = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "run", "programs:block_forever",
+                                 "--pathmap", str(pathmap), "--path", str(TESTS / "programs"), "--run-dir", str(runs)],
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pids = {}
+    try:
+        def live():
+            with contextlib.suppress(RunError):
+                return RunFile.find("hung", runs).check_live()
+
+        run = until(live, 60, "the run being live")
+        pids = run.pids
+        run.attach_monitor("heartbeat")     # as a monitor that was killed would leave it
+        assert sorted(p.name for p in runs.iterdir()) == [".lock", "hung.A.log", "hung.B.log", "hung.json",
+                                                           "hung.monitors", "hung.pathmap.yaml",
+                                                           "hung.pathmap.yaml.checked"]
+        launcher.send_signal(signal.SIGTERM)    # what `timeout` and Slurm send
+        _, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 128 + signal.SIGTERM, err
+        assert "Traceback" not in err, err
+        assert sorted(p.name for p in runs.iterdir()) == [".lock"]
+        assert all(gone(pid) for pid in pids.values()), "a node outlived its run"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+        for pid in pids.values():
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
