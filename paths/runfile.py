@@ -279,6 +279,25 @@ def prune(directory: str | os.PathLike | None = None) -> list[RunFile]:
     return [run for run in candidates if _remove_if_stale(run)]
 
 
+def remove_ended(name: str, since: float, wait: float = 5.0,
+                 directory: str | os.PathLike | None = None) -> list[RunFile]:
+    """Remove the runs that asked for the name `name` (named `name`, or `name-N`) and registered at
+    `since` (seconds since the epoch) or later, once their launchers are gone from this host,
+    waiting up to `wait` seconds for those still ending; the runs removed. For a process that
+    outlives the launcher its run's file names (`eventspace mpirun`, whose job's rank 0 registered
+    the run), once the job has ended: however it ended. RunError if the directory cannot be trusted."""
+    deadline = time.monotonic() + wait
+    removed = []
+    while True:
+        found = rundir.prepare(directory, create=False)
+        ours = [r for r in (_read_all(found) if found is not None else [])
+                if r.pathmap_name == name and r.started >= since and r.owner is not None]
+        removed += [r for r in ours if r.owner.alive() is False and _remove_if_stale(r)]
+        if all(r in removed for r in ours) or time.monotonic() >= deadline:
+            return removed
+        time.sleep(0.05)
+
+
 def _read_all(directory: FilePath) -> list[RunFile]:
     """The run files of this user in `directory` that can be read."""
     runs = []
