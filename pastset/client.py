@@ -126,6 +126,9 @@ class Client(transport.Transport):
         at its next call (which raises PastSetError), or dropped when the thread ends; until then
         the client's context ends on a thread of its own.
         """
+        if self._closed:   # its context ends already (maybe still waiting for another thread)
+            self._drop_channel()
+            return
         self._closed = True
         here = threading.current_thread()
         with self._sockets_mutex:

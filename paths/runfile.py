@@ -19,7 +19,7 @@ from . import rundir
 from . import snapshot as snapshots
 from .pathmap import Pathmap
 from .process import Owner, exited, refused
-from .rundir import RunError, run_dir  # noqa: F401 (the registry's names, where callers have found them)
+from .rundir import RunError, run_dir
 from .wrapper import PathsError
 
 
@@ -343,7 +343,7 @@ def _remove_if_stale(run: RunFile) -> bool:
 def _remove_run(run: RunFile) -> None:
     """Remove the files of `run` in its run directory, by the names the registry gives them (never
     a path a run file names), and only this user's."""
-    rundir.remove(run.directory / f"{run.name}.json")
+    rundir.remove(run.path)   # where the file was found, not what it says
     snapshots.remove(_snapshot(run.directory, run.name))
     _clear_monitors(run)
     run.drop_empty_logs(run.pids)
