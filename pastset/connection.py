@@ -91,7 +91,10 @@ class Connection:
                 f"key{key}")
 
     def close(self) -> None:
-        """Stop watching (before or after the socket closes)."""
+        """Stop watching (before or after the socket closes, also while its context ends)."""
         if not self._sock.closed:
-            self._sock.disable_monitor()
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass   # the context is ending: the monitor goes with the socket
         self._events.close(linger=0)

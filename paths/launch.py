@@ -19,7 +19,7 @@ import pastset
 from pastset.security import bind_problem
 
 from . import mpiexec as by_mpiexec
-from . import runfile
+from . import rundir, runfile
 from . import snapshot as snapshots
 from .node import ABORT, INFO, JOIN, LINK, START, STOP
 from .pathmap import Pathmap, SecuritySpec
@@ -340,7 +340,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
         if mpiexec is not None:
             ranks_log = run_file.log("mpiexec")
             logs = {n.name: ranks_log for n in pathmap.nodes}
-            with open(ranks_log, "wb") as launcher_log:
+            with rundir.open_new(ranks_log) as launcher_log:
                 ranks = subprocess.Popen(
                     by_mpiexec.command(len(pathmap.nodes), list(mpiexec), [*node_command, "--by-rank"]),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=launcher_log, env=node_env)
@@ -348,7 +348,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
             endpoints, pids = _await_ranks(ranks, [n.name for n in pathmap.nodes], ranks_log, start_timeout)
         else:
             for node in pathmap.nodes:
-                with open(logs[node.name], "wb") as node_log:
+                with rundir.open_new(logs[node.name]) as node_log:
                     processes[node.name] = subprocess.Popen(
                         [*(on_host or {}).get(node.name, ()), *node_command, "--node", node.name],
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=node_log, env=node_env,

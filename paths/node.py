@@ -384,8 +384,8 @@ class NodeServer:
             close = getattr(service, "close", None)
             if close is not None:
                 close()
-        # Application threads still running may be inside a client call: closing its sockets
-        # under them can hang, and the process is about to end, which closes them anyway.
+        # Application threads still running may be inside a client call, which closing would end
+        # with an error of their own; the process is about to end, which closes the sockets anyway.
         if not any(th.is_alive() for th in self._threads.values()):
             with self._clients_mutex:
                 for client in self._clients.values():

@@ -67,14 +67,12 @@ def _run(args) -> int:
 
 
 def _launch(args) -> int:
-    import signal
     import time
 
     from .launch import NodeDied, launch
 
     mpiexec = mpiexec_args(args)
     console = terminal_console(stderr=True)
-    signal.signal(signal.SIGTERM, _interrupt)   # stopped by a job manager: as Ctrl-C
     started = time.monotonic()
     with launch(args.pathmap, run_dir=args.run_dir, path=args.path, grace=args.grace, mpiexec=mpiexec) as run:
         how = " as MPI ranks" if mpiexec is not None else ""
@@ -93,10 +91,6 @@ def _launch(args) -> int:
         stopping = time.monotonic()
     console.print(f"run {run.name}: stopped its {len(run.endpoints)} nodes in {time.monotonic() - stopping:.1f} s")
     return 0
-
-
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt
 
 
 def add_run_options(parser, example: str) -> None:

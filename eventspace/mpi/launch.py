@@ -204,6 +204,8 @@ class Monitor:
             at = where(traceback_frames(exc.__traceback__))
             print(f"eventspace.mpi: {who} raised {type(exc).__name__}: {exc}{f' at {at}' if at else ''}; "
                   "aborting the MPI job", file=sys.stderr, flush=True)
+        if self.rank is not None:
+            self.rank.abandon()   # rank 0's run file goes now: MPI's abort ends the other ranks with SIGKILL
         if live:
             _abort_job(mpi, status)   # it flushes both streams first
         raise SystemExit(status)

@@ -256,6 +256,12 @@ class Rank:
 
     # -- finishing -----------------------------------------------------------------------------
 
+    def abandon(self) -> None:
+        """The run ends on this rank without the others (an exception, Ctrl-C), before MPI's abort:
+        rank 0 removes the run's files now (not collective; the node goes with the process)."""
+        if self.registration is not None and not self.finished:
+            self.registration.remove()
+
     def finish(self) -> None:
         """The run's end, on every rank (collective; once): rank 0 writes the rest of the archive
         and removes the run file, then every node stops."""

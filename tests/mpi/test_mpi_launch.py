@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from pathlib import Path
 
-from jobs import PROGRAMS, mpirun, ours, plain, requires_mpi, run
+import pytest
+from jobs import MPIEXEC, PROGRAMS, mpirun, ours, plain, requires_mpi, run, start, stop, until_live
+
+from paths.runfile import run_dir
 
 pytestmark = requires_mpi
 
@@ -88,3 +94,38 @@ def test_one_rank_is_one_rank(tmp_path):
     assert result.returncode == 0, result.stderr
     said = "\n".join(ours(result.stderr))
     assert "run solo: 1 rank on 1 host;" in said and "from 1 rank," in said and "1 ranks" not in said
+
+# -- the run file, however the run ends -------------------------------------------------------------------------
+
+def test_a_run_aborted_by_an_exception_on_another_rank_leaves_no_run_file(tmp_path):
+    result = mpirun("-n", 3, "--name", "aborted", "fails.py", cwd=tmp_path, timeout=60)
+    assert result.returncode != 0
+    assert not list(run_dir().glob("aborted*")), "MPI's abort ended rank 0, and its run file stayed"
+    assert "eventspace mpirun: removed the run file of aborted: its ranks have ended" in result.stderr
+
+
+def test_a_rank_0_that_raises_removes_its_run_file_before_it_aborts_under_any_launcher(tmp_path):
+    program = tmp_path / "root_fails.py"
+    program.write_text("from mpi4py import MPI\n"
+                       "if MPI.COMM_WORLD.Get_rank() == 0:\n    raise ValueError('rank 0 gives up')\n"
+                       "MPI.COMM_WORLD.Barrier()\n")
+    result = run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "eventspace.mpi", "--name", "root-fails",
+                  str(program)], tmp_path, timeout=60)
+    assert result.returncode != 0 and "rank 0 raised ValueError: rank 0 gives up" in result.stderr
+    assert not list(run_dir().glob("root-fails*"))
+
+
+@pytest.mark.parametrize("ending", ["ctrl-c", "kill-rank-0", "kill-rank-1"])
+def test_a_run_ended_by_ctrl_c_or_a_rank_killed_leaves_no_run_file(tmp_path, ending):
+    name = f"ended-{ending}"
+    job = start(tmp_path, 2, name, "live.py", tmp_path / "stop")
+    try:
+        run_file = until_live(name, job)
+        if ending == "ctrl-c":
+            os.killpg(job.pid, signal.SIGINT)      # the terminal's Ctrl-C reaches the whole job
+        else:
+            os.kill(run_file.pids[f"r{ending[-1]}"], signal.SIGKILL)
+        job.communicate(timeout=60)
+    finally:
+        stop(job)
+    assert not Path(run_file.path).exists() and not Path(run_file.pathmap_file).exists()

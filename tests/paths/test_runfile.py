@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from paths import RunError, RunFile, launch
-from paths.runfile import live_runs, prune, register, run_dir
+from paths.runfile import live_runs, prune, register, run_dir, run_ended
 from runs import ENV, REPO, TWO_NODES, gone, pathmap_for, ring_app
 
 def eventspace(*argv, cwd, timeout=60, **kwargs):
@@ -211,3 +211,14 @@ def test_eventspace_runs_keeps_every_name_whole_when_piped(tmp_path):
             assert name in out.stdout and os.path.relpath(source, tmp_path) in out.stdout, out.stdout
     finally:
         run.unregister()
+
+
+def test_a_run_whose_nodes_and_launcher_are_gone_is_removed_by_the_monitor_that_sees_it_end(tmp_path):
+    """As an MPI run killed with `kill -9` (rank 0 is its launcher) leaves it under mpiexec."""
+    script = (f"import os; from paths.runfile import register; "
+              f"register('killed', {str(tmp_path)!r}).ready({{'r0': 'tcp://127.0.0.1:1'}}, {{'r0': os.getpid()}})")
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    run = RunFile.find("killed", tmp_path)
+    assert run.owner.alive() is False and gone(run.pids["r0"])
+    assert run_ended(run) == "every node is gone, and its launcher: its run file was removed"
+    assert not Path(run.path).exists() and not Path(run.pathmap_file).exists()
