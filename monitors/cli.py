@@ -484,7 +484,10 @@ def _stack(args) -> int:
 
     if not 1 <= args.depth <= 1000:
         raise ValueError(f"--depth {args.depth}: give a number of frames from 1 to 1000")
-    run_file = RunFile.find(args.run).check_live()
+    # Not check_live: a node whose GIL a C call holds does not answer, and is to be named, not refused.
+    run_file = RunFile.find(args.run)
+    if run_file.starting:
+        raise ValueError(f"run {run_file.name} is still starting; try again in a moment")
     with StacksMon(run_file, args.view, depth=args.depth, timeout=args.timeout) as mon:
         report = mon.read()
     if args.json:

@@ -172,3 +172,15 @@ def straggler(ctx):
                     x += 1
         ctx.allreduce(step, "sum", tree="count", timeout=60)
     return step
+
+
+def holds_gil(ctx):
+    """`thread` calls C for `seconds`, a second after it starts, without releasing the GIL (ctypes.PyDLL:
+    the GIL stays held), so that nothing else of its process runs Python meanwhile; the others wait for
+    it in an allreduce."""
+    import ctypes
+
+    if ctx.thread == ctx.args.get("thread", "T2"):
+        time.sleep(1.0)   # the launcher's start has its answer from every node first
+        ctypes.PyDLL(None).sleep(int(ctx.args.get("seconds", 8)))
+    return ctx.allreduce(1, "sum", tree="count", timeout=60)
