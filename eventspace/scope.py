@@ -23,6 +23,7 @@ from pastset import Fanout, PastSetError
 from .catalogue import Catalogue
 from .gather import MODES, GatherJoin, JoinSpec, Pulled
 from .hosted import CURSORS, INFLIGHT, INSTALL, OFF, REMOVE, RENEW
+from .ignored import Ignored
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
 from .space import Mark
 from .stages import ScopeStage, check_tree
@@ -130,7 +131,9 @@ class Pull:
     within the timeout) and of those the `gone` ones (their connection closed: the process ended
     or the host is out of reach; the others are `not_answering`: connected, but paused, swapping
     or busy), `unreached` (nodes that were not asked because the join that would have asked them
-    did not answer: their events are absent, their state unknown)."""
+    did not answer: their events are absent, their state unknown), and the records left out
+    because they did not pass eventspace.ignored's check (`ignored`: {reason: how many}; written
+    into the run's trace elements by someone other than their collectors)."""
 
     records: np.ndarray | list
     discarded: int
@@ -138,6 +141,7 @@ class Pull:
     seconds: float
     gone: set[str] = field(default_factory=set)
     unreached: set[str] = field(default_factory=set)
+    ignored: Ignored = field(default_factory=Ignored)
 
     @property
     def not_answering(self) -> set[str]:
@@ -165,6 +169,12 @@ class EventScope:
     oldest finished one and starts another, so that where a pull is one slow round trip (a
     monitor behind a wide-area link) the observe rate is K times higher. Each pull still holds
     the whole view, as of when it was asked.
+
+    Records are checked at every join (eventspace.ignored): one that names no collector of the
+    run, or whose times or class members are out of range, is left out and counted (`Pull.ignored`,
+    and `ignored` over the scope's life); the first time a reason comes up, the scope says so on
+    the `eventspace.ignored` logger (`scope heartbeat: 12 records ignored: collector id out of
+    range`), once.
     """
 
     def __init__(self, run, view: str | View = "all", *, mode: str = "latest", tree: str = "flat",
@@ -194,6 +204,8 @@ class EventScope:
         self._monitor = monitor_name()
         self._generation = 0
         self._stats = ScopeStats()
+        self.ignored = Ignored()
+        self._told: set[str] = set()
         self._last_pull = 0.0
         # Stream mode: "node/trace element" -> the next index to read. A stream starts at what
         # each ring holds when the scope is made (its first pull delivers that backlog), and
@@ -433,10 +445,13 @@ class EventScope:
                 mine = stats.levels.setdefault(level, [0.0, 0, 0])
                 for i, v in enumerate(values):
                     mine[i] += v
+            if pulled.ignored:
+                self.ignored.merge(pulled.ignored)
+                pulled.ignored.tell(self._told, f"scope {self.name}")
             if self.settings.stages and self.settings.stages[-1].startswith("convert"):
                 records = self.catalogue.label(records)
             return Pull(records, pulled.discarded, pulled.missing, took, pulled.gone,
-                        pulled.unreached - pulled.missing)
+                        pulled.unreached - pulled.missing, pulled.ignored)
 
     @staticmethod
     def _pull_once(joins: dict, root: str, fanout) -> tuple[Pulled, float, int, int]:
