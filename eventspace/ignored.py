@@ -54,7 +54,14 @@ class Ignored(dict):
 
 
 def check(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = False) -> tuple[np.ndarray, Ignored]:
-    """(the records of `records` that may be read, what was left out by reason).
+    """(the records of `records` that may be read, what was left out by reason): see `verdict`;
+    a batch with nothing to leave out is returned as it is."""
+    keep, ignored = verdict(records, catalogue, from_rings=from_rings)
+    return (records if keep is None else records[keep]), ignored
+
+
+def verdict(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = False) -> tuple[np.ndarray | None, Ignored]:
+    """(which records may be read: a boolean mask, or None for all of them; what was left out by reason).
 
     A record is kept when its collector is one of the catalogue's (ids 1 to its collectors and
     system elements), its times are below LATEST_NS with t_end >= t_start (a collector reads
@@ -63,10 +70,10 @@ def check(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = False
     within its element classes or duration classes; a histogram's bucket at most MAX_BUCKET).
     `from_rings`: the records were read from trace elements, which collectors and system
     samplers write, never a scope stage: a class, histogram or summary flag there was forged.
-    Numpy masks over the batch; a batch with nothing to leave out is returned as it is.
+    Numpy masks over the batch.
     """
     if not len(records):
-        return records, Ignored()
+        return None, Ignored()
     cid, flags = records["collector"], records["flags"]
     t_start, t_end = records["t_start"], records["t_end"]
     ids = len(catalogue.entries) + len(catalogue.system)
@@ -85,14 +92,14 @@ def check(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = False
         bad_bucket = ((flags & trace.HISTOGRAM) != 0) & (part > MAX_BUCKET)
     bad = bad_id | bad_time | forged | bad_class | bad_bucket
     if not bad.any():
-        return records, Ignored()
+        return None, Ignored()
     ignored = Ignored()
     left = bad.copy()
     for reason, mask in ((UNKNOWN_COLLECTOR, bad_id), (BAD_TIMES, bad_time), (STAGE_FLAGS, forged),
                          (BAD_CLASS, bad_class), (BAD_BUCKET, bad_bucket)):
         ignored.add(reason, np.count_nonzero(mask & left))
         left &= ~mask
-    return records[~bad], ignored
+    return ~bad, ignored
 
 
 def decoded(data: bytes, catalogue: Catalogue, ignored: Ignored, *, from_rings: bool = False) -> np.ndarray:
