@@ -16,6 +16,7 @@ from .histogram import MAX_BUCKET
 # archive) keeps only the records that pass `check`, and counts the others by reason.
 UNKNOWN_COLLECTOR = "collector id out of range"
 BAD_TIMES = "time out of range (past 2**62 ns, or an end before its start)"
+NO_OP = "op 0 in an event (no collector writes it: a class record's member run)"
 STAGE_FLAGS = "a scope stage's flags (class, histogram, summary) in a trace element"
 BAD_CLASS = "class members or part out of range"
 BAD_BUCKET = "histogram bucket out of range"
@@ -65,9 +66,11 @@ def verdict(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = Fal
 
     A record is kept when its collector is one of the catalogue's (ids 1 to its collectors and
     system elements), its times are below LATEST_NS with t_end >= t_start (a collector reads
-    the clock before and after), and a class or histogram record's members and buckets are in
-    range (a class's member run `arg`..`nbytes` within the pathmap's threads or nodes, its part
-    within its element classes or duration classes; a histogram's bucket at most MAX_BUCKET).
+    the clock before and after), an event's op is not 0 (operation codes start at 1; a class
+    stage marks its member runs with op 0), and a class or histogram record's members and
+    buckets are in range (a class's member run `arg`..`nbytes` within the pathmap's threads or
+    nodes, its part within its element classes or duration classes; a histogram's bucket at
+    most MAX_BUCKET).
     `from_rings`: the records were read from trace elements, which collectors and system
     samplers write, never a scope stage: a class, histogram or summary flag there was forged.
     Numpy masks over the batch.
@@ -80,6 +83,7 @@ def verdict(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = Fal
     bad_id = (cid == 0) | (cid > ids)
     bad_time = (t_end < t_start) | (t_end >= LATEST_NS)
     derived = (flags & _STAGE_FLAGS) != 0
+    no_op = ~derived & (records["op"] == 0)
     forged = derived if from_rings else np.zeros(len(records), dtype=bool)
     bad_class = np.zeros(len(records), dtype=bool)
     bad_bucket = bad_class
@@ -90,12 +94,12 @@ def verdict(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = Fal
         first, last, part = records["arg"], records["nbytes"], records["element"]
         bad_class = is_class & np.where(is_range, (first > last) | (last >= members), part > max(ids, MAX_BUCKET))
         bad_bucket = ((flags & trace.HISTOGRAM) != 0) & (part > MAX_BUCKET)
-    bad = bad_id | bad_time | forged | bad_class | bad_bucket
+    bad = bad_id | bad_time | no_op | forged | bad_class | bad_bucket
     if not bad.any():
         return None, Ignored()
     ignored = Ignored()
     left = bad.copy()
-    for reason, mask in ((UNKNOWN_COLLECTOR, bad_id), (BAD_TIMES, bad_time), (STAGE_FLAGS, forged),
+    for reason, mask in ((UNKNOWN_COLLECTOR, bad_id), (BAD_TIMES, bad_time), (NO_OP, no_op), (STAGE_FLAGS, forged),
                          (BAD_CLASS, bad_class), (BAD_BUCKET, bad_bucket)):
         ignored.add(reason, np.count_nonzero(mask & left))
         left &= ~mask

@@ -41,6 +41,8 @@ def test_genuine_records_are_kept_as_they_are(catalogue):
     ((MOVE, 0, 0, 0, 0, 0, 1, 2), ignored.UNKNOWN_COLLECTOR),
     ((MOVE, 0, U32, 0, 0, 0, 1, 2), ignored.UNKNOWN_COLLECTOR),
     ((MOVE, 0, 1, 0, 0, 0, 5, 4), ignored.BAD_TIMES),
+    ((0, 0, 1, 0, 0, 0, 1, 2), ignored.NO_OP),
+    ((0, trace.SYSTEM, 1, 0, 0, 0, 1, 2), ignored.NO_OP),
     ((MOVE, 0, 1, 0, 0, 0, 1, 2**63 - 1), ignored.BAD_TIMES),
     ((MOVE, 0, 1, 0, 0, 0, U64, U64), ignored.BAD_TIMES),
     ((RANGE, trace.CLASS, 1, 0, 0, U32, 1, 2), ignored.BAD_CLASS),
@@ -89,6 +91,7 @@ small = st.tuples(st.sampled_from([0, MOVE, 2, 3]), st.sampled_from([0, trace.CL
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(st.one_of(fields, small), max_size=40), stage=st.sampled_from(STAGES))
 @example(rows=[(RANGE, trace.CLASS, 1, 0, 0, 3, 1, 2)], stage="classes:ops@thread")   # member runs without counts
+@example(rows=[(0, 0, 1, 0, 0, 0, 0, 0)], stage="classes:durations@node")   # an event of op 0: read as a member run
 def test_whatever_a_batch_holds_what_is_kept_every_stage_reads(catalogue, rows, stage):
     kept, _ = check(batch(*rows) if rows else trace.empty(), catalogue)
     out = compile_stages([ScopeStage.parse(stage)], catalogue)(kept)
