@@ -108,10 +108,18 @@ class GatherJoin:
     a child among them is pulled in the same round rather than asked for by a hosted call.
     """
 
-    def __init__(self, spec: JoinSpec, catalogue: Catalogue, joins=None):
+    def __init__(self, spec: JoinSpec, catalogue: Catalogue, joins=None, clock=None, started: int = 0):
         self.spec = spec
         self.catalogue = catalogue
         self.joins = joins if joins is not None else {}
+        # A join placed on a node (`clock`: that node's clock, `started`: when the node started on
+        # it) reads its own node's trace elements where their collectors time: a record of them
+        # cannot start before the node did, nor end after it is read.
+        self._clock = clock
+        self._started = started
+        self._timed_here = np.zeros(len(catalogue.entries) + len(catalogue.system) + 1, dtype=bool)
+        for entry in catalogue.entries + catalogue.system:
+            self._timed_here[entry.id] = entry.node == spec.node and entry.trace_node == spec.node
         self.apply = compile_stages([ScopeStage.parse(s, catalogue.pathmap.allow_modules) for s in spec.stages],
                                     catalogue)
         self.cursors = dict(spec.cursors)
@@ -208,19 +216,20 @@ class GatherJoin:
         """The records of one node's leaf read that pass eventspace.ignored's check (anyone who may
         write an element may write into a trace element): the others are counted, not read."""
         catalogue, ignored = self.catalogue, out.ignored
+        clock = (self._started, self._clock(), self._timed_here) if node == self.spec.node and self._clock else None
         if value.__class__ is bytes:  # latest mode: the newest record of each, already one batch
             if len(value) % trace.SIZE:
                 # One of them is not a trace element any more (made again with another template),
                 # so the batch cannot be cut into records: from now on, read them one by one.
                 self._element_by_element.add(node)
-            return decoded(value, catalogue, ignored, from_rings=True)
+            return decoded(value, catalogue, ignored, from_rings=True, clock=clock)
         if self.spec.mode == "stream":
             for name, (start, data) in zip(names, value):
                 key = f"{node}/{name}"
                 self._advance(key, self.cursors.get(key), start, data, out)
         if all(len(data) % trace.SIZE == 0 for _, data in value):
-            return decoded(b"".join([data for _, data in value]), catalogue, ignored, from_rings=True)
-        return trace.concat([decoded(data, catalogue, ignored, from_rings=True) for _, data in value])
+            return decoded(b"".join([data for _, data in value]), catalogue, ignored, from_rings=True, clock=clock)
+        return trace.concat([decoded(data, catalogue, ignored, from_rings=True, clock=clock) for _, data in value])
 
     def _advance(self, key: str, cursor: int | None, start: int, data: bytes, out: Pulled) -> None:
         """Stream mode: move a cursor past what was read; what the ring dropped between the cursor

@@ -17,6 +17,7 @@ from .histogram import MAX_BUCKET
 UNKNOWN_COLLECTOR = "collector id out of range"
 BAD_TIMES = "time out of range (past 2**62 ns, or an end before its start)"
 NO_OP = "op 0 in an event (no collector writes it: a class record's member run)"
+NOT_ON_CLOCK = "time outside its node's clock (before the node started, or after the record was read)"
 STAGE_FLAGS = "a scope stage's flags (class, histogram, summary) in a trace element"
 BAD_CLASS = "class members or part out of range"
 BAD_BUCKET = "histogram bucket out of range"
@@ -54,14 +55,16 @@ class Ignored(dict):
                 log.warning("%s: %s", where, line)
 
 
-def check(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = False) -> tuple[np.ndarray, Ignored]:
+def check(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = False,
+          clock: tuple[int, int, np.ndarray] | None = None) -> tuple[np.ndarray, Ignored]:
     """(the records of `records` that may be read, what was left out by reason): see `verdict`;
     a batch with nothing to leave out is returned as it is."""
-    keep, ignored = verdict(records, catalogue, from_rings=from_rings)
+    keep, ignored = verdict(records, catalogue, from_rings=from_rings, clock=clock)
     return (records if keep is None else records[keep]), ignored
 
 
-def verdict(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = False) -> tuple[np.ndarray | None, Ignored]:
+def verdict(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = False,
+            clock: tuple[int, int, np.ndarray] | None = None) -> tuple[np.ndarray | None, Ignored]:
     """(which records may be read: a boolean mask, or None for all of them; what was left out by reason).
 
     A record is kept when its collector is one of the catalogue's (ids 1 to its collectors and
@@ -73,7 +76,10 @@ def verdict(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = Fal
     most MAX_BUCKET).
     `from_rings`: the records were read from trace elements, which collectors and system
     samplers write, never a scope stage: a class, histogram or summary flag there was forged.
-    Numpy masks over the batch.
+    `clock`: (started, now, timed here) where records were read on the node whose clock timed
+    them: each record of a collector marked in `timed here` (a bool per collector id) must start
+    at or after `started` (the node's start) and end at or before `now` (when it was read), both
+    on that clock. Numpy masks over the batch.
     """
     if not len(records):
         return None, Ignored()
@@ -82,6 +88,11 @@ def verdict(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = Fal
     ids = len(catalogue.entries) + len(catalogue.system)
     bad_id = (cid == 0) | (cid > ids)
     bad_time = (t_end < t_start) | (t_end >= LATEST_NS)
+    if clock is not None:
+        started, now, here = clock
+        off_clock = ~bad_id & here[np.where(bad_id, 0, cid)] & ((t_start < started) | (t_end > now))
+    else:
+        off_clock = np.zeros(len(records), dtype=bool)
     derived = (flags & _STAGE_FLAGS) != 0
     no_op = ~derived & (records["op"] == 0)
     forged = derived if from_rings else np.zeros(len(records), dtype=bool)
@@ -94,25 +105,26 @@ def verdict(records: np.ndarray, catalogue: Catalogue, *, from_rings: bool = Fal
         first, last, part = records["arg"], records["nbytes"], records["element"]
         bad_class = is_class & np.where(is_range, (first > last) | (last >= members), part > max(ids, MAX_BUCKET))
         bad_bucket = ((flags & trace.HISTOGRAM) != 0) & (part > MAX_BUCKET)
-    bad = bad_id | bad_time | no_op | forged | bad_class | bad_bucket
+    bad = bad_id | bad_time | off_clock | no_op | forged | bad_class | bad_bucket
     if not bad.any():
         return None, Ignored()
     ignored = Ignored()
     left = bad.copy()
-    for reason, mask in ((UNKNOWN_COLLECTOR, bad_id), (BAD_TIMES, bad_time), (NO_OP, no_op), (STAGE_FLAGS, forged),
-                         (BAD_CLASS, bad_class), (BAD_BUCKET, bad_bucket)):
+    for reason, mask in ((UNKNOWN_COLLECTOR, bad_id), (BAD_TIMES, bad_time), (NOT_ON_CLOCK, off_clock),
+                         (NO_OP, no_op), (STAGE_FLAGS, forged), (BAD_CLASS, bad_class), (BAD_BUCKET, bad_bucket)):
         ignored.add(reason, np.count_nonzero(mask & left))
         left &= ~mask
     return ~bad, ignored
 
 
-def decoded(data: bytes, catalogue: Catalogue, ignored: Ignored, *, from_rings: bool = False) -> np.ndarray:
+def decoded(data: bytes, catalogue: Catalogue, ignored: Ignored, *, from_rings: bool = False,
+            clock: tuple[int, int, np.ndarray] | None = None) -> np.ndarray:
     """The records of a packed batch that `check` keeps; what it leaves out is counted into
     `ignored`, and a batch that is not whole trace records is left out entirely (NOT_RECORDS)."""
     if len(data) % trace.SIZE:
         ignored.add(NOT_RECORDS, max(1, len(data) // trace.SIZE))
         return trace.empty()
-    records, left = check(trace.decode(data), catalogue, from_rings=from_rings)
+    records, left = check(trace.decode(data), catalogue, from_rings=from_rings, clock=clock)
     if left:
         ignored.merge(left)
     return records

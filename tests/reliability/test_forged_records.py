@@ -102,8 +102,8 @@ def test_a_record_of_no_collector_is_left_out_by_every_stage(idle, stages, place
     with EventScope(run, "all", mode=mode, tree="per-node", placement=placement, stages=SCOPES[stages]) as scope:
         pulled = scope.pull()
     assert not pulled.missing, f"a join did not answer: {pulled.missing}"
-    assert pulled.ignored == {ignored.UNKNOWN_COLLECTOR: 1}
     assert len(pulled.records) and int(pulled.records["collector"].max()) <= len(catalogue.entries)
+    assert pulled.ignored == {ignored.UNKNOWN_COLLECTOR: 1}
 
 
 def test_the_heartbeat_judges_the_genuine_records_beside_a_forged_one(idle):
@@ -163,3 +163,19 @@ def test_the_heartbeat_command_says_once_that_it_ignores_forged_records(idle, ca
     assert code == 0, err
     assert told == [f"scope heartbeat: 1 record ignored: {ignored.UNKNOWN_COLLECTOR}"], err
     assert len(out.splitlines()) >= 3
+
+
+def test_a_near_join_leaves_out_times_its_node_never_read(idle):
+    """Forged times that pass every range: a start at 0 (before the node started) and an end an hour
+    from now. A join on the node reads the clock its collectors time with, so it knows better."""
+    run, catalogue, clients = idle
+    victim, other = first_per_thread(catalogue)[:2]
+    now = time.monotonic_ns()
+    write(clients, victim, (trace.OP_CODES["move"], 0, victim.id, victim.element_id, 2, 8, 0, now))
+    write(clients, other, (trace.OP_CODES["move"], 0, other.id, other.element_id, 2, 8, now, now + 3600 * 10**9))
+    with EventScope(run, "all", mode="stream", tree="per-node", placement="near",
+                    stages=["reduce:max_t_end@thread"]) as scope:
+        pulled = scope.pull()
+    assert not pulled.missing
+    assert int(pulled.records["t_end"].max()) <= time.monotonic_ns(), "the end an hour from now came through"
+    assert pulled.ignored == {ignored.NOT_ON_CLOCK: 2}
