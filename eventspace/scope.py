@@ -23,7 +23,7 @@ from pastset import Fanout, PastSetError
 from .catalogue import Catalogue
 from .gather import MODES, GatherJoin, JoinSpec, Pulled
 from .hosted import CURSORS, INFLIGHT, INSTALL, OFF, REMOVE, RENEW
-from .ignored import Ignored
+from .ignored import BAD_TIMES, Ignored
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
 from .space import Mark
 from .stages import ScopeStage, check_tree
@@ -433,7 +433,7 @@ class EventScope:
                 pulled, took, bytes_in, bytes_out = self._pipelined()
             else:
                 pulled, took, bytes_in, bytes_out = self._pull_once(self._joins, self._root.key, self._fanout)
-            records = self._correct(pulled.records)
+            records = self._correct(pulled.records, pulled.ignored)
             stats = self._stats
             stats.pulls += 1
             stats.seconds += time.perf_counter() - started   # waited here: pulls in flight overlap
@@ -506,17 +506,24 @@ class EventScope:
                 self._slots.get()[1].close()
             self._slots = None
 
-    def _correct(self, records: np.ndarray) -> np.ndarray:
-        """Timestamps on the monitor's clock: each node's estimated offset taken off its events."""
+    def _correct(self, records: np.ndarray, ignored: Ignored) -> np.ndarray:
+        """Timestamps on the monitor's clock: each node's estimated offset taken off its events. A
+        record whose time would fall before 0 on the monitor's clock is left out (counted in
+        `ignored`): it began before the monitor's clock did, which no node's clock can say."""
         if not self.clock_offsets or not len(records):
             return records
         column = self.catalogue.column("node")
         names = self.catalogue.names("node")
         offsets = np.array([self.clock_offsets.get(n, 0) for n in names], dtype=np.int64)
         shift = offsets[column[records["collector"]]]
+        t_start = records["t_start"].astype(np.int64) - shift   # times are below 2**62 (eventspace.ignored)
+        t_end = records["t_end"].astype(np.int64) - shift
+        before = (t_start < 0) | (t_end < 0)
         out = records.copy()
-        out["t_start"] = (out["t_start"].astype(np.int64) - shift).astype(np.uint64)
-        out["t_end"] = (out["t_end"].astype(np.int64) - shift).astype(np.uint64)
+        out["t_start"], out["t_end"] = np.maximum(t_start, 0), np.maximum(t_end, 0)
+        if before.any():
+            ignored.add(BAD_TIMES, np.count_nonzero(before))
+            out = out[~before]
         return out
 
     def gone(self, nodes) -> set[str]:

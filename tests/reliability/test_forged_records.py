@@ -23,7 +23,9 @@ from eventspace.catalogue import Catalogue
 from eventspace.classes import RANGE
 from eventspace.cli import main
 from eventspace.scope import EventScope
+from monitors.archive import Archive
 from monitors.classes import ClassesMon
+from monitors.getevent import GetEventMon
 from monitors.heartbeat import ALIVE, QUIET, Heartbeat
 from paths import Instrument, Pathmap, Selector, launch
 
@@ -179,3 +181,24 @@ def test_a_near_join_leaves_out_times_its_node_never_read(idle):
     assert not pulled.missing
     assert int(pulled.records["t_end"].max()) <= time.monotonic_ns(), "the end an hour from now came through"
     assert pulled.ignored == {ignored.NOT_ON_CLOCK: 2}
+
+
+def test_getevent_leaves_out_a_time_its_clock_correction_would_take_below_zero(tmp_path):
+    """Fuzzer's find: a forged start of 1 ns on a node whose clock is ahead of the monitor's became,
+    less the node's offset, a time past 2**63 that the archive refused: getevent died (ValueError)."""
+    pm = Pathmap.load(REPO / "pathmaps" / "windtunnel-2node.yaml")
+    pm = dataclasses.replace(pm, instrument=Instrument(keep=50, collectors=(Selector(at=("source",)),)),
+                             nodes=tuple(dataclasses.replace(n, clock_offset_ns=10**12) if n.name == "A" else n
+                                         for n in pm.nodes))
+    with launch(pm.validate(), run_dir=tmp_path) as run:
+        catalogue = Catalogue(run.pathmap)
+        victim = next(e for e in first_per_thread(catalogue) if e.trace_node == "A")
+        with pastset.connect(run.endpoints["A"]) as client, \
+                GetEventMon(run, "all", out=tmp_path / "events.sqlite") as mon:
+            node_now = client.call("eventspace.clock")
+            client.enter(victim.trace, trace.FORMAT).move((trace.OP_CODES["move"], 0, victim.id, 0, 0, 0, 1, node_now))
+            mon.poll()
+            assert mon.scope.ignored == {ignored.BAD_TIMES: 1}
+            assert mon.poll() is not None
+        with Archive.open(tmp_path / "events.sqlite") as archive:
+            assert len(archive) == 0
