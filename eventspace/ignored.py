@@ -17,7 +17,7 @@ from .histogram import MAX_BUCKET
 UNKNOWN_COLLECTOR = "collector id out of range"
 BAD_TIMES = "time out of range (past 2**62 ns, or an end before its start)"
 NO_OP = "op 0 in an event (no collector writes it: a class record's member run)"
-NOT_ON_CLOCK = "time outside its node's clock (before the node started, or after the record was read)"
+NOT_ON_CLOCK = "time outside its clock (before its node started, or after the record was read)"
 STAGE_FLAGS = "a scope stage's flags (class, histogram, summary) in a trace element"
 BAD_CLASS = "class members or part out of range"
 BAD_BUCKET = "histogram bucket out of range"

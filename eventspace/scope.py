@@ -23,7 +23,7 @@ from pastset import Fanout, PastSetError
 from .catalogue import Catalogue
 from .gather import MODES, GatherJoin, JoinSpec, Pulled
 from .hosted import CURSORS, INFLIGHT, INSTALL, OFF, REMOVE, RENEW
-from .ignored import BAD_TIMES, Ignored
+from .ignored import BAD_TIMES, NOT_ON_CLOCK, Ignored
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
 from .space import Mark
 from .stages import ScopeStage, check_tree
@@ -33,6 +33,7 @@ PLACEMENTS = ("monitor", "near")
 CONCURRENCY = ("concurrent", "sequential")
 PLACE_TIMEOUT = 10.0   # seconds a node may take to place a near join
 MAX_PIPELINE = 16      # pulls one scope may keep in flight
+CLOCK_SLACK_NS = 10**9  # how far past now a corrected record may end (a clock estimate errs by far less)
 
 
 class ScopeError(ValueError):
@@ -507,23 +508,27 @@ class EventScope:
             self._slots = None
 
     def _correct(self, records: np.ndarray, ignored: Ignored) -> np.ndarray:
-        """Timestamps on the monitor's clock: each node's estimated offset taken off its events. A
-        record whose time would fall before 0 on the monitor's clock is left out (counted in
-        `ignored`): it began before the monitor's clock did, which no node's clock can say."""
+        """Timestamps on the monitor's clock: each node's estimated offset taken off its events.
+        A record is left out (counted in `ignored`) whose time would fall before 0 on the
+        monitor's clock, or whose end, on the monitor's clock, comes after now by more than
+        CLOCK_SLACK_NS (far more than an estimate's error): no clock read them so."""
         if not self.clock_offsets or not len(records):
             return records
         column = self.catalogue.column("node")
         names = self.catalogue.names("node")
         offsets = np.array([self.clock_offsets.get(n, 0) for n in names], dtype=np.int64)
+        synced = np.array([n in self.clock_offsets for n in names])[column[records["collector"]]]
         shift = offsets[column[records["collector"]]]
         t_start = records["t_start"].astype(np.int64) - shift   # times are below 2**62 (eventspace.ignored)
         t_end = records["t_end"].astype(np.int64) - shift
         before = (t_start < 0) | (t_end < 0)
+        after = synced & (t_end > time.monotonic_ns() + CLOCK_SLACK_NS)
         out = records.copy()
         out["t_start"], out["t_end"] = np.maximum(t_start, 0), np.maximum(t_end, 0)
-        if before.any():
+        if before.any() or after.any():
             ignored.add(BAD_TIMES, np.count_nonzero(before))
-            out = out[~before]
+            ignored.add(NOT_ON_CLOCK, np.count_nonzero(after & ~before))
+            out = out[~(before | after)]
         return out
 
     def gone(self, nodes) -> set[str]:
