@@ -91,6 +91,7 @@ def live(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(FUZZ_SECONDS + 240)   # the rounds, then the run's start and the archives' replay and export
 def test_forged_records_in_a_live_run_break_no_consumer(live, tmp_path):
     rng = random.Random(SEED)
     catalogue = Catalogue(live.pathmap)
