@@ -16,7 +16,7 @@ import numpy as np
 from . import trace
 from .catalogue import SYSTEM_ROLE, Catalogue, Entry, TreeLayout
 from .clock import WallClock
-from .ignored import Ignored, verdict
+from .ignored import NOT_INTEGERS, Ignored, verdict
 
 FORMAT = "eventspace-archive"
 VERSION = 1
@@ -50,7 +50,6 @@ _OPTIONAL_TABLES = {"pulls": ("seq", *_PULL_FIELDS)}   # archives from before pu
 # Each field's greatest value as a trace record holds it (times: as SQLite does, below 2**63).
 _LARGEST = {"op": 0xFFFF, "flags": 0xFFFF, "collector": 0xFFFFFFFF, "element": 0xFFFFFFFF, "arg": 0xFFFFFFFF,
             "nbytes": 0xFFFFFFFF, "t_start": _INT64_MAX, "t_end": _INT64_MAX}
-NOT_INTEGERS = "fields out of their ranges, or not numbers"
 _ROW = np.dtype([("seq", np.int64)] + [(f, np.int64) for f in _EVENT_FIELDS])   # a row as SQLite gives it
 BATCH = 16384   # rows read at a time: what a reader holds of the table, whatever its size
 

@@ -22,6 +22,9 @@ STAGE_FLAGS = "a scope stage's flags (class, histogram, summary) in a trace elem
 BAD_CLASS = "class members or part out of range"
 BAD_BUCKET = "histogram bucket out of range"
 NOT_RECORDS = "not whole 36-byte trace records (an element of another template under a trace element's name)"
+NOT_INTEGERS = "fields out of their ranges, or not numbers"   # an archive's rows (eventspace.archive)
+REASONS = frozenset({UNKNOWN_COLLECTOR, BAD_TIMES, NO_OP, NOT_ON_CLOCK, STAGE_FLAGS, BAD_CLASS, BAD_BUCKET,
+                     NOT_RECORDS, NOT_INTEGERS})
 
 LATEST_NS = 1 << 62   # no clock reads this: 146 years of a node's monotonic clock (archives store below 2**63)
 _STAGE_FLAGS = trace.CLASS | trace.HISTOGRAM | trace.SUMMARY
@@ -38,9 +41,12 @@ class Ignored(dict):
             self[reason] = self.get(reason, 0) + int(count)
 
     def merge(self, other) -> None:
-        """Count in another tally (a child join's, or a dict from the wire)."""
+        """Count in another tally (a child join's, or a dict from the wire: only REASONS count, so
+        that nothing else ever reaches a log line). TypeError or ValueError for counts that are
+        not numbers."""
         for reason, count in other.items():
-            self.add(str(reason), count)
+            if reason in REASONS and int(count) > 0:
+                self.add(reason, count)
 
     def lines(self, what: str = "records") -> list[str]:
         """`12 records ignored: collector id out of range`, one per reason."""

@@ -71,6 +71,16 @@ def test_a_batch_that_is_not_whole_records_is_left_out(catalogue):
     assert left.lines() == [f"3 records ignored: {ignored.NOT_RECORDS}"]
 
 
+def test_only_known_reasons_are_counted_from_a_reply():
+    """A child join's reply names its reasons: whatever else one says never reaches a log line."""
+    tally = Ignored()
+    tally.merge({"made up\nscope x: 1 record ignored: nothing": 5, ignored.UNKNOWN_COLLECTOR: 2,
+                 ignored.BAD_TIMES: -3})
+    assert tally == {ignored.UNKNOWN_COLLECTOR: 2}
+    with pytest.raises((TypeError, ValueError)):
+        tally.merge({ignored.BAD_TIMES: "many"})
+
+
 def test_a_reason_is_told_once(catalogue, caplog):
     told: set[str] = set()
     for _ in range(3):

@@ -18,7 +18,7 @@ import pytest
 from runs import REPO, THREE_NODES, pathmap_for, ring_app
 
 from eventspace import ignored, trace
-from eventspace.archive import NOT_INTEGERS, Archive
+from eventspace.archive import Archive
 from eventspace.catalogue import Catalogue
 from eventspace.cli import main
 from monitors.replay import MAX_FRAMES
@@ -150,7 +150,7 @@ def test_rows_that_are_not_records_are_left_out_and_counted(crafted, tmp_path):
            "UPDATE events SET flags = 70000 WHERE seq = 12", "UPDATE events SET collector = 99 WHERE seq = 13")
     done = run("replay", path, "--json", "--interval", "0.05")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 4, done.stderr
-    assert done.stderr.splitlines() == [f"archive {path}: 3 rows ignored: {NOT_INTEGERS}",
+    assert done.stderr.splitlines() == [f"archive {path}: 3 rows ignored: {ignored.NOT_INTEGERS}",
                                         f"archive {path}: 1 row ignored: {ignored.UNKNOWN_COLLECTOR}"]
     done = run("archive", "export", path, "--perfetto", tmp_path / "out.pftrace")
     assert done.returncode == 0 and "wrote" in done.stdout and "19996 events" in done.stdout, done.stderr

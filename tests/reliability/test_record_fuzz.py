@@ -11,7 +11,8 @@ Bounded by default (FUZZ_SECONDS, 15 s of rounds); for a longer run:
     EVENTSPACE_FUZZ_SECONDS=180 EVENTSPACE_FUZZ_SEED=7 .venv/bin/python -m pytest -s \\
         tests/reliability/test_record_fuzz.py
 
-(prints the seed, rounds, records forged, node peak RSS and the bystander's worst move).
+(prints the seed, rounds, records forged, node peak RSS and the bystander's worst move;
+EVENTSPACE_FUZZ_PER_ROUND=0 runs the same rounds without forging: the bystander's baseline).
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ from paths import Instrument, Pathmap, Selector, launch
 
 FUZZ_SECONDS = float(os.environ.get("EVENTSPACE_FUZZ_SECONDS", "15"))
 SEED = int(os.environ.get("EVENTSPACE_FUZZ_SEED", str(random.randrange(1 << 30))))
-PER_ROUND = 40          # forged records a round
-STALL_S = 1.0           # "not stalled": ten times the 100 ms a bystander may wait
+PER_ROUND = int(os.environ.get("EVENTSPACE_FUZZ_PER_ROUND", "40"))   # forged records a round (0: a baseline)
+# "Not stalled": generous, as the fuzzer runs a wind tunnel and a score of scopes on a shared machine (with
+# no record forged, three minutes of it saw a bystander's move take 293 ms at a load of 15 on 2 cores);
+# a stall made by a record is seconds that grow (the class record of every member id: 10.7 s).
+STALL_S = 5.0
 ARCHIVED = "thread:T0 | thread:T5 | tree:count | role:system"   # what getevent keeps: a replay of minutes
 GROWTH_MIB = 128        # a node's peak memory may grow by this much at most
 U16, U32, U64 = (1 << 16) - 1, (1 << 32) - 1, (1 << 64) - 1
@@ -91,7 +95,7 @@ def live(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(FUZZ_SECONDS + 240)   # the rounds, then the run's start and the archives' replay and export
+@pytest.mark.timeout(2 * FUZZ_SECONDS + 300)   # the rounds, then the run's start and the archives' replay and export
 def test_forged_records_in_a_live_run_break_no_consumer(live, tmp_path):
     rng = random.Random(SEED)
     catalogue = Catalogue(live.pathmap)
@@ -118,7 +122,7 @@ def test_forged_records_in_a_live_run_break_no_consumer(live, tmp_path):
                     entry = rng.choice(every)
                     rings[entry.trace].move(forged(rng, ids, members))
                     written += 1
-                if rng.random() < 0.05:   # an element of another template under a trace element's name
+                if PER_ROUND and rng.random() < 0.05:   # an element of another template under a trace element's name
                     entry = rng.choice(every)
                     template = rng.choice(list(OTHERS))
                     client = clients[entry.trace_node]
@@ -126,7 +130,7 @@ def test_forged_records_in_a_live_run_break_no_consumer(live, tmp_path):
                     client.enter(entry.trace, template, keep=8).move(OTHERS[template](rng))
                     rings[entry.trace] = _Elsewhere()
                     retemplated += 1
-                elif rng.random() < 0.05:   # and a trace element again (its collector's ring is gone)
+                elif PER_ROUND and rng.random() < 0.05:   # and a trace element again (its collector's ring is gone)
                     entry = rng.choice(every)
                     clients[entry.trace_node].delete(entry.trace)
                     rings[entry.trace] = clients[entry.trace_node].enter(entry.trace, trace.FORMAT, keep=50)
@@ -154,18 +158,18 @@ def test_forged_records_in_a_live_run_break_no_consumer(live, tmp_path):
           f"in {seen['moves']} moves")
     assert not seen["errors"] and seen["worst_s"] < STALL_S, seen
     assert all(g < GROWTH_MIB for g in grown.values()), grown
-    # The archives replay and export, and hold only records in range. A forged start long before the
-    # run (its node's start is not known here) may stretch a recording over hours or years: replay
-    # then refuses frames of half a second in one line, and plays it in a thousand frames.
+    # The archives replay (in a hundred frames at most) and export, and hold only records in range. A
+    # forged start long before the run (its node's start is not known here) may stretch a recording
+    # over hours or years: replay then refuses frames of half a second in one line.
     for path in (near, far):
         with Archive.open(path) as stored:
             records = stored.records()
+            span = (int(records["t_end"].max()) - int(records["t_start"].min())) / 1e9
             try:
                 replay = Replay(stored, interval=0.5)
             except ReplayError as exc:
                 assert "frames" in str(exc), exc
-                span = (int(records["t_end"].max()) - int(records["t_start"].min())) / 1e9
-                replay = Replay(stored, interval=span / 1000)
+            replay = Replay(stored, interval=max(0.5, span / 100))
             frames = sum(1 for _ in replay.frames())
             written_trace = write_pftrace(tmp_path / f"{path.stem}.pftrace", records, stored.catalogue)
         print(f"{path.name}: {len(records)} records, {written_trace.slices + written_trace.counters} exported, "
