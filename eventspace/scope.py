@@ -102,27 +102,31 @@ class Account:
     """A stream scope's view, in records: `made` by its collectors as of the last pull, `before`
     those the rings had dropped before the scope was made (never readable), `read` delivered to
     the scope's caller (None where stages transform records: then not comparable), `discarded`
-    dropped by the rings after that, before a pull could read them. Nothing lost unseen:
-    `before + read + discarded == made`."""
+    dropped by the rings after that, before a pull could read them, `ignored` read but left out
+    (records no collector wrote, eventspace.ignored: they are in the rings' counts too). Nothing
+    lost unseen: `before + read + ignored + discarded == made`."""
 
     made: int
     before: int
     read: int | None
     discarded: int
+    ignored: int = 0
 
     @property
     def reconciles(self) -> bool:
-        return self.read is not None and self.before + self.read + self.discarded == self.made
+        return self.read is not None and self.before + self.read + self.ignored + self.discarded == self.made
 
     def line(self, what: str = "events") -> str:
         """`160,024 events made in the view: 152,674 read, 92 discarded before they were read, 7,258 made
-        before the monitor attached`."""
+        before the monitor attached` (and `, 3 left out: not a collector's` when some were)."""
         read = "" if self.read is None else f"{self.read:,} read, "
+        left = f", {self.ignored:,} left out: not a collector's" if self.ignored else ""
         return (f"{self.made:,} {what} made in its view: {read}{self.discarded:,} discarded before they were "
-                f"read, {self.before:,} made before it attached")
+                f"read, {self.before:,} made before it attached{left}")
 
     def as_dict(self) -> dict:
-        return {"made": self.made, "read": self.read, "discarded": self.discarded, "before": self.before}
+        return {"made": self.made, "read": self.read, "discarded": self.discarded, "before": self.before,
+                "ignored": self.ignored}
 
 
 @dataclass
@@ -358,7 +362,7 @@ class EventScope:
             cursors = self._collect_cursors()
         return Account(made=sum(cursors.values()), before=sum(self._starts.values()),
                        read=self._stats.tuples if not self.settings.stages else None,
-                       discarded=self._stats.discarded)
+                       discarded=self._stats.discarded, ignored=sum(self.ignored.values()))
 
     def _build(self) -> None:
         specs = self.plan()

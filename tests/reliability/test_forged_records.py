@@ -202,3 +202,16 @@ def test_getevent_leaves_out_a_time_its_clock_correction_would_take_below_zero(t
             assert mon.poll() is not None
         with Archive.open(tmp_path / "events.sqlite") as archive:
             assert len(archive) == 0
+
+
+def test_a_stream_scope_accounts_for_what_it_left_out(idle):
+    """The records a scope leaves out are in the rings' counts: its account still adds up."""
+    run, catalogue, clients = idle
+    victim = first_per_thread(catalogue)[0]
+    with EventScope(run, "all", mode="stream") as scope:
+        now = time.monotonic_ns()
+        write(clients, victim, (trace.OP_CODES["move"], 0, FAR, 0, 0, 0, now, now))
+        scope.pull()
+        account = scope.account()
+    assert account.ignored == 1 and account.reconciles, account
+    assert "1 left out: not a collector's" in account.line()
