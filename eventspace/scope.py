@@ -23,6 +23,7 @@ from pastset import Fanout, PastSetError
 from .catalogue import Catalogue
 from .gather import MODES, GatherJoin, JoinSpec, Pulled
 from .hosted import CURSORS, INFLIGHT, INSTALL, OFF, REMOVE, RENEW
+from .ignored import BAD_TIMES, NOT_ON_CLOCK, Ignored
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
 from .space import Mark
 from .stages import ScopeStage, check_tree
@@ -32,6 +33,7 @@ PLACEMENTS = ("monitor", "near")
 CONCURRENCY = ("concurrent", "sequential")
 PLACE_TIMEOUT = 10.0   # seconds a node may take to place a near join
 MAX_PIPELINE = 16      # pulls one scope may keep in flight
+CLOCK_SLACK_NS = 10**9  # how far past now a corrected record may end (a clock estimate errs by far less)
 
 
 class ScopeError(ValueError):
@@ -112,27 +114,31 @@ class Account:
     """A stream scope's view, in records: `made` by its collectors as of the last pull, `before`
     those the rings had dropped before the scope was made (never readable), `read` delivered to
     the scope's caller (None where stages transform records: then not comparable), `discarded`
-    dropped by the rings after that, before a pull could read them. Nothing lost unseen:
-    `before + read + discarded == made`."""
+    dropped by the rings after that, before a pull could read them, `ignored` read but left out
+    (records no collector wrote, eventspace.ignored: they are in the rings' counts too). Nothing
+    lost unseen: `before + read + ignored + discarded == made`."""
 
     made: int
     before: int
     read: int | None
     discarded: int
+    ignored: int = 0
 
     @property
     def reconciles(self) -> bool:
-        return self.read is not None and self.before + self.read + self.discarded == self.made
+        return self.read is not None and self.before + self.read + self.ignored + self.discarded == self.made
 
     def line(self, what: str = "events") -> str:
         """`160,024 events made in the view: 152,674 read, 92 discarded before they were read, 7,258 made
-        before the monitor attached`."""
+        before the monitor attached` (and `, 3 left out: not a collector's` when some were)."""
         read = "" if self.read is None else f"{self.read:,} read, "
+        left = f", {self.ignored:,} left out: not a collector's" if self.ignored else ""
         return (f"{self.made:,} {what} made in its view: {read}{self.discarded:,} discarded before they were "
-                f"read, {self.before:,} made before it attached")
+                f"read, {self.before:,} made before it attached{left}")
 
     def as_dict(self) -> dict:
-        return {"made": self.made, "read": self.read, "discarded": self.discarded, "before": self.before}
+        return {"made": self.made, "read": self.read, "discarded": self.discarded, "before": self.before,
+                "ignored": self.ignored}
 
 
 @dataclass
@@ -142,7 +148,9 @@ class Pull:
     within the timeout) and of those the `gone` ones (their connection closed: the process ended
     or the host is out of reach; the others are `not_answering`: connected, but paused, swapping
     or busy), `unreached` (nodes that were not asked because the join that would have asked them
-    did not answer: their events are absent, their state unknown)."""
+    did not answer: their events are absent, their state unknown), and the records left out
+    because they did not pass eventspace.ignored's check (`ignored`: {reason: how many}; written
+    into the run's trace elements by someone other than their collectors)."""
 
     records: np.ndarray | list
     discarded: int
@@ -150,6 +158,7 @@ class Pull:
     seconds: float
     gone: set[str] = field(default_factory=set)
     unreached: set[str] = field(default_factory=set)
+    ignored: Ignored = field(default_factory=Ignored)
 
     @property
     def not_answering(self) -> set[str]:
@@ -177,6 +186,12 @@ class EventScope:
     oldest finished one and starts another, so that where a pull is one slow round trip (a
     monitor behind a wide-area link) the observe rate is K times higher. Each pull still holds
     the whole view, as of when it was asked.
+
+    Records are checked at every join (eventspace.ignored): one that names no collector of the
+    run, or whose times or class members are out of range, is left out and counted (`Pull.ignored`,
+    and `ignored` over the scope's life); the first time a reason comes up, the scope says so on
+    the `eventspace.ignored` logger (`scope heartbeat: 12 records ignored: collector id out of
+    range`), once.
     """
 
     def __init__(self, run, view: str | View = "all", *, mode: str = "latest", tree: str = "flat",
@@ -206,6 +221,8 @@ class EventScope:
         self._monitor = monitor_name()
         self._generation = 0
         self._stats = ScopeStats()
+        self.ignored = Ignored()
+        self._told: set[str] = set()
         self._last_pull = 0.0
         # Stream mode: "node/trace element" -> the next index to read. A stream starts at what
         # each ring holds when the scope is made (its first pull delivers that backlog), and
@@ -357,7 +374,7 @@ class EventScope:
             cursors = self._collect_cursors()
         return Account(made=sum(cursors.values()), before=sum(self._starts.values()),
                        read=self._stats.tuples if not self.settings.stages else None,
-                       discarded=self._stats.discarded)
+                       discarded=self._stats.discarded, ignored=sum(self.ignored.values()))
 
     def _build(self) -> None:
         specs = self.plan()
@@ -433,7 +450,7 @@ class EventScope:
                 pulled, took, bytes_in, bytes_out = self._pipelined()
             else:
                 pulled, took, bytes_in, bytes_out = self._pull_once(self._joins, self._root.key, self._fanout)
-            records = self._correct(pulled.records)
+            records = self._correct(pulled.records, pulled.ignored)
             stats = self._stats
             stats.pulls += 1
             stats.seconds += time.perf_counter() - started   # waited here: pulls in flight overlap
@@ -445,10 +462,13 @@ class EventScope:
                 mine = stats.levels.setdefault(level, [0.0, 0, 0])
                 for i, v in enumerate(values):
                     mine[i] += v
+            if pulled.ignored:
+                self.ignored.merge(pulled.ignored)
+                pulled.ignored.tell(self._told, f"scope {self.name}")
             if self.settings.stages and self.settings.stages[-1].startswith("convert"):
                 records = self.catalogue.label(records)
             return Pull(records, pulled.discarded, pulled.missing, took, pulled.gone,
-                        pulled.unreached - pulled.missing)
+                        pulled.unreached - pulled.missing, pulled.ignored)
 
     @staticmethod
     def _pull_once(joins: dict, root: str, fanout) -> tuple[Pulled, float, int, int]:
@@ -503,17 +523,28 @@ class EventScope:
                 self._slots.get()[1].close()
             self._slots = None
 
-    def _correct(self, records: np.ndarray) -> np.ndarray:
-        """Timestamps on the monitor's clock: each node's estimated offset taken off its events."""
+    def _correct(self, records: np.ndarray, ignored: Ignored) -> np.ndarray:
+        """Timestamps on the monitor's clock: each node's estimated offset taken off its events.
+        A record is left out (counted in `ignored`) whose time would fall before 0 on the
+        monitor's clock, or whose end, on the monitor's clock, comes after now by more than
+        CLOCK_SLACK_NS (far more than an estimate's error): no clock read them so."""
         if not self.clock_offsets or not len(records):
             return records
         column = self.catalogue.column("node")
         names = self.catalogue.names("node")
         offsets = np.array([self.clock_offsets.get(n, 0) for n in names], dtype=np.int64)
+        synced = np.array([n in self.clock_offsets for n in names])[column[records["collector"]]]
         shift = offsets[column[records["collector"]]]
+        t_start = records["t_start"].astype(np.int64) - shift   # times are below 2**62 (eventspace.ignored)
+        t_end = records["t_end"].astype(np.int64) - shift
+        before = (t_start < 0) | (t_end < 0)
+        after = synced & (t_end > time.monotonic_ns() + CLOCK_SLACK_NS)
         out = records.copy()
-        out["t_start"] = (out["t_start"].astype(np.int64) - shift).astype(np.uint64)
-        out["t_end"] = (out["t_end"].astype(np.int64) - shift).astype(np.uint64)
+        out["t_start"], out["t_end"] = np.maximum(t_start, 0), np.maximum(t_end, 0)
+        if before.any() or after.any():
+            ignored.add(BAD_TIMES, np.count_nonzero(before))
+            ignored.add(NOT_ON_CLOCK, np.count_nonzero(after & ~before))
+            out = out[~(before | after)]
         return out
 
     def gone(self, nodes) -> set[str]:
