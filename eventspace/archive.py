@@ -1,10 +1,13 @@
-"""The archive: every event a scope streams, kept in an SQLite file and queryable later."""
+"""The archive: every event a scope streams or a run records, kept in an SQLite file and queryable later."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import sqlite3
+import tempfile
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,13 +16,17 @@ from typing import Self
 
 import numpy as np
 
-from . import trace
+from . import blocks, trace
 from .catalogue import SYSTEM_ROLE, Catalogue, Entry, TreeLayout
 from .clock import WallClock
-from .ignored import NOT_INTEGERS, Ignored, verdict
+from .ignored import NOT_INTEGERS, NOT_RECORDS, Ignored, verdict
 
 FORMAT = "eventspace-archive"
-VERSION = 1
+# Version 1 keeps a row per event (table `events`: what getevent appends as it streams); version 2 keeps
+# the events of a recorded run in blocks (table `blocks`, eventspace.blocks: 2 bytes an event where a row
+# takes 109), and makes the `events` table when a query needs it. Both read alike.
+ROWS, BLOCKS = 1, 2
+VERSION = BLOCKS
 RESERVED = ("format", "version", "pathmap", "created", "tuples", "discarded", "clock_monotonic_ns",
             "clock_realtime_ns", "threads", "trees")
 _INT64_MAX = 2**63 - 1
@@ -38,14 +45,16 @@ _SCHEMA = (
     "CREATE INDEX events_element ON events (element_name)",
     "CREATE INDEX events_t_start ON events (t_start)",
 )
+_BLOCKS = ("CREATE TABLE blocks (seq INTEGER PRIMARY KEY, node TEXT NOT NULL, first INTEGER NOT NULL, "
+           "count INTEGER NOT NULL, data BLOB NOT NULL)")
 # One row per pull that appended events (Archive.append's `pull`): the recording scope's own figures.
 _PULLS = ("CREATE TABLE IF NOT EXISTS pulls (seq INTEGER PRIMARY KEY, at_ns INTEGER NOT NULL, "
           "seconds REAL NOT NULL, tuples INTEGER NOT NULL, bytes_in INTEGER NOT NULL, discarded INTEGER NOT NULL)")
 _PULL_FIELDS = ("at_ns", "seconds", "tuples", "bytes_in", "discarded")
 # The tables an archive is read through, with the columns read (a file may be anything: a view or a
 # virtual table in their place could compute forever, so each must be a plain table).
-_TABLES = {"meta": ("key", "value"), "events": ("seq", *_EVENT_FIELDS),
-           "catalogue": tuple(f.name for f in dataclasses.fields(Entry))}
+_TABLES = {"meta": ("key", "value"), "catalogue": tuple(f.name for f in dataclasses.fields(Entry))}
+_EVENTS_TABLE = {ROWS: ("events", ("seq", *_EVENT_FIELDS)), BLOCKS: ("blocks", ("seq", "node", "count", "data"))}
 _OPTIONAL_TABLES = {"pulls": ("seq", *_PULL_FIELDS)}   # archives from before pulls were kept have none
 # Each field's greatest value as a trace record holds it (times: as SQLite does, below 2**63).
 _LARGEST = {"op": 0xFFFF, "flags": 0xFFFF, "collector": 0xFFFFFFFF, "element": 0xFFFFFFFF, "arg": 0xFFFFFFFF,
@@ -55,7 +64,8 @@ BATCH = 16384   # rows read at a time: what a reader holds of the table, whateve
 
 _HINT = ("tables: events (seq, " + ", ".join(_EVENT_FIELDS + _NAME_FIELDS) + "), catalogue (one row per "
          "collector and system element), pulls (seq, at_ns, seconds, tuples, bytes_in, discarded), meta (key, "
-         "value); e.g. SELECT thread, count(*) FROM events GROUP BY thread")
+         "value), and in a recorded run's archive blocks (seq, node, first, count, data); e.g. SELECT thread, "
+         "count(*) FROM events GROUP BY thread")
 
 
 class ArchiveError(Exception):
@@ -116,33 +126,47 @@ class ArchivedCatalogue(Catalogue):
 
 
 class Archive:
-    """An SQLite file of trace records: table `events` (one row per record, in append order,
-    with thread, node, element and tree names alongside), `catalogue` (one row per collector)
-    and `meta` (see ArchiveInfo).
+    """An SQLite file of trace records, in one of two layouts: ROWS, table `events` (one row per
+    record, in append order, with thread, node, element and tree names alongside), as a monitor
+    streaming into it appends; or BLOCKS, table `blocks` (each row a block of records as a node's
+    recording wrote it, eventspace.blocks, with its node and its records' numbers there), as a
+    recorded run's archive is built. Both have `catalogue` (one row per collector) and `meta`
+    (see ArchiveInfo; `version` says the layout). A BLOCKS archive reads as a ROWS one does:
+    `query` sees an `events` table, made from the blocks in a temporary file the first time a
+    query or an order other than append order needs it.
 
     `Archive(path, catalogue)` opens `path` for appending, creating it if needed; an existing
     file must be an archive of the same collectors (ArchiveError otherwise, and the file is
-    left as it was). `Archive.open(path)` opens one read-only. Queries always go through a
-    read-only connection, so they cannot change the file. One writer per file; the methods of
-    one Archive may be called from several threads.
+    left as it was). `Archive(path, catalogue, layout=BLOCKS)` creates a new BLOCKS archive (an
+    existing file is refused). `Archive.open(path)` opens one read-only. Queries always go
+    through a read-only connection, so they cannot change the file. One writer per file; the
+    methods of one Archive may be called from several threads.
 
-    A file is checked before it is read, since it may be anything: its tables (meta, events,
-    catalogue, and pulls where there is one) must be tables, not views, with their columns,
-    and its catalogue and meta must make sense (ArchiveError naming what is wrong otherwise).
-    Records are read a batch at a time (`batches`), never the table at once, and each row
-    must be a trace record the catalogue accepts (eventspace.ignored); the others are left
-    out, counted in `ignored` and said once on the `eventspace.ignored` logger.
+    A file is checked before it is read, since it may be anything: its tables (meta, events or
+    blocks, catalogue, and pulls where there is one) must be tables, not views, with their
+    columns, and its catalogue and meta must make sense (ArchiveError naming what is wrong
+    otherwise). Records are read a batch (or a block) at a time (`batches`), never the table at
+    once, and each must be a trace record the catalogue accepts (eventspace.ignored); the others
+    are left out, counted in `ignored` and said once on the `eventspace.ignored` logger, and so
+    is a block that does not decode.
     """
 
-    def __init__(self, path, catalogue: Catalogue):
+    def __init__(self, path, catalogue: Catalogue, layout: int = ROWS, clock: WallClock | None = None):
         self.path = Path(path)
         self.readonly = False
+        self.layout = layout
         self._reader_db: sqlite3.Connection | None = None
+        self._rows_file: str | None = None   # a BLOCKS archive's events as rows, made when first needed
         # Held around every use of a connection (sqlite3 objects are not thread-safe).
         self._lock = threading.Lock()
         name = catalogue.pathmap.name
         if self.path.is_dir():
             raise ArchiveError(f"{self.path} is a directory; give a file name for the archive")
+        if layout not in (ROWS, BLOCKS):
+            raise ValueError(f"an archive's layout is ROWS or BLOCKS, not {layout!r}")
+        if layout == BLOCKS and self.path.exists() and self.path.stat().st_size:
+            raise ArchiveError(f"{self.path} exists; a recorded run's archive is a new file: give another name, "
+                               "or remove it")
         if self.path.exists() and self.path.stat().st_size:
             existing = Archive.open(self.path)
             try:
@@ -152,6 +176,9 @@ class Archive:
             if stored.name != name or (stored.entries, stored.system) != (catalogue.entries, catalogue.system):
                 raise ArchiveError(f"{self.path} is an archive of pathmap {stored.name} with other "
                                    f"collectors than {name}'s; write to a new file")
+            if existing.layout != ROWS:
+                raise ArchiveError(f"{self.path} is a recorded run's archive (its events in blocks): nothing is "
+                                   "appended to it; write to a new file")
             self._db = _connect(self.path, readonly=False)
             try:
                 _try_a_write(self._db)
@@ -168,7 +195,7 @@ class Archive:
             db = None
             try:
                 db = self._db = _connect(self.path, readonly=False)
-                self._create(name, catalogue)
+                self._create(name, catalogue, clock)
             except sqlite3.Error as exc:
                 if db is not None:
                     db.close()
@@ -188,6 +215,7 @@ class Archive:
         self = cls.__new__(cls)
         self.path = Path(path)
         self.readonly = True
+        self._rows_file = None
         self._lock = threading.Lock()
         if not self.path.exists():
             raise ArchiveError(f"{self.path}: no such file; give the path of an archive "
@@ -229,19 +257,15 @@ class Archive:
             raise ValueError(f"discarded counts records, it cannot be negative ({discarded})")
         if len(records) and max(int(records["t_start"].max()), int(records["t_end"].max())) > _INT64_MAX:
             raise ValueError("a record's time is at or above 2**63 ns, which SQLite cannot store")
-        columns = [records[f].tolist() for f in _EVENT_FIELDS]
-        cids = columns[_EVENT_FIELDS.index("collector")]
-        ops = columns[_EVENT_FIELDS.index("op")]
-        names = self._names
-        none = (None,) * (len(_NAME_FIELDS) - 1)
-        rows = [
-            (*values, trace.OP_NAMES.get(op), *names.get(cid, none))
-            for *values, op, cid in zip(*columns, ops, cids)
-        ]
-        thread = len(_EVENT_FIELDS) + _NAME_FIELDS.index("thread")
-        for i in np.flatnonzero((records["flags"] & trace.SYSTEM) != 0).tolist():
-            row = rows[i]
-            rows[i] = (*row[:thread], self.catalogue.thread_of(int(records["element"][i])), *row[thread + 1:])
+        if self.layout == BLOCKS:
+            encoder = blocks.Encoder()
+            with self._lock:
+                first = self._count_of("tuples")
+            made = (encoder.records(records[at:at + blocks.MAX_COUNT], first + at)
+                    for at in range(0, len(records), blocks.MAX_COUNT))
+            self.append_blocks("", (next(blocks.scan(block)) for block in made), discarded)
+            return len(records)
+        rows = _event_rows(records, self.catalogue, self._names)
         placeholders = ", ".join("?" * (len(_EVENT_FIELDS) + len(_NAME_FIELDS)))
         with self._lock, self._db:
             self._db.executemany(
@@ -253,6 +277,37 @@ class Archive:
                 self._db.execute("INSERT INTO pulls (at_ns, seconds, tuples, bytes_in, discarded) VALUES (?, ?, ?, ?, ?)",
                                  (int(pull.at_ns), float(pull.seconds), len(rows), int(pull.bytes_in), int(discarded)))
         return len(rows)
+
+    def append_blocks(self, node: str, found, discarded: int = 0) -> int:
+        """Keep blocks of records (a recording's, as eventspace.blocks.scan reads them: `found`, an
+        iterable) from `node` as they are, in one transaction; add their records and `discarded`
+        to the counts. Returns how many records they hold. ArchiveError unless this is a BLOCKS
+        archive opened for writing."""
+        if self.readonly or self.layout != BLOCKS:
+            raise ArchiveError(f"{self.path}: blocks are kept only in a new archive made with layout=BLOCKS")
+        count = 0
+        with self._lock, self._db:
+            for block in found:
+                self._db.execute("INSERT INTO blocks (node, first, count, data) VALUES (?, ?, ?, ?)",
+                                 (str(node), int(block.first), int(block.count), block.encoded()))
+                count += block.count
+            self._add_counts(count, discarded)
+        return count
+
+    def add_discarded(self, discarded: int) -> None:
+        """Count `discarded` more records lost before they reached the archive."""
+        if self.readonly:
+            raise ArchiveError(f"{self.path} was opened read-only (Archive.open); use Archive(path, catalogue) to write")
+        with self._lock, self._db:
+            self._add_counts(0, discarded)
+
+    def _add_counts(self, tuples: int, discarded: int) -> None:
+        self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'tuples'", (int(tuples),))
+        self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'discarded'",
+                         (int(discarded),))
+
+    def _count_of(self, key: str) -> int:
+        return int(self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0])
 
     def extend(self, catalogue: Catalogue) -> int:
         """Take the collectors `catalogue` adds after the archive's own (a run whose pathmap grew
@@ -302,8 +357,10 @@ class Archive:
                            int(meta["discarded"]), {k: v for k, v in meta.items() if k not in RESERVED}, clock)
 
     def __len__(self) -> int:
-        """Rows in `events`."""
+        """Records stored (rows in `events`, or the records the blocks say they hold)."""
         with self._lock:
+            if self.layout == BLOCKS:
+                return self._db.execute("SELECT coalesce(sum(count), 0) FROM blocks").fetchone()[0]
             return self._db.execute("SELECT count(*) FROM events").fetchone()[0]
 
     def records(self, progress=None) -> np.ndarray:
@@ -331,13 +388,14 @@ class Archive:
         turns out to be damaged."""
         if order not in ("seq", "t_start", "t_end"):
             raise ValueError(f"records come by seq, t_start or t_end, not {order!r}")
+        if self.layout == BLOCKS and order == "seq":
+            yield from self._block_batches()
+            return
         sql = f"SELECT seq, {', '.join(_EVENT_FIELDS)} FROM events ORDER BY {order}{', seq' if order != 'seq' else ''}"
         largest = np.array([_INT64_MAX] + [_LARGEST[f] for f in _EVENT_FIELDS], dtype=np.int64)
         # A connection of its own, so that the cursor stays open between batches (a sort by t_end
         # is made once) while the archive's other methods go on.
-        db = None
-        try:
-            db = _connect(self.path, readonly=True)
+        with self._reading(Path(self._rows()) if self.layout == BLOCKS else self.path, "rows") as db:
             cursor = db.execute(sql)
             while rows := cursor.fetchmany(size):
                 try:
@@ -353,19 +411,91 @@ class Archive:
                 records = np.empty(len(columns), dtype=trace.DTYPE)
                 for i, name in enumerate(_EVENT_FIELDS, 1):
                     records[name] = columns[:, i]
-                keep, left = verdict(records, self.catalogue)
-                if keep is None:
-                    yield columns[:, 0], records
-                else:
-                    self.ignored.merge(left)
-                    yield columns[:, 0][keep], records[keep]
+                yield self._checked(columns[:, 0], records)
+
+    def _block_batches(self):
+        """A BLOCKS archive's records, a block at a time, in append order (see `batches`)."""
+        seq = 0
+        with self._reading(self.path, "records") as db:
+            cursor = db.execute("SELECT data FROM blocks ORDER BY seq")
+            while row := cursor.fetchone():
+                records = self._decoded(row[0])
+                seqs = np.arange(seq + 1, seq + 1 + len(records), dtype=np.int64)
+                seq += len(records)
+                yield self._checked(seqs, records)
+
+    @contextlib.contextmanager
+    def _reading(self, path: Path, what: str):
+        """A read-only connection of its own to `path` while records are read from it: a damaged file
+        is an ArchiveError, and what was left out is said once the reading ends."""
+        db = None
+        try:
+            db = _connect(path, readonly=True)
+            yield db
         except sqlite3.Error as exc:
             raise ArchiveError(f"{self.path} is a damaged EventSpace archive ({exc}); its events "
                                "cannot be read") from None
         finally:
             if db is not None:
                 db.close()
-            self.ignored.tell(self._told, f"archive {self.path}", "rows")
+            self.ignored.tell(self._told, f"archive {self.path}", what)
+
+    def _checked(self, seqs: np.ndarray, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(seqs, records) of the records the catalogue accepts (the others counted in `ignored`)."""
+        keep, left = verdict(records, self.catalogue)
+        if keep is None:
+            return seqs, records
+        self.ignored.merge(left)
+        return seqs[keep], records[keep]
+
+    def _decoded(self, data) -> np.ndarray:
+        """The records of one stored block; none (counted in `ignored`) if it is not a whole, good
+        records block."""
+        found = list(blocks.scan(data)) if isinstance(data, bytes) else []
+        block = found[0] if len(found) == 1 else None
+        if not isinstance(block, blocks.Block) or block.kind != blocks.RECORDS:
+            self.ignored.add(NOT_RECORDS, max(1, len(data) // trace.SIZE) if isinstance(data, bytes) else 1)
+            return trace.empty()
+        try:
+            return block.records()
+        except ValueError:
+            self.ignored.add(NOT_RECORDS, block.count)
+            return trace.empty()
+
+    def _rows(self) -> str:
+        """The path of a temporary SQLite file whose `events` table holds this BLOCKS archive's
+        records as a ROWS archive holds them (made the first time it is asked for; removed by
+        `close`): what SQL queries and orders other than append order read."""
+        with self._lock:
+            if self._rows_file is not None:
+                return self._rows_file
+            fd, path = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".events.sqlite")
+            os.close(fd)
+        try:
+            db = sqlite3.connect(path)
+            try:
+                with db:
+                    db.execute(_SCHEMA[1])
+                    placeholders = ", ".join("?" * (1 + len(_EVENT_FIELDS) + len(_NAME_FIELDS)))
+                    for seqs, records in self._block_batches():
+                        rows = _event_rows(records, self.catalogue, self._names)
+                        db.executemany(f"INSERT INTO events (seq, {', '.join(_EVENT_FIELDS + _NAME_FIELDS)}) "
+                                       f"VALUES ({placeholders})",
+                                       [(s, *row) for s, row in zip(seqs.tolist(), rows)])
+                    for statement in _SCHEMA[2:]:
+                        db.execute(statement)
+            finally:
+                db.close()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        with self._lock:
+            if self._rows_file is None:
+                self._rows_file = path
+            else:
+                os.unlink(path)
+            return self._rows_file
 
     def pulls(self) -> np.ndarray:
         """The recording scope's pulls, in order: a structured array of at_ns (when each ended,
@@ -389,9 +519,16 @@ class Archive:
     def query(self, sql: str, parameters=()) -> tuple[tuple[str, ...], list[tuple]]:
         """(column names, rows) of one SQL statement, run read-only. ArchiveError naming the file
         and the tables for SQL that does not run (a syntax error, an unknown column, a write)."""
+        if self.layout == BLOCKS:
+            rows = self._rows()
         with self._lock:
-            if self._reader_db is None:
-                self._reader_db = _connect(self.path, readonly=True)
+            if self._reader_db is None or (self.layout == BLOCKS and self._reader_db is self._db):
+                if self.layout == BLOCKS:
+                    # The events made from the blocks, with the archive's own tables beside them.
+                    self._reader_db = _connect(Path(rows), readonly=True)
+                    self._reader_db.execute("ATTACH DATABASE ? AS archive", (self.path.resolve().as_uri() + "?mode=ro",))
+                else:
+                    self._reader_db = _connect(self.path, readonly=True)
             try:
                 cursor = self._reader_db.execute(sql, parameters)
                 columns = tuple(d[0] for d in cursor.description or ())
@@ -406,6 +543,10 @@ class Archive:
                 self._reader_db.close()
             self._reader_db = None
             self._db.close()
+            if self._rows_file is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(self._rows_file)
+                self._rows_file = None
 
     def __enter__(self) -> Self:
         return self
@@ -415,14 +556,15 @@ class Archive:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _create(self, name: str, catalogue: Catalogue) -> None:
+    def _create(self, name: str, catalogue: Catalogue, clock: WallClock | None) -> None:
         fields = dataclasses.fields(Entry)
         columns = ", ".join(_column(f) for f in fields)
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        # Events are appended on the monitor's monotonic clock: this pairing dates them for exports.
-        clock = WallClock.now()
+        # Events are appended on the monitor's monotonic clock: this pairing dates them for exports (a
+        # recorded run's archive is given its first node's, read when that node began to record).
+        clock = clock or WallClock.now()
         with self._db:
-            for statement in (*_SCHEMA, _PULLS):
+            for statement in (*(_SCHEMA if self.layout == ROWS else (_SCHEMA[0], _BLOCKS)), _PULLS):
                 self._db.execute(statement)
             self._db.execute(f"CREATE TABLE catalogue ({columns})")
             self._db.executemany(
@@ -430,7 +572,7 @@ class Archive:
                 [dataclasses.astuple(e) for e in catalogue.entries + catalogue.system])
             trees = {tree: {"members": list(t.members), "fan_in": t.fan_in} for tree, t in catalogue.trees.items()}
             self._db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
-                ("format", FORMAT), ("version", str(VERSION)), ("pathmap", name), ("created", now),
+                ("format", FORMAT), ("version", str(self.layout)), ("pathmap", name), ("created", now),
                 ("tuples", "0"), ("discarded", "0"), ("clock_monotonic_ns", str(clock.monotonic_ns)),
                 ("clock_realtime_ns", str(clock.realtime_ns)), ("threads", json.dumps(catalogue.threads)),
                 ("trees", json.dumps(trees))])
@@ -438,7 +580,7 @@ class Archive:
     def _load_catalogue(self) -> ArchivedCatalogue:
         what = "an SQLite file written by eventspace.archive.Archive"
         try:
-            self._has_pulls = self._check_tables(what)
+            self._has_pulls = "pulls" in self._check_tables(what, {**_TABLES, **_OPTIONAL_TABLES})
             meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.DatabaseError as exc:
             raise ArchiveError(f"{self.path} is not an EventSpace archive ({exc}); give {what}") from None
@@ -452,6 +594,11 @@ class Archive:
         if version > VERSION:
             raise ArchiveError(f"{self.path} is archive version {meta['version']}, newer than this "
                                f"EventSpace reads ({VERSION}); upgrade EventSpace")
+        self.layout = BLOCKS if version == BLOCKS else ROWS
+        try:
+            self._check_tables(what, dict([_EVENTS_TABLE[self.layout]]))
+        except sqlite3.DatabaseError as exc:
+            raise ArchiveError(f"{self.path} is not an EventSpace archive ({exc}); give {what}") from None
         try:
             if version < 1 or not all(_is_count(meta.get(key)) for key in ("tuples", "discarded")):
                 raise ValueError("its meta table's version, tuples or discarded is not a count")
@@ -473,10 +620,9 @@ class Archive:
         return ArchivedCatalogue(meta["pathmap"], entries, tuple(e for e in every if e.role == SYSTEM_ROLE),
                                  threads, trees)
 
-    def _check_tables(self, what: str) -> bool:
-        """ArchiveError unless meta, events and catalogue (and pulls, if there is one) are plain
-        tables with the columns they are read by; whether there is a pulls table."""
-        names = {**_TABLES, **_OPTIONAL_TABLES}
+    def _check_tables(self, what: str, names: dict[str, tuple[str, ...]]) -> set[str]:
+        """ArchiveError unless the tables `names` (name -> columns read) are plain tables with
+        their columns (those of _OPTIONAL_TABLES may be missing); the names found."""
         found = {name: (kind, sql or "") for kind, name, sql in self._db.execute(
             f"SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view') AND name IN "
             f"({', '.join('?' * len(names))})",
@@ -497,7 +643,7 @@ class Archive:
             if lacking:
                 raise ArchiveError(f"{self.path} is not an EventSpace archive: its {name} table has no column "
                                    f"{', '.join(lacking)}; give {what}")
-        return "pulls" in found
+        return set(found)
 
 
 def _is_count(value) -> bool:
@@ -559,6 +705,21 @@ def _name_columns(catalogue: Catalogue) -> dict[int, tuple]:
     """Collector id -> (role, thread, node, element name, tree name), as the events table stores them."""
     return {e.id: (e.role, e.thread, e.node, e.element if not e.flags & trace.TREE else None, e.tree)
             for e in catalogue.entries + catalogue.system}
+
+
+def _event_rows(records: np.ndarray, catalogue: Catalogue, names: dict[int, tuple]) -> list[tuple]:
+    """The `events` rows of records (their fields, then the names `names` gives their collector;
+    a system record's thread is the one its `element` names)."""
+    columns = [records[f].tolist() for f in _EVENT_FIELDS]
+    cids = columns[_EVENT_FIELDS.index("collector")]
+    ops = columns[_EVENT_FIELDS.index("op")]
+    none = (None,) * (len(_NAME_FIELDS) - 1)
+    rows = [(*values, trace.OP_NAMES.get(op), *names.get(cid, none)) for *values, op, cid in zip(*columns, ops, cids)]
+    thread = len(_EVENT_FIELDS) + _NAME_FIELDS.index("thread")
+    for i in np.flatnonzero((records["flags"] & trace.SYSTEM) != 0).tolist():
+        row = rows[i]
+        rows[i] = (*row[:thread], catalogue.thread_of(int(records["element"][i])), *row[thread + 1:])
+    return rows
 
 
 def _as_records(records) -> np.ndarray:

@@ -16,6 +16,15 @@ def register(subparsers) -> None:
     switch.add_argument("--view", default="all", help="which collectors (default: all)")
     switch.set_defaults(func=_switch)
 
+    dump = subparsers.add_parser(
+        "dump", help="dump a live run's recording (its flight recorder's window) into a new archive",
+        description="Ask every node of a run started with --record last:... (or --archive) for what it has "
+                    "recorded so far, and build a new archive of it (`eventspace archive query|export`, "
+                    "`eventspace replay` read it). The run goes on.")
+    dump.add_argument("--run", required=True, help="the live run (run file, or its name)")
+    dump.add_argument("-o", "--out", metavar="F.sqlite", help="the new archive (default: NAME.dump-TIME.sqlite here)")
+    dump.set_defaults(func=_dump)
+
     scope = subparsers.add_parser("scope", help="pull a scope over a live run: its figures, and the last events")
     scope.add_argument("--run", required=True, help="the live run (run file, or pathmap name)")
     scope.add_argument("--view", default="all", help="which trace elements (default: all)")
@@ -32,6 +41,19 @@ def register(subparsers) -> None:
     scope.add_argument("--show", type=int, default=5, help="events of the last pull to print (default %(default)s)")
     scope.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     scope.set_defaults(func=_scope)
+
+
+def _dump(args) -> int:
+    from pastset.terminal import counted
+    from paths import RunFile
+
+    from .recording import dump_run
+
+    run = RunFile.find(args.run).check_live()
+    path, built = dump_run(run, args.out, "dumped on demand (eventspace dump)")
+    print(f"dumped run {run.name}'s recording to {path}: {counted(built.tuples, 'event')} from "
+          f"{counted(len(built.nodes), 'node')}")
+    return 0
 
 
 def _scope(args) -> int:

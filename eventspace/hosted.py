@@ -10,3 +10,6 @@ REMOVE = "eventspace.scope.remove"      # (key) -> its stream cursors: the join 
 RENEW = "eventspace.scope.renew"        # ([keys], lease s) -> how many were renewed
 LIST = "eventspace.scope.list"          # () -> the keys of the joins placed here
 CURSORS = "eventspace.scope.cursors"    # (key) -> a placed join's stream cursors
+RECORD_FLUSH = "eventspace.record.flush"    # () -> the node's recorder's counts, once what its rings hold is written
+RECORD_WINDOW = "eventspace.record.window"  # (offset, most) -> [bytes of its recording from offset, total bytes,
+                                            #   newest record's end ns, window seconds or 0]

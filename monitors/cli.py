@@ -420,11 +420,13 @@ def _heartbeat(args) -> int:
         from .heartbeat import Heartbeat
         from .render import heartbeat_stacks, heartbeat_summary, heartbeat_table, status_counts
 
-        shown = []
+        shown, dumped = [], []
         with Heartbeat(watch.run_file, args.view, tree=args.tree, placement=args.placement, stacks=args.stacks,
                        depth=args.depth) as hb:
             def show(report):
                 shown.append(report)
+                if report.deadlock and not dumped:   # once: the flight recorder's window, as the deadlock began
+                    dumped.append(_dump_at_deadlock(watch, report.deadlock))
                 if args.json:
                     watch.emit(report.as_dict())
                     return
@@ -440,6 +442,22 @@ def _heartbeat(args) -> int:
     told = (", the last: " + ", ".join(f"{n} {status}" for status, n in last.items())) if last else ""
     watch.finish(f"{len(shown)} beat{'s' if len(shown) != 1 else ''}{told}", {"beats": len(shown), "last": last})
     return 0
+
+
+def _dump_at_deadlock(watch, lines: list[str]):
+    """Dump the run's flight recorder (if it records) when the heartbeat finds a deadlock; say where."""
+    from eventspace.archive import ArchiveError
+    from eventspace.recording import dump_run
+    from pastset import PastSetError
+
+    try:
+        path, built = dump_run(watch.run_file, why="deadlock: " + "; ".join(lines))
+    except (ArchiveError, OSError, PastSetError) as exc:
+        if "no node answered with a recording" not in str(exc):   # a run that does not record: nothing to say
+            watch.say(f"the flight recorder could not be dumped: {exc}")
+        return None
+    watch.say(f"deadlock: flight recorder dumped to {path}: {built.tuples:,} events")
+    return path
 
 
 def _getevent(args) -> int:

@@ -148,6 +148,22 @@ def open_new(path: str | os.PathLike) -> BinaryIO:
         return out
 
 
+def open_exclusive(path: str | os.PathLike) -> int:
+    """A new empty file at `path`, for this user alone, open for appending: its descriptor.
+    Never a file that exists, and never through a link (FileExistsError if anything is there)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def create_dir(path: str | os.PathLike) -> bool:
+    """A new directory at `path` for this user alone: True if it was made, False if anything is
+    there already (it is left as it is)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def _fresh(path, keep_open: bool = False):
     """(an open new file of a random name beside `path`, its name); the name is gone afterwards

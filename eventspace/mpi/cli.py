@@ -53,7 +53,8 @@ def command(args) -> tuple[list[str], str]:
     if args.ranks < 1:
         raise UsageError(f"-n {args.ranks}: give at least one rank")
     ours = []
-    for flag, value in (("--name", args.name), ("--archive", args.archive), ("--topology", args.topology)):
+    for flag, value in (("--name", args.name), ("--archive", args.archive), ("--record", args.record),
+                        ("--topology", args.topology)):
         if value is not None:
             ours += [flag, value]
     ours += ["--instrument", args.instrument, "--keep", str(args.keep)] + (["--insecure"] if args.insecure else [])
@@ -79,14 +80,23 @@ def _mpirun(args) -> int:
     from paths import runfile
 
     cmd, name = command(args)
+    directory = _recording_directory(args, name)
+    if directory is not None:   # the ranks record here; built into the archive by rank 0, or below
+        cmd[cmd.index("eventspace.mpi") + 1:cmd.index("eventspace.mpi") + 1] = ["--recording-dir", directory]
     sys.stdout.flush()
     sys.stderr.flush()
     started = time.time()
+    signalled = []
     # Handlers in Python, not SIG_IGN: mpiexec starts with the default ones (exec resets them).
-    signal.signal(signal.SIGINT, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: signalled.append("Ctrl-C"))
+
+    def forward(signum, _):
+        signalled.append(signal.Signals(signum).name)
+        job.send_signal(signum)
+
     job = subprocess.Popen(cmd)
     for forwarded in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(forwarded, lambda signum, _: job.send_signal(signum))
+        signal.signal(forwarded, forward)
     status = job.wait()
     try:
         removed = runfile.remove_ended(name, started)
@@ -94,4 +104,26 @@ def _mpirun(args) -> int:
         removed = []
     for run in removed:
         print(f"eventspace mpirun: removed the run file of {run.name}: its ranks have ended", file=sys.stderr)
+    if directory is not None:
+        from .record import build_after_job
+
+        how = f"mpiexec ended with status {status}" + (f" after {', '.join(dict.fromkeys(signalled))}"
+                                                       if signalled else "")
+        build_after_job(directory, args.archive, how,
+                        lambda line: print(f"eventspace mpirun: {line}", file=sys.stderr, flush=True))
     return status if status >= 0 else 128 - status
+
+
+def _recording_directory(args, name: str) -> str | None:
+    """With --archive, a new recording directory in the run directory, for the ranks to record into
+    (None without, or where the run directory is refused: then rank 0 says why)."""
+    if args.archive is None:
+        return None
+    from paths import rundir
+
+    from ..recording import new_directory
+
+    try:
+        return str(new_directory(rundir.prepare(), name))
+    except (rundir.RunError, OSError):
+        return None

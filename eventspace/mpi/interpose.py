@@ -282,10 +282,16 @@ class _Constructors:
     """The communicator constructors of a traced communicator: each result is declared to the run
     and traced (`adopt`, set by `install`) before the program gets it."""
 
-    adopt = None   # (new communicator, how it was made, parent) -> what the program gets
+    adopt = None      # (new communicator, how it was made, parent) -> what the program gets
+    aborting = None   # (error code) -> None: what the run does before the program's MPI_Abort
 
     def _made(self, made, how):
         return type(self).adopt(made, how, self)
+
+    def Abort(self, errorcode=0):  # noqa: N802
+        if type(self).aborting is not None:
+            type(self).aborting(errorcode)
+        return super().Abort(errorcode)
 
     def Clone(self):  # noqa: N802
         return self._made(super().Clone(), "Clone")
@@ -391,13 +397,15 @@ def compile_waits(compiled) -> None:
                                                        *common, op, *flags, outcome=_OUTCOMES[family, outcome]))
 
 
-def install(world, adopt, finalize, compiled=None) -> None:
+def install(world, adopt, finalize, compiled=None, aborting=None) -> None:
     """Replace mpi4py's COMM_WORLD by the traced `world`, MPI.Request by Request, and
     MPI.Finalize by a function that calls `finalize()` first; `adopt` declares and traces each
-    communicator a traced one makes. With `compiled` (the compiled collector module), the
-    completion calls run in C (`compile_waits`)."""
+    communicator a traced one makes, and `aborting(error code)` is called before a traced
+    communicator's Abort. With `compiled` (the compiled collector module), the completion calls
+    run in C (`compile_waits`)."""
     compile_waits(compiled)
     _Constructors.adopt = staticmethod(adopt)
+    _Constructors.aborting = None if aborting is None else staticmethod(aborting)
     count_pickled()
     MPI.COMM_WORLD = world
     MPI.Request = Request

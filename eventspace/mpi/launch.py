@@ -16,6 +16,7 @@ import importlib.abc
 import importlib.util
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
@@ -28,7 +29,7 @@ _FORWARD_GRACE = 0.2
 
 EXTRA_HINT = "pip install 'eventspace[mpi]'"
 # Options taking a value, so that splitting a command line knows where the program begins.
-VALUED = frozenset({"--name", "--archive", "--instrument", "--topology", "--keep"})
+VALUED = frozenset({"--name", "--archive", "--record", "--instrument", "--topology", "--keep", "--recording-dir"})
 # What launchers say a process's rank is, before MPI is up (for messages printed once).
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 
@@ -37,12 +38,28 @@ class UsageError(ValueError):
     """A command line that does not say what to run, or how."""
 
 
+class Terminated(BaseException):
+    """SIGTERM reached this rank (a launcher's, or Slurm's, way to end a job): raised in the
+    program where it is, as Ctrl-C raises KeyboardInterrupt, so that the rank ends as an
+    interrupted one does (its recording closed, the job aborted)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
+
+
 def add_options(parser: argparse.ArgumentParser) -> None:
     """The monitoring options (shared by `python -m eventspace.mpi` and `eventspace mpirun`)."""
     parser.add_argument("--name", help="the run's name, which monitors attach to (default: the script's "
                                        "stem, or the module's name; a free variant if a live run has it)")
-    parser.add_argument("--archive", metavar="F.sqlite", help="write every event into this new SQLite archive "
-                                                              "(`eventspace archive query|export` read it)")
+    parser.add_argument("--archive", metavar="F.sqlite",
+                        help="record every event (each rank into a file of its own, in blocks) and build this "
+                             "new SQLite archive from them when the run ends (`eventspace archive query|export` "
+                             "read it)")
+    parser.add_argument("--record", metavar="last:30s|last:64MiB",
+                        help="a flight recorder: keep only the last seconds or bytes of events on each rank, "
+                             "dumped to an archive by `eventspace dump --run NAME`, at a deadlock the heartbeat "
+                             "finds, and when a rank raises or the job aborts")
     parser.add_argument("--instrument", choices=INSTRUMENT, default="all",
                         help="which calls to collect: all, p2p (point-to-point and completions), "
                              "collectives, none (default %(default)s)")
@@ -52,6 +69,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="records each trace element keeps for monitors (default %(default)s)")
     parser.add_argument("--insecure", action="store_true",
                         help="serve plaintext on non-loopback addresses (ranks on several hosts, no CURVE keys)")
+    parser.add_argument("--recording-dir", help=argparse.SUPPRESS)   # eventspace mpirun's, for --archive
 
 
 def split_command(argv: list[str], valued=VALUED) -> tuple[list[str], list[str]]:
@@ -80,9 +98,19 @@ def parse(argv: list[str]):
     args = parser.parse_args(ours)
     if args.keep < 1:
         raise UsageError(f"--keep {args.keep}: give a positive number of records")
+    if args.archive is not None and args.record is not None:
+        raise UsageError("--archive records every event and --record only the last ones: give one of them")
+    if args.record is not None:
+        from ..recorder import Spec
+
+        try:
+            Spec.parse(args.record)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     default = program[1] if program[0] == "-m" else Path(program[0]).stem
     return Options(default_name=default, name=args.name, archive=args.archive, instrument=args.instrument,
-                   topology=args.topology, keep=args.keep, insecure=args.insecure), program
+                   topology=args.topology, keep=args.keep, insecure=args.insecure, record=args.record,
+                   recording_dir=args.recording_dir), program
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     monitor = Monitor(options)
     monitor.watch_import()
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
     return monitor.run(program)
 
 
@@ -166,7 +196,8 @@ class Monitor:
             raise SystemExit(2) from None   # Abort may return before the launcher ends this process
         world = interpose.traced_instance(mpi.COMM_WORLD, mpi.Intracomm)
         rank.trace(world, 0, range(rank.size))
-        interpose.install(world, rank.adopt, rank.finish, rank.space.compiled)
+        interpose.install(world, rank.adopt, rank.finish, rank.space.compiled,
+                          aborting=lambda code: rank.abandon(f"rank {rank.rank} called MPI_Abort (error code {code})"))
         self.rank = rank
 
     # -- running -------------------------------------------------------------------------------
@@ -179,7 +210,9 @@ class Monitor:
             self._end()
             raise
         except KeyboardInterrupt:
-            self._abort(130, None)
+            self._abort(130, None, "Ctrl-C (SIGINT)")
+        except Terminated:
+            self._abort(143, None, "SIGTERM")
         except BaseException as exc:
             self._abort(1, exc)
         self._end()
@@ -192,7 +225,7 @@ class Monitor:
             print("eventspace.mpi: the program never imported mpi4py.MPI: no MPI calls were collected",
                   file=sys.stderr)
 
-    def _abort(self, status: int, exc: BaseException | None) -> None:
+    def _abort(self, status: int, exc: BaseException | None, why: str = "") -> None:
         mpi = sys.modules.get("mpi4py.MPI")
         live = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
         rank = mpi.COMM_WORLD.Get_rank() if live else None
@@ -204,8 +237,13 @@ class Monitor:
             at = where(traceback_frames(exc.__traceback__))
             print(f"eventspace.mpi: {who} raised {type(exc).__name__}: {exc}{f' at {at}' if at else ''}; "
                   "aborting the MPI job", file=sys.stderr, flush=True)
+            why = f"{who} raised {type(exc).__name__}: {exc}"
+        elif rank is not None:
+            why = f"rank {rank}: {why}"
         if self.rank is not None:
-            self.rank.abandon()   # rank 0's run file goes now: MPI's abort ends the other ranks with SIGKILL
+            # Its recording is closed, the others' written out (a flight recorder's dumped), and rank 0's
+            # run file goes now: MPI's abort ends the other ranks with SIGKILL.
+            self.rank.abandon(why)
         if live:
             _abort_job(mpi, status)   # it flushes both streams first
         raise SystemExit(status)

@@ -11,8 +11,12 @@ DEFAULT_KEEP = 4096   # records per trace element: a monitor's stream pulls miss
 @dataclass(frozen=True)
 class Options:
     """How to monitor the run: its name (None: `default_name`, or a free variant of it), an
-    archive to write every event into, what to collect (all, p2p, collectives, none), a topology
-    file, each trace element's `keep`, and whether to serve plaintext on non-loopback addresses."""
+    archive to build from every event the ranks record, or a flight recorder's window to keep
+    (`record`, `last:30s`: eventspace.recorder.Spec), what to collect (all, p2p, collectives,
+    none), a topology file, each trace element's `keep`, whether to serve plaintext on
+    non-loopback addresses, and the directory the ranks record into (`recording_dir`: made by
+    `eventspace mpirun`, which builds the archive if the job ends before its rank 0 could; None:
+    rank 0 makes one in the run directory)."""
 
     default_name: str
     name: str | None = None
@@ -21,3 +25,5 @@ class Options:
     topology: str | None = None
     keep: int = DEFAULT_KEEP
     insecure: bool = False
+    record: str | None = None
+    recording_dir: str | None = None

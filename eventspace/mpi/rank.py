@@ -11,15 +11,16 @@ import threading
 
 import pastset
 from pastset.terminal import counted
-from paths import NodeServer, PathmapError, RunError
+from paths import NodeServer, PathmapError, RunError, rundir
 from paths.wrapper import PathsError
 
-from ..archive import Archive, ArchiveError
-from ..catalogue import Catalogue
+from .. import recording
+from ..archive import ArchiveError
+from ..hosted import RECORD_FLUSH
+from ..recorder import NEVER, Recorder, Spec
 from ..space import NodeSpace
-from . import interpose
+from . import interpose, record
 from .collector import Channel, collective_methods, p2p_methods, peer_table
-from .drain import TAKE, ArchiveWriter, Drain
 from .options import Options
 from .generate import Communicator, collector_ids, node_name, run_pathmap
 from .registry import Registration
@@ -71,7 +72,7 @@ class Rank:
         self.world_group = world.Get_group()
         self.finished = False
         self.registration: Registration | None = None
-        self.writer: ArchiveWriter | None = None
+        self.recorder: Recorder | None = None         # with --archive or --record
         self.rings = []                               # this rank's trace elements
         self._declare_lock = threading.Lock()         # rank 0: held while a communicator is declared
         self._adopt_lock = threading.Lock()           # held while this node takes a new communicator
@@ -82,26 +83,29 @@ class Rank:
         decision = self.private.bcast(decision, root=0)
         if decision[0] == "refused":
             raise Refused(decision[1])
-        _, self.name, self.clusters = decision
+        _, self.name, self.clusters, self.recording_dir = decision
         self.comms = [Communicator(0, tuple(range(self.size)), "COMM_WORLD")]
         pathmap = run_pathmap(self.name, self.hosts, self.clusters, self.comms, options.instrument, options.keep)
         self.node = NodeServer(pathmap, node_name(self.rank))
         # The thread rK is the one that imported MPI: the program's (its stack is what `eventspace stack` shows).
         self.node.host_thread(node_name(self.rank), threading.current_thread().ident)
         self.space = NodeSpace.of(self.node)
-        self.drain = Drain(active=options.archive is not None)
         self.node.server.host(ADOPT, self._adopt)
-        self.node.server.host(TAKE, self.drain.take)
         if self.rank == 0:
             self.node.server.host(DECLARE, self._declare)
-        endpoint = self._serve()
+        problem = self._record()
+        endpoint = self._serve() if problem is None else ("error", problem)
         endpoints = self.private.allgather(endpoint)
         failed = [(r, ep[1]) for r, ep in enumerate(endpoints) if isinstance(ep, tuple)]
         if failed:
+            if self.recorder is not None:
+                self.recorder.close("the run could not start")
             self.node.close()
             if self.registration is not None:
                 self.registration.remove()
-            raise Refused(f"rank {failed[0][0]} could not serve its node: {failed[0][1]}")
+            if self.recording_dir is not None and self.rank == 0:
+                recording.remove_directory(self.recording_dir)
+            raise Refused(f"rank {failed[0][0]} could not start: {failed[0][1]}")
         pids = self.private.allgather(os.getpid())
         self.endpoints = {node_name(r): ep for r, ep in enumerate(endpoints)}
         self.node.link(self.endpoints)
@@ -113,7 +117,7 @@ class Rank:
     # -- starting ------------------------------------------------------------------------------
 
     def _decide(self) -> tuple:
-        """Rank 0: ("ok", name, host -> cluster), or ("refused", why); opens the archive."""
+        """Rank 0: ("ok", name, host -> cluster, recording directory or None), or ("refused", why)."""
         o = self.options
         try:
             topology = Topology.load(o.topology) if o.topology else Topology()
@@ -121,18 +125,36 @@ class Rank:
             if o.archive is not None and os.path.exists(o.archive) and os.path.getsize(o.archive):
                 raise ValueError(f"archive {o.archive} exists; give a new file (an MPI run's archive "
                                  "starts empty), or remove it")
+            if o.archive is not None and not os.access(os.path.dirname(os.path.abspath(o.archive)), os.W_OK):
+                raise ValueError(f"archive {o.archive}: its directory is not writable; give a file in one that is")
             self.registration = Registration(o.name or o.default_name)
             name = self.registration.name
-            if o.archive is not None:
-                pathmap = run_pathmap(name, self.hosts, clusters, [Communicator(0, tuple(range(self.size)), "")],
-                                      o.instrument, o.keep)
-                self._archive = Archive(o.archive, Catalogue(pathmap))
+            directory = o.recording_dir
+            if o.archive is not None and directory is None:
+                directory = str(recording.new_directory(self.registration.run_file.directory, name))
         except (PathmapError, OSError, ValueError, RunError, ArchiveError) as exc:
             if self.registration is not None:
                 self.registration.remove()
                 self.registration = None
             return ("refused", str(exc))
-        return ("ok", name, clusters)
+        return ("ok", name, clusters, directory)
+
+    def _record(self) -> str | None:
+        """Start this rank's recorder (--archive: its file in the run's recording directory; --record:
+        a window); why it could not, or None."""
+        o = self.options
+        if o.archive is None and o.record is None:
+            return None
+        try:
+            if self.recording_dir is not None and not os.path.isdir(self.recording_dir):
+                rundir.make_dir(self.recording_dir)   # a rank on another host than rank 0's
+            head = record.header(self.name, self.rank, self.hosts, self.clusters, self.comms, o.instrument, o.keep,
+                                 self.space.clock_offset_ns)
+            self.recorder = record.recorder(Spec.parse(o.record or "all"), self.recording_dir, self.rank, head, say)
+        except (OSError, ValueError, RunError) as exc:
+            return f"cannot record: {exc}"
+        self.recorder.host(self.node.server)
+        return None
 
     def _serve(self):
         """This node's endpoint (an address the other ranks reach), or ("error", why)."""
@@ -153,16 +175,6 @@ class Rank:
         hosts = len(set(self.hosts))
         say(f"run {self.name}: {counted(self.size, 'rank')} on {counted(hosts, 'host')}; "
             f"run file {self.registration.path}")
-        if self.options.archive is not None:
-            archive = self._archive
-            archive.set_meta("run", self.name)
-            archive.set_meta("ranks", self.size)
-            # What a later analysis needs beside the catalogue (hop classes, communicators).
-            archive.set_meta("hosts", json.dumps({node_name(r): h for r, h in enumerate(self.hosts)}))
-            archive.set_meta("clusters", json.dumps({node_name(r): self.clusters[h] for r, h in enumerate(self.hosts)}))
-            self._archive_communicators(archive)
-            clients = {node: self.node.client(node) for node in self.endpoints}
-            self.writer = ArchiveWriter(archive, clients)
 
     # -- communicators -------------------------------------------------------------------------
 
@@ -185,7 +197,7 @@ class Rank:
         entry = space.catalogue[cid]
         element = self.node.server.element(entry.trace)
         self.rings.append(element)
-        bound, spill = self.drain.watch(element)
+        bound, spill = self.recorder.watch(element) if self.recorder is not None else (NEVER, _nothing)
         return Channel(cid, space.appender(entry), space.flag(cid), bound, spill, space.clock,
                        space.marks, peers, space.compiled, space.clock_offset_ns)
 
@@ -233,14 +245,16 @@ class Rank:
                     self.node.client(node).call(ADOPT, wire, timeout=60)
             self._adopt(wire)
             self.registration.update(self.node.pathmap, self.comms)
-            if self.writer is not None:
-                self.writer.archive.extend(self.space.catalogue)
-                self._archive_communicators(self.writer.archive)
             return wire[0]
 
-    def _archive_communicators(self, archive) -> None:
-        archive.set_meta("communicators", json.dumps(
-            [{"id": c.id, "members": list(c.members), "how": c.how} for c in self.comms]))
+    def archive_meta(self) -> dict:
+        """What an analysis of the run's archive needs beside the catalogue: ranks, hosts, clusters
+        (hop classes) and how each communicator was made."""
+        return {"ranks": self.size,
+                "hosts": json.dumps({node_name(r): h for r, h in enumerate(self.hosts)}),
+                "clusters": json.dumps({node_name(r): self.clusters[h] for r, h in enumerate(self.hosts)}),
+                "communicators": json.dumps([{"id": c.id, "members": list(c.members), "how": c.how}
+                                             for c in self.comms])}
 
     def _adopt(self, wire: list) -> None:
         """Take communicator [id, members, how] into this node's pathmap (every node, in id order)."""
@@ -253,40 +267,85 @@ class Rank:
             o = self.options
             self.space.adopt(run_pathmap(self.name, self.hosts, self.clusters, comms, o.instrument, o.keep))
             self.comms = comms
+            if self.recorder is not None:   # the recording can make its catalogue again from its notes
+                self.recorder.note({"communicators": record.communicators(comms)})
 
     # -- finishing -----------------------------------------------------------------------------
 
-    def abandon(self) -> None:
-        """The run ends on this rank without the others (an exception, Ctrl-C), before MPI's abort:
-        rank 0 removes the run's files now (not collective; the node goes with the process)."""
-        if self.registration is not None and not self.finished:
+    def abandon(self, ended: str) -> None:
+        """The run ends on this rank without the others (an exception, Ctrl-C, SIGTERM, MPI_Abort),
+        before MPI's abort (not collective; the node goes with the process): this rank's recording
+        is closed (`ended`: how), the other ranks are asked to write theirs out, a flight recorder's
+        windows are dumped into an archive, and rank 0 removes the run's files."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.recorder is not None:
+            self.recorder.close(ended)
+            others = {node: self.node.client(node) for node in self.endpoints if node != self.node.name}
+            if self.options.record is not None:
+                self._dump(ended, others)
+            else:
+                for client in others.values():
+                    with contextlib.suppress(pastset.PastSetError):
+                        client.call(RECORD_FLUSH, timeout=2)
+        if self.registration is not None:
             self.registration.remove()
 
+    def _dump(self, why: str, others: dict) -> None:
+        """Dump every rank's window (the flight recorder's) into a new archive here; say where."""
+        path = recording.dump_path(self.name)
+        try:
+            built = recording.dump({self.node.name: self.node.client(self.node.name), **others},
+                                   self.space.catalogue, path, meta={"run": self.name, "ended": why,
+                                                                     **self.archive_meta()}, timeout=5)
+        except (ArchiveError, OSError, pastset.PastSetError) as exc:
+            say(f"the flight recorder could not be dumped: {exc}")
+            return
+        say(f"flight recorder ({self.options.record}) dumped to {path}: {counted(built.tuples, 'event')} from "
+            f"{counted(len(built.nodes), 'rank')} ({why})")
+
     def finish(self) -> None:
-        """The run's end, on every rank (collective; once): rank 0 writes the rest of the archive
-        and removes the run file, then every node stops."""
+        """The run's end, on every rank (collective; once): each rank closes its recording, rank 0
+        builds the archive from them and removes the run file, then every node stops."""
         if self.finished:
             return
         self.finished = True
         written = self.private.gather(sum(ring.last() for ring in self.rings), root=0)
+        if self.recorder is not None:
+            self.recorder.close(record.ENDED_NORMALLY)
+        far = self.private.gather(None if self.hosts[self.rank] == self.hosts[0] else self._own_file(), root=0)
         if self.rank == 0:
             # Every rank's program has ended, and every node still serves (the others wait in the
             # Barrier below, which releases the GIL): the monitors attached read the rest.
             with contextlib.suppress(OSError):
                 self.registration.run_file.end()
             try:
-                if self.writer is not None:
-                    self.writer.close()
-                    say(f"archive {self.options.archive}: {counted(self.writer.tuples, 'event')} from "
-                        f"{counted(self.size, 'rank')}, {self.writer.lost:,} discarded")
+                if self.options.archive is not None:
+                    streams = {node_name(r): data for r, data in enumerate(far) if data is not None}
+                    built = record.build(self.recording_dir, self.options.archive, self.archive_meta(),
+                                         self.space.catalogue, streams, ended=record.ENDED_NORMALLY)
+                    say(record.closing_line(self.options.archive, built, self.size))
                 if not sum(written):
                     say("no MPI calls were collected" + (" (--instrument none)" if self.options.instrument == "none"
                                                          else ""))
             except Exception as exc:  # the other ranks wait below: say it, and end the run all the same
-                say(f"the archive could not be completed: {type(exc).__name__}: {exc}")
+                say(f"the archive could not be completed: {type(exc).__name__}: {exc}"
+                    + (f"; the recording stays in {self.recording_dir}" if self.recording_dir else ""))
             finally:
                 self.registration.remove()
         self.private.Barrier()   # the archive is complete: the nodes may stop
         self.node.close()
         self.world_group.Free()
         self.private.Free()
+
+    def _own_file(self) -> bytes | None:
+        """This rank's recording file, for a rank 0 on another host (None without one)."""
+        if self.options.archive is None or self.recording_dir is None:
+            return None
+        with open(recording.node_file(self.recording_dir, self.node.name), "rb") as f:
+            return f.read()
+
+
+def _nothing() -> None:
+    pass

@@ -1,18 +1,14 @@
-"""The parts of eventspace.mpi that need no MPI: encoding, topology, the run's pathmap, the drain."""
+"""The parts of eventspace.mpi that need no MPI: encoding, topology, the run's pathmap."""
 
 from __future__ import annotations
-
-import threading
 
 import pytest
 
 from eventspace import trace
 from eventspace.catalogue import Catalogue
 from eventspace.mpi import encoding as e
-from eventspace.mpi.drain import Drain
 from eventspace.mpi.generate import Communicator, collector_ids, run_pathmap
 from eventspace.mpi.topology import Topology
-from pastset import TupleServer
 from paths import PathmapError
 from paths import operation as paths_op
 
@@ -72,46 +68,3 @@ def test_communicators_declared_later_append_collectors_and_keep_every_id():
     only_p2p = Catalogue(run_pathmap("r", hosts, clusters, [world, split], instrument="p2p"))
     assert {x.role for x in only_p2p} == {"source"} and collector_ids(only_p2p, 1, 0)[1] == 0
     assert not Catalogue(run_pathmap("r", hosts, clusters, [world], instrument="none")).entries
-
-
-def _ring(keep):
-    server = TupleServer("drain-test")
-    (element,) = server.enter_rings(["trace/1"], trace.FORMAT, keep)
-    return server, element
-
-
-def test_the_drain_loses_nothing_however_late_it_is_taken():
-    server, element = _ring(keep=16)
-    drain = Drain(active=True)
-    append = element.appender(single_writer=True)
-    bound, spill = drain.watch(element)
-    taken, stop = [], threading.Event()
-
-    def writer_races_takes():
-        while not stop.is_set():
-            taken.append(drain.take(most=512))
-
-    racer = threading.Thread(target=writer_races_takes)
-    racer.start()
-    for i in range(20_000):
-        if append(e.SEND, 0, 1, 1, i, 1, i, i + 1) >= bound[0]:
-            spill()
-    stop.set()
-    racer.join()
-    taken.append(drain.take())
-    records = trace.decode(b"".join(data for data, _ in taken))
-    assert sum(lost for _, lost in taken) == 0
-    assert records["arg"].tolist() == list(range(20_000))
-    server.close()
-
-
-def test_without_spills_a_late_drain_would_lose_records():
-    server, element = _ring(keep=16)
-    drain = Drain(active=True)
-    append = element.appender(single_writer=True)
-    drain.watch(element)
-    for i in range(100):
-        append(e.SEND, 0, 1, 1, i, 1, i, i + 1)   # the bound ignored: the ring wraps
-    data, lost = drain.take()
-    assert lost == 100 - 16 and len(trace.decode(data)) == 16
-    server.close()
