@@ -6,6 +6,7 @@ import contextlib
 import json
 import mmap
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from .catalogue import Catalogue
 from .clock import WallClock
 from .hosted import RECORD_WINDOW
 from .ignored import Ignored, check
-from .recorder import DUMP_CHUNK
+from .recorder import DUMP_CHUNK, ENVIRONMENT, Spec
 
 SUFFIX = ".rec"   # a node's recording file, in its run's recording directory: NODE.rec
 
@@ -285,3 +286,88 @@ def dump_path(name: str, directory=".") -> Path:
         if not path.exists():
             return path
     raise FileExistsError(f"{directory}: no free name for a dump of {name}")
+
+
+# -- the recording of a PATHS run: its nodes record, its launcher builds ---------------------------
+
+
+
+class RunRecording:
+    """What a PATHS run records (`eventspace run ... --archive F.sqlite`, or `--record last:30s`), for
+    its launcher (paths.launch finds this class through the `eventspace.recording` entry point):
+    `environment` tells the node processes (each records its own trace elements: NodeSpace),
+    `ending` dumps a flight recorder's windows when the run ends otherwise than normally, while the
+    nodes still serve, and `finish` builds the archive from the nodes' files once they have stopped.
+    ValueError at once for an archive that exists or a window that does not parse."""
+
+    def __init__(self, archive=None, record: str | None = None):
+        if (archive is None) == (record is None):
+            raise ValueError("record a run with --archive F.sqlite or with --record last:..., one of them")
+        if archive is not None and os.path.exists(archive) and os.path.getsize(archive):
+            raise ValueError(f"archive {archive} exists; give a new file (a recorded run's archive starts empty), "
+                             "or remove it")
+        self.archive = None if archive is None else os.fspath(archive)
+        self.spec = Spec.parse(record or "all")
+        self.directory: Path | None = None
+
+    def environment(self, run_file) -> dict[str, str]:
+        """The variables that make run `run_file`'s nodes record (a new recording directory for an archive)."""
+        if not self.spec.window:
+            self.directory = new_directory(run_file.directory, run_file.name)
+        return {ENVIRONMENT: json.dumps({"spec": self.spec.text, "run": run_file.name,
+                                         "dir": os.fspath(self.directory) if self.directory else None})}
+
+    def ending(self, run, ended: str) -> list[str]:
+        """Before the nodes stop: a flight recorder's windows dumped into a new archive when the run did
+        not end normally (`ended` says how); the lines to tell."""
+        if not self.spec.window or ended == ENDED_NORMALLY:
+            return []
+        path = dump_path(run.name)
+        try:
+            built = dump({node: run.client(node) for node in run.endpoints}, Catalogue(run.pathmap), path,
+                         meta={"run": run.name, "ended": ended}, timeout=5)
+        except Exception as exc:   # the run is ending anyway: say why the window is lost
+            return [f"the flight recorder could not be dumped: {type(exc).__name__}: {exc}"]
+        return [f"flight recorder ({self.spec.text}) dumped to {path}: {built.tuples:,} events from "
+                f"{len(built.nodes)} nodes ({ended})"]
+
+    def finish(self, run_file, pathmap, ended: str) -> list[str]:
+        """Once the nodes have stopped: the archive built from their files (the directory removed);
+        the lines to tell."""
+        if self.directory is None or self.archive is None:
+            return []
+        try:
+            with contextlib.ExitStack() as stack:
+                streams = {node: stack.enter_context(opened(path)) for node, path in node_files(self.directory).items()}
+                built = build(self.archive, Catalogue(pathmap), streams, meta={"run": run_file.name, "ended": ended})
+        except (ArchiveError, OSError, ValueError) as exc:
+            return [f"the archive {self.archive} could not be built ({exc}); the recording stays in {self.directory}"]
+        remove_directory(self.directory)
+        accounts = "; ".join(a.line() for a in built.nodes.values())
+        return [f"archive {self.archive}: {built.tuples:,} events from {len(built.nodes)} nodes, {built.discarded:,} "
+                f"discarded ({accounts}); built in {built.seconds:.2f} s"]
+
+
+ENDED_NORMALLY = "the program ended"
+
+
+def node_recorder(node_name: str, clock_offset_ns: int = 0):
+    """The recorder a PATHS node's environment asks for (ENVIRONMENT), or None: its file in the run's
+    recording directory, or a flight recorder's window."""
+    asked = os.environ.get(ENVIRONMENT)
+    if not asked:
+        return None
+    from .recorder import Recorder, RecordingFile, Window
+
+    settings = json.loads(asked)
+    spec = Spec.parse(settings["spec"])
+    now = WallClock.now()
+    header = {"recording": 1, "run": settings.get("run"), "node": node_name,
+              "clock": [now.monotonic_ns + clock_offset_ns, now.realtime_ns]}
+    sink = Window(spec.seconds, spec.nbytes) if spec.window else RecordingFile(node_file(settings["dir"], node_name))
+    return Recorder(sink, header, say=lambda line: print(f"node {node_name}: {line}", file=sys.stderr, flush=True),
+                    interval=PATHS_INTERVAL)
+
+
+# A PATHS collector does not spill its ring (an MPI rank's does): its node's recorder reads more often.
+PATHS_INTERVAL = 0.1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from array import array
@@ -16,6 +17,7 @@ from .catalogue import Catalogue
 from .clock import estimate, monotonic_clock
 from .gather import GatherJoin, JoinSpec, Pulled
 from .hosted import CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, OFF, PULL, REMOVE, RENEW
+from .recorder import ENVIRONMENT as RECORDING_ENVIRONMENT
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]
@@ -72,6 +74,15 @@ class NodeSpace:
         mine = [entry.trace for entry in self.catalogue.on_node(node.name)]
         if mine:
             node.server.enter_rings(mine, trace.FORMAT, keep)
+        # A PATHS run started with --archive or --record: this node records its trace elements.
+        self.recorder = None
+        if os.environ.get(RECORDING_ENVIRONMENT):
+            from .recording import node_recorder
+
+            self.recorder = node_recorder(node.name, node.clock_offset_ns)
+            for name in mine:
+                self.recorder.watch(node.server.element(name))
+            self.recorder.host(node.server)
         # Two tables by collector id, shared by all of this node's collectors (so that a collector
         # called after many others finds them in the caches): its switch (1 collects, 0 forwards),
         # and the start (ns) of the operation it is timing now, 0 when none. Collectors write their
@@ -108,6 +119,12 @@ class NodeSpace:
         node.server.host(PULL, self.pull, inline=True)
         self._sweeper = threading.Thread(target=self._sweep, name=f"eventspace-leases-{node.name}", daemon=True)
         self._sweeper.start()
+
+    def recorded(self, element) -> None:
+        """Record `element` too, if this node records (a trace element made after the collectors'
+        ones: its system summary element)."""
+        if self.recorder is not None:
+            self.recorder.watch(element)
 
     def appender(self, entry):
         """How collector `entry` appends a record (op, flags, collector, element, arg, nbytes, t0, t1).
@@ -291,6 +308,8 @@ class NodeSpace:
 
     def close(self) -> None:
         self._closing.set()
+        if self.recorder is not None:
+            self.recorder.close("the node stopped")
         self._watcher.join(timeout=2)
         self._sweeper.join(timeout=2)
 

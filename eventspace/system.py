@@ -64,6 +64,7 @@ class SystemSampler:
         per_sample = len(PROCESS_METRICS) + len(THREAD_METRICS) * len(node.pathmap.threads_on(node.name))
         element = node.server.enter(self.entry.trace, trace.FORMAT, keep=SAMPLES_KEPT * per_sample)
         self._append = element.appender(single_writer=True)   # only the sampler's thread writes
+        space.recorded(element)
         space.enrol(self.entry.id)
         space.switches[self.entry.id] = on
         self._switches, self._cid = space.switches, self.entry.id

@@ -26,7 +26,8 @@ class Execution:
 def execute(pathmap: Pathmap | str | os.PathLike, program: str, args: dict | Callable[[], dict] | None = None, *,
             run_dir: str | os.PathLike | None = None, path: Iterable[str | os.PathLike] = (),
             env: dict[str, str] | None = None, on_progress: Callable[[dict[str, dict]], None] | None = None,
-            poll: float = 0.2, grace: float | None = None, mpiexec: list[str] | None = None) -> Execution:
+            poll: float = 0.2, grace: float | None = None, mpiexec: list[str] | None = None,
+            archive: str | os.PathLike | None = None, record: str | None = None) -> Execution:
     """Launch the pathmap's nodes (`paths.launch`), run `program` in every thread, stop them all.
 
     `program` is a name of the `eventspace.programs` entry-point group or `module:function` from a
@@ -36,10 +37,12 @@ def execute(pathmap: Pathmap | str | os.PathLike, program: str, args: dict | Cal
     called every `poll` seconds while the program runs, and once when it has ended. Raises
     paths.ProgramFailed naming the threads that raised, paths.NodeDied naming a node that died (or,
     after `grace` seconds, default the pathmap's liveness.grace, did not answer). `mpiexec`: start
-    the nodes as MPI ranks (`paths.launch`'s option of that name).
+    the nodes as MPI ranks (`paths.launch`'s option of that name). `archive` and `record`: the run is
+    recorded (`paths.launch`'s options of those names).
     """
     pm = pathmap if isinstance(pathmap, Pathmap) else Pathmap.load(pathmap)
-    with launch(pm, run_dir=run_dir, env=env, path=path, grace=grace, mpiexec=mpiexec) as run:
+    with launch(pm, run_dir=run_dir, env=env, path=path, grace=grace, mpiexec=mpiexec, archive=archive,
+                record=record) as run:
         started = time.perf_counter()
         run.start(program, args() if callable(args) else (args or {}))
         follow = None if on_progress is None else (lambda r: on_progress(r.progress()))

@@ -26,8 +26,14 @@ from .pathmap import Pathmap, SecuritySpec
 from .runfile import RunFile
 from .wrapper import PathsError
 
-# One INFO record per run started, naming its run file (the `eventspace` command prints it).
+# One INFO record per run started, naming its run file (the `eventspace` command prints it), and the
+# lines a recorded run's end says (its archive, its flight recorder's dump).
 log = logging.getLogger(__name__)
+
+# What records a run (`launch(..., archive=..., record=...)`): defined above paths (eventspace.recording's
+# RunRecording), so found through this entry-point group, as wrapper types are.
+RECORDING = "eventspace.recording"
+ENDED_NORMALLY = "the program ended"
 
 
 class NodeDied(PathsError):
@@ -273,7 +279,8 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
            start_timeout: float | None = None, env: dict[str, str] | None = None,
            path: Iterable[str | os.PathLike] = (), insecure: bool = False,
            grace: float | None = None, mpiexec: Sequence[str] | None = None,
-           on_host: Mapping[str, Sequence[str]] | None = None) -> Iterator[Run]:
+           on_host: Mapping[str, Sequence[str]] | None = None, archive: str | os.PathLike | None = None,
+           record: str | None = None) -> Iterator[Run]:
     """Start one node server process per pathmap node on this machine; stop them all on exit.
 
     Registers the run (`paths.runfile.register`: its name is the pathmap's, or `NAME-2`, ... while
@@ -309,6 +316,12 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     process through the prefix; it must keep the process's stdin and stdout (the node reports
     where it listens on stdout and stops when its stdin closes) and see this machine's files
     (the node reads the pathmap snapshot in the run directory). Not with `mpiexec`.
+
+    `archive` (a new file): every node records its trace elements into a file of its own in the run
+    directory while the run goes on, and the archive is built from those files once the nodes have
+    stopped, however the run ended. `record` (`last:30s`, `last:64MiB`): every node keeps a flight
+    recorder's window instead, dumped into a new archive if the run ends otherwise than normally
+    (and on demand: `eventspace dump`). ValueError at once for an archive that exists, or both.
     """
     if on_host and mpiexec is not None:
         raise PathsError("launch(on_host=..., mpiexec=...): the MPI launcher places the nodes itself; give one of them")
@@ -325,14 +338,18 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     if pathmap.security.keys is not None:
         # The snapshot is read from the run directory: a relative key directory must name the same one.
         pathmap = dataclasses.replace(pathmap, security=SecuritySpec(os.path.abspath(pathmap.security.keys)))
+    recording = _recording(archive, record)
     node_env = node_environment(env, path)
     source = pathmap.source if pathmap.source.startswith("<") else os.path.abspath(pathmap.source)
     run_file = runfile.register(pathmap.name, run_dir, source=source)
+    ended = ENDED_NORMALLY
     snapshot = FilePath(run_file.pathmap_file)
     logs = {n.name: run_file.log(n.name) for n in pathmap.nodes}
     processes: dict[str, subprocess.Popen] = {}
     run = None
     try:
+        if recording is not None:
+            node_env.update(recording.environment(run_file))
         digest = snapshots.write(pathmap, snapshot, header=f"Snapshot of pathmap {pathmap.name} ({pathmap.source}) "
                                                           f"for run {run_file.name}; written by paths.launch")
         node_command = [sys.executable, "-m", "paths", "--pathmap", str(snapshot), "--checked", digest, "--launched",
@@ -362,13 +379,42 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
         renamed = f" (a run named {pathmap.name} is live already)" if run_file.name != pathmap.name else ""
         log.info("run %s%s: run file %s", run_file.name, renamed, run_file.path)
         yield run
+    except BaseException as exc:
+        ended = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise
     finally:
         if run is not None:
+            if recording is not None:
+                _tell(recording.ending, run, ended)
             run.stop()
         else:
             _stop_processes(processes, 2.0)
         run_file.unregister()
         run_file.drop_empty_logs(logs)
+        if recording is not None and run is not None:
+            _tell(recording.finish, run_file, pathmap, ended)
+
+
+def _recording(archive, record):
+    """What records the run (eventspace.recording.RunRecording, through the RECORDING entry point), or None."""
+    if archive is None and record is None:
+        return None
+    from importlib.metadata import entry_points
+
+    found = list(entry_points(group=RECORDING))
+    if not found:
+        raise PathsError(f"recording a run (--archive, --record) needs the {RECORDING} entry point; reinstall eventspace")
+    return found[0].load()(archive=archive, record=record)
+
+
+def _tell(step, *args) -> None:
+    """Log the lines a recording's step says (a failure of its own is one line too: the run is ending)."""
+    try:
+        lines = step(*args)
+    except Exception as exc:
+        lines = [f"recording: {type(exc).__name__}: {exc}"]
+    for line in lines:
+        log.info("%s", line)
 
 
 def node_environment(env: dict[str, str] | None = None, path: Iterable[str | os.PathLike] = ()) -> dict[str, str]:

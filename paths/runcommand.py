@@ -94,7 +94,8 @@ def _launch(args) -> int:
 
 
 def add_run_options(parser, example: str) -> None:
-    """The options every `eventspace run` program has: --pathmap, --path, --run-dir, --json, --grace."""
+    """The options every `eventspace run` program has: --pathmap, --path, --run-dir, --json, --grace,
+    --mpiexec, --archive, --record."""
     parser.add_argument("--pathmap", required=True, help=f"the pathmap (YAML), e.g. {example}")
     parser.add_argument("--path", action="append", default=[], metavar="DIR",
                         help="a directory node processes import from (repeatable; they also import from "
@@ -104,6 +105,18 @@ def add_run_options(parser, example: str) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object, nothing else")
     add_grace_option(parser)
     add_mpiexec_option(parser)
+    recorded = parser.add_mutually_exclusive_group()
+    recorded.add_argument("--archive", metavar="F.sqlite",
+                          help="record every event (each node into a file of its own, in blocks) and build this new "
+                               "SQLite archive from them when the run ends (`eventspace archive query|export` read it)")
+    recorded.add_argument("--record", metavar="last:30s|last:64MiB",
+                          help="a flight recorder: keep only the last seconds or bytes of events on each node, dumped "
+                               "to an archive by `eventspace dump --run NAME` and when the run fails")
+
+
+def recording_args(args) -> dict:
+    """`execute`'s archive and record, from --archive and --record."""
+    return {"archive": getattr(args, "archive", None), "record": getattr(args, "record", None)}
 
 
 def add_mpiexec_option(parser) -> None:
@@ -217,7 +230,7 @@ def _run_user_program(args) -> int:
             bar.update(slowest(progress), max(totals) if totals else None)
 
         execution = execute(pathmap, args.program, values, run_dir=args.run_dir, path=args.path,
-                            on_progress=follow, grace=args.grace, mpiexec=mpiexec_args(args))
+                            on_progress=follow, grace=args.grace, mpiexec=mpiexec_args(args), **recording_args(args))
     return print_summary(args, bar.console, execution_summary(execution), execution_table(execution))
 
 

@@ -54,7 +54,7 @@ class Summary:
 
 
 def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_dir=None, delay=None,
-                    on_progress=None, path=(), grace=None, mpiexec=None) -> Summary:
+                    on_progress=None, path=(), grace=None, mpiexec=None, archive=None, record=None) -> Summary:
     """Launch, run `rounds` rounds of `ops` over the pathmap's `ops` tree, stop; the Summary.
 
     `delay` is the test hook {thread, seconds, every} (see program.thread). Raises ValueError for
@@ -82,7 +82,7 @@ def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_d
         args["delay"] = dict(delay)
     follow = None if on_progress is None else (lambda progress: on_progress(slowest(progress, "round")))
     execution = execute(pm, "collectives", args, run_dir=run_dir, path=path, on_progress=follow, grace=grace,
-                        mpiexec=mpiexec)
+                        mpiexec=mpiexec, archive=archive, record=record)
     results, wall = execution.results, execution.wall_seconds
     latencies = {t: results[t]["latency"] for t in sorted(results, key=_thread_order(pm))}
     return Summary(
@@ -135,14 +135,14 @@ def _parse_delay(text: str | None) -> dict | None:
 
 
 def _run(args) -> int:
-    from paths.runcommand import ProgressBar, mpiexec_args, print_summary
+    from paths.runcommand import ProgressBar, mpiexec_args, print_summary, recording_args
 
     ops = check_args(args.rounds, args.payload, args.ops)
     delay = _parse_delay(args.delay)
     with ProgressBar(args, "collectives", "rounds", total=args.rounds) as bar:
         summary = run_collectives(args.pathmap, args.rounds, args.payload, ops, args.run_dir, delay,
                                   on_progress=bar.update, path=args.path, grace=args.grace,
-                                  mpiexec=mpiexec_args(args))
+                                  mpiexec=mpiexec_args(args), **recording_args(args))
     data = asdict(summary)
     del data["latencies"]
     return print_summary(args, bar.console, data, render(summary))

@@ -47,7 +47,8 @@ class Summary:
 
 
 def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run_dir=None, stall=None,
-                   on_progress=None, duration=None, path=(), grace=None, mpiexec=None) -> Summary:
+                   on_progress=None, duration=None, path=(), grace=None, mpiexec=None, archive=None,
+                   record=None) -> Summary:
     """Launch, run, stop; the Summary. Raises paths.NodeDied naming a node that died (or, after
     `grace` seconds, default the pathmap's, did not answer), or paths.ProgramFailed naming the
     thread that failed (a conservation error among them). `on_progress(step)` is called with the
@@ -70,7 +71,7 @@ def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run
 
     follow = None if on_progress is None else (lambda progress: on_progress(slowest(progress, "step")))
     execution = execute(pm, "windtunnel", started_args, run_dir=run_dir, path=path, on_progress=follow,
-                        grace=grace, mpiexec=mpiexec)
+                        grace=grace, mpiexec=mpiexec, archive=archive, record=record)
     results, wall = execution.results, execution.wall_seconds
     ordered = sorted(results.values(), key=lambda r: r["index"])
     exchanges = sum(r["exchanges"] for r in ordered)
@@ -91,7 +92,7 @@ def _run(args) -> int:
     from rich.panel import Panel
     from rich.table import Table
 
-    from paths.runcommand import ProgressBar, mpiexec_args, print_summary
+    from paths.runcommand import ProgressBar, mpiexec_args, print_summary, recording_args
 
     stall = None
     if args.stall:
@@ -103,7 +104,7 @@ def _run(args) -> int:
     with ProgressBar(args, "wind tunnel", "steps", total=args.steps) as bar:
         summary = run_windtunnel(args.pathmap, args.size, args.steps, args.seed, args.check_every,
                                  args.run_dir, stall, on_progress=bar.update, path=args.path,
-                                 grace=args.grace, mpiexec=mpiexec_args(args))
+                                 grace=args.grace, mpiexec=mpiexec_args(args), **recording_args(args))
     data = asdict(summary)
     del data["picture"]
     table = Table(title=f"wind tunnel on {summary.pathmap}", show_header=False)

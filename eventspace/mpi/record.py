@@ -13,9 +13,9 @@ from ..archive import ArchiveError
 from ..catalogue import Catalogue
 from ..clock import WallClock
 from ..recorder import Recorder, RecordingFile, Spec, Window
+from ..recording import ENDED_NORMALLY
 from .generate import Communicator, node_name, run_pathmap
 
-ENDED_NORMALLY = "the program ended"
 
 
 def recorder(spec: Spec, directory: str | None, rank: int, header: dict, say) -> Recorder:
