@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -310,6 +311,8 @@ class NodeSpace:
         self._closing.set()
         if self.recorder is not None:
             self.recorder.close("the node stopped")
+        with contextlib.suppress(PastSetError):   # wakes the watcher now, not at its next timeout
+            self.node.server.delete(CONTROL)
         self._watcher.join(timeout=2)
         self._sweeper.join(timeout=2)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # rich gives a console that writes to a pipe or a file 80 columns, and wraps or cuts what a table
 # holds to fit them: a run's name piped into grep would arrive as "wor". Such a console gets lines
@@ -15,6 +17,8 @@ UNBOUNDED = 100_000
 def console(stderr: bool = False, **options) -> Console:
     """A rich Console on stdout (or stderr): a terminal's width on a terminal, else lines as long as
     they need to be (whatever $COLUMNS says), so that piped or redirected tables keep every name whole."""
+    from rich.console import Console   # here: a process that only counts (an MPI rank) never loads rich
+
     stream = sys.stderr if stderr else sys.stdout
     try:
         terminal = stream.isatty()

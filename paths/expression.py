@@ -6,8 +6,10 @@ import ast
 import difflib
 import operator
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class ExpressionError(ValueError):
@@ -73,6 +75,8 @@ class Expression:
         return bool(self._row(row))
 
     def mask(self, batch: np.ndarray) -> np.ndarray:
+        import numpy as np  # here, not at import: checking a pathmap's filters needs no numpy (nor a command's start)
+
         if self._vector is None:
             self._vector = self._compile(self._tree, vector=True)
         result = self._vector(batch)
@@ -117,6 +121,8 @@ class Expression:
         )
 
     def _compile(self, node, vector):
+        if vector:   # a batch's mask: numpy (imported by `mask`)
+            import numpy as np
         c = lambda n: self._compile(n, vector)  # noqa: E731
         if isinstance(node, ast.Constant):
             if not isinstance(node.value, (int, float, str, bytes, bool, type(None))):
@@ -159,6 +165,8 @@ class Expression:
         self._fail(node, f"{type(node).__name__.lower()} is not allowed")
 
     def _compare(self, node, vector):
+        if vector:
+            import numpy as np
         operands = [self._compile(node.left, vector)]
         tests = []
         for op, right in zip(node.ops, node.comparators):

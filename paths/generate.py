@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .document import PathmapError, Problem
 from .inputs import AppMap, AppTree, ClusterMap, Placement
 from .pathmap import Pathmap
 from .registry import JOIN_TYPE_OF_KIND
 from .sections import ElementSpec, Path, Stage, Thread, Tree
-from .shapes import LayoutJoin, Member, Shape, lay_out
-
-if TYPE_CHECKING:
-    import networkx as nx
+from .shapes import Layout, LayoutJoin, Member, Shape, arrange
 
 
 def generate(app: AppMap, cluster: ClusterMap, mapping: Placement, tree_shape: str | Shape = "flat",
@@ -22,7 +17,7 @@ def generate(app: AppMap, cluster: ClusterMap, mapping: Placement, tree_shape: s
     Threads go where `mapping` pins them, the rest by its rule; elements where it pins them, the
     rest on their first user's node. One path per (thread, element it uses): a `remote` stage
     on the thread's node if the element lives elsewhere, then the element's `element` stage
-    (one per element, shared by its users). Each tree is laid out by `paths.shapes.lay_out`;
+    (one per element, shared by its users). Each tree is laid out by `paths.shapes.arrange`;
     its joins get `fan_in` (their children count) and an edge that changes node starts at a
     remote stage of its own. Stage ids: `ELEMENT/element`, `THREAD/ELEMENT/remote`,
     `TREE/JOIN` (the root is `TREE/root`), `TREE/CHILD/remote`.
@@ -57,7 +52,7 @@ def generate(app: AppMap, cluster: ClusterMap, mapping: Placement, tree_shape: s
     cluster_of = {n.name: n.cluster for n in cluster.nodes}
     trees = []
     for tree in app.trees:
-        graph = lay_out(shape, tree.members, thread_node, cluster_of, node_order)
+        graph = arrange(shape, tree.members, thread_node, cluster_of, node_order)
         tree_stages, built = _tree(tree, graph, str(shape))
         stages += tree_stages
         trees.append(built)
@@ -89,7 +84,7 @@ def place_threads(threads, node_order: list[str], mapping: Placement) -> dict[st
     return placed
 
 
-def _tree(tree: AppTree, graph: nx.DiGraph, shape: str) -> tuple[list[Stage], Tree]:
+def _tree(tree: AppTree, graph: Layout, shape: str) -> tuple[list[Stage], Tree]:
     """The stages and the Tree for one laid-out tree."""
     join_type = JOIN_TYPE_OF_KIND[tree.kind]
     root = graph.graph["root"]
@@ -101,8 +96,7 @@ def _tree(tree: AppTree, graph: nx.DiGraph, shape: str) -> tuple[list[Stage], Tr
         return graph.nodes[vertex]["node"]
 
     # Top-down (root first, then level by level), so the written pathmap reads like the tree.
-    import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
-    order = [v for v in nx.bfs_tree(graph.reverse(copy=False), root) if isinstance(v, LayoutJoin)]
+    order = [v for v in graph.top_down() if isinstance(v, LayoutJoin)]
     stages = [Stage(sid(j), join_type, node(j), {"fan_in": graph.in_degree(j)}) for j in order]
     entries: dict[str, str] = {}
     edges: dict[str, str] = {}

@@ -399,9 +399,9 @@ def _recording(archive, record):
     """What records the run (eventspace.recording.RunRecording, through the RECORDING entry point), or None."""
     if archive is None and record is None:
         return None
-    from importlib.metadata import entry_points
+    from .registry import installed
 
-    found = list(entry_points(group=RECORDING))
+    found = list(installed(RECORDING))
     if not found:
         raise PathsError(f"recording a run (--archive, --record) needs the {RECORDING} entry point; reinstall eventspace")
     return found[0].load()(archive=archive, record=record)

@@ -9,7 +9,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from importlib.metadata import entry_points
 
 import pastset
 from pastset import AuthError, PastSetError, TupleServer, UnknownElement
@@ -20,7 +19,7 @@ from . import stack
 from .context import Context
 from .instrument import CollectorPoint
 from .pathmap import Pathmap
-from .registry import NODE_SERVICES, PROGRAMS, load_reference, wrapper_class
+from .registry import NODE_SERVICES, PROGRAMS, installed, load_reference, wrapper_class
 from .wrapper import PathsError, Remote, Wrapper
 
 # Hosted call names (see pastset.TupleServer.host); every node server answers these.
@@ -99,7 +98,7 @@ class NodeServer:
         self._link_stages()
         self._finalize()
         self._host()
-        for ep in entry_points(group=NODE_SERVICES):
+        for ep in installed(NODE_SERVICES):
             ep.load()(self)
 
     # -- building ----------------------------------------------------------------------------

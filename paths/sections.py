@@ -117,6 +117,21 @@ class Tree:
         return ({k: tuple(v) for k, v in children.items()},
                 {k: tuple(v) for k, v in entrants.items()})
 
+    def cycle(self) -> tuple[str, ...] | None:
+        """The stages of a loop the edges make (each stage's edge leads to the next, the last's
+        back to the first), or None: the first found from the stages in `stage_ids` order."""
+        done: set[str] = set()
+        for start in self.stage_ids:
+            walked: dict[str, int] = {}
+            stage = start
+            while stage is not None and stage not in done:
+                if stage in walked:
+                    return tuple(list(walked)[walked[stage]:])
+                walked[stage] = len(walked)
+                stage = self.edges.get(stage)
+            done.update(walked)
+        return None
+
     def route(self, member: str) -> tuple[str, ...]:
         """The stages a member's contribution climbs, entry stage first, root last (a broken
         tree's route stops where it leaves the tree or would repeat a stage)."""

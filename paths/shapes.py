@@ -56,22 +56,87 @@ class LayoutJoin:
     label: str
 
 
+class Layout:
+    """A laid-out tree as it is built: vertices (Member and LayoutJoin objects, each with the node
+    it runs on, `nodes[v]["node"]`), edges from child to parent, kept in the order they were made,
+    and `graph["root"]`. What `lay_out` makes and paths.generate reads, in plain dicts: an MPI
+    rank that lays out its run's trees does not import networkx for it (80 ms at its start)."""
+
+    def __init__(self):
+        self.nodes: dict = {}
+        self.graph: dict = {}
+        self._parent: dict = {}
+        self._children: dict = {}
+
+    def add_node(self, vertex, node: str) -> None:
+        self.nodes[vertex] = {"node": node}
+        self._children.setdefault(vertex, [])
+
+    def add_edge(self, child, parent) -> None:
+        self._parent[child] = parent
+        self._children[parent].append(child)
+
+    def predecessors(self, vertex) -> list:
+        """The children of `vertex`, in the order their edges were made."""
+        return list(self._children[vertex])
+
+    def in_degree(self, vertex) -> int:
+        return len(self._children[vertex])
+
+    def edges(self) -> list[tuple]:
+        return [(child, parent) for parent, children in self._children.items() for child in children]
+
+    def rename(self, old, new) -> None:
+        """`old` becomes `new` (a join becomes the root); its edges stay as they were."""
+        self.nodes[new] = self.nodes.pop(old)
+        self._children[new] = self._children.pop(old)
+        for child in self._children[new]:
+            self._parent[child] = new
+        if old in self._parent:
+            parent = self._parent.pop(old)
+            self._parent[new] = parent
+            self._children[parent] = [new if c == old else c for c in self._children[parent]]
+
+    def top_down(self) -> list:
+        """Every vertex, breadth-first from the root, each vertex's children in edge order."""
+        order, at = [self.graph["root"]], 0
+        while at < len(order):
+            order += self._children[order[at]]
+            at += 1
+        return order
+
+    def as_networkx(self) -> nx.DiGraph:
+        import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
+
+        graph = nx.DiGraph(**self.graph)
+        for vertex, attributes in self.nodes.items():
+            graph.add_node(vertex, **attributes)
+        graph.add_edges_from(self.edges())
+        return graph
+
+
 def lay_out(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
             cluster_of: Mapping[str, str], node_order: Sequence[str]) -> nx.DiGraph:
-    """The tree of `shape` over `members` (thread names), as a networkx DiGraph.
+    """The tree of `shape` over `members` (thread names), as a networkx DiGraph (`arrange` makes it).
 
     Vertices are Member and LayoutJoin objects, each with a `node` attribute (where it runs);
-    edges lead from child to parent; `graph.graph["root"]` is the root LayoutJoin. Members are
-    ordered by their node (in `node_order`) first, so that subtrees stay on one node where they
-    can. A join runs on the node of most of its children (the first of them on a tie). A level
-    that makes one join is the top: that join is the root, labelled `root`.
+    edges lead from child to parent; `graph.graph["root"]` is the root LayoutJoin."""
+    return arrange(shape, members, node_of, cluster_of, node_order).as_networkx()
+
+
+def arrange(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
+            cluster_of: Mapping[str, str], node_order: Sequence[str]) -> Layout:
+    """The tree of `shape` over `members` (thread names), as a Layout.
+
+    Members are ordered by their node (in `node_order`) first, so that subtrees stay on one node
+    where they can. A join runs on the node of most of its children (the first of them on a
+    tie). A level that makes one join is the top: that join is the root, labelled `root`.
     """
     if not members:
         raise ValueError("a tree needs at least one member")
     rank = {n: i for i, n in enumerate(node_order)}
     ordered = sorted(members, key=lambda m: rank[node_of[m]])  # stable: keeps order within a node
-    import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
-    graph = nx.DiGraph()
+    graph = Layout()
     for m in ordered:
         graph.add_node(Member(m), node=node_of[m])
     level = [Member(m) for m in ordered]
@@ -96,7 +161,7 @@ def lay_out(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
         depth += 1
         level = [_join(graph, g, label) for label, g in _labelled(group(level), depth)]
         if len(level) == 1:
-            nx.relabel_nodes(graph, {level[0]: LayoutJoin("root")}, copy=False)
+            graph.rename(level[0], LayoutJoin("root"))
             graph.graph["root"] = LayoutJoin("root")
             return graph
 
@@ -114,7 +179,7 @@ def _chunks(items: list, k: int) -> list[list]:
     return [items[i:i + k] for i in range(0, len(items), k)]
 
 
-def _by(graph: nx.DiGraph, items: list, key, prefix: str) -> list[tuple[str, list]]:
+def _by(graph: Layout, items: list, key, prefix: str) -> list[tuple[str, list]]:
     """Items grouped by key(node they run on), groups in order of first appearance."""
     groups: dict[str, list] = {}
     for item in items:
@@ -122,7 +187,7 @@ def _by(graph: nx.DiGraph, items: list, key, prefix: str) -> list[tuple[str, lis
     return [(f"{prefix}-{name}", group) for name, group in groups.items()]
 
 
-def _join(graph: nx.DiGraph, children: list, label: str) -> LayoutJoin:
+def _join(graph: Layout, children: list, label: str) -> LayoutJoin:
     """A new join over `children`, on the node most of them run on."""
     nodes = [graph.nodes[c]["node"] for c in children]
     counts = Counter(nodes)
@@ -143,7 +208,7 @@ def knomial_parent(i: int, k: int) -> int:
     return i - ((i // power) % k) * power
 
 
-def _knomial(graph: nx.DiGraph, members: list[Member], k: int) -> None:
+def _knomial(graph: Layout, members: list[Member], k: int) -> None:
     """Member i's join (a LayoutJoin `join-NAME` on i's node) exists where i has children in
     the k-nomial tree over the positions; member i enters its own join, or else its parent's. The
     join of position 0 is the root."""

@@ -83,9 +83,9 @@ class Rank:
         decision = self.private.bcast(decision, root=0)
         if decision[0] == "refused":
             raise Refused(decision[1])
-        _, self.name, self.clusters, self.recording_dir = decision
+        # Rank 0 made the run's pathmap (the others would each import networkx and lay the same trees out).
+        _, self.name, self.clusters, self.recording_dir, pathmap = decision
         self.comms = [Communicator(0, tuple(range(self.size)), "COMM_WORLD")]
-        pathmap = run_pathmap(self.name, self.hosts, self.clusters, self.comms, options.instrument, options.keep)
         self.node = NodeServer(pathmap, node_name(self.rank))
         # The thread rK is the one that imported MPI: the program's (its stack is what `eventspace stack` shows).
         self.node.host_thread(node_name(self.rank), threading.current_thread().ident)
@@ -117,7 +117,8 @@ class Rank:
     # -- starting ------------------------------------------------------------------------------
 
     def _decide(self) -> tuple:
-        """Rank 0: ("ok", name, host -> cluster, recording directory or None), or ("refused", why)."""
+        """Rank 0: ("ok", name, host -> cluster, recording directory or None, the run's pathmap), or
+        ("refused", why)."""
         o = self.options
         try:
             topology = Topology.load(o.topology) if o.topology else Topology()
@@ -132,12 +133,14 @@ class Rank:
             directory = o.recording_dir
             if o.archive is not None and directory is None:
                 directory = str(recording.new_directory(self.registration.run_file.directory, name))
+            pathmap = run_pathmap(name, self.hosts, clusters, [Communicator(0, tuple(range(self.size)), "COMM_WORLD")],
+                                  o.instrument, o.keep)
         except (PathmapError, OSError, ValueError, RunError, ArchiveError) as exc:
             if self.registration is not None:
                 self.registration.remove()
                 self.registration = None
             return ("refused", str(exc))
-        return ("ok", name, clusters, directory)
+        return ("ok", name, clusters, directory, pathmap)
 
     def _record(self) -> str | None:
         """Start this rank's recorder (--archive: its file in the run's recording directory; --record:

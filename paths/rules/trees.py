@@ -40,15 +40,11 @@ def _check_tree(c: Checker, tree: Tree) -> None:
     if tree.root in tree.edges:
         c.add(key + ("edges", tree.root), f"the root {tree.root} has a parent; the root is "
                                           "the top of the tree: remove this edge or change root")
-    import networkx as nx  # here, not at import: node processes never need it (25 MB of RSS each)
-    try:
-        cycle = nx.find_cycle(tree.graph())
-    except nx.NetworkXNoCycle:
-        cycle = None
+    cycle = tree.cycle()
     if cycle:
-        loop = " -> ".join([a for a, _ in cycle] + [cycle[0][0]])
-        c.add(key + ("edges", cycle[0][0]), f"the edges form a cycle: {loop}; edges lead "
-                                            "from the members' stages up to the root, never back")
+        loop = " -> ".join([*cycle, cycle[0]])
+        c.add(key + ("edges", cycle[0]), f"the edges form a cycle: {loop}; edges lead "
+                                         "from the members' stages up to the root, never back")
         return
     _check_reaches_root(c, tree, key)
     if not known:
