@@ -1,4 +1,5 @@
-"""The names of the calls every node's event space hosts (see `pastset.TupleServer.host`), in one place."""
+"""The names of the calls every node's event space hosts (see `pastset.TupleServer.host`), and of what its
+environment may ask of it, in one place."""
 
 CLOCK = "eventspace.clock"              # () -> this node's clock, ns
 CLOCK_CHILDREN = "eventspace.clock.children"  # ([nodes], samples, timeout) -> {node: [offset ns, delay ns]} from here
@@ -13,3 +14,7 @@ CURSORS = "eventspace.scope.cursors"    # (key) -> a placed join's stream cursor
 RECORD_FLUSH = "eventspace.record.flush"    # () -> the node's recorder's counts, once what its rings hold is written
 RECORD_WINDOW = "eventspace.record.window"  # (offset, most) -> [bytes of its recording from offset, total bytes,
                                             #   newest record's end ns, window seconds or 0]
+
+# In the environment of a recorded PATHS run's nodes: JSON {spec, dir, run}, what each records and where
+# (NodeSpace starts its recorder from it: eventspace.recording.node_recorder).
+RECORDING_ENVIRONMENT = "EVENTSPACE_RECORDING"

@@ -15,9 +15,6 @@ from paths import rundir
 from . import blocks, trace
 from .hosted import RECORD_FLUSH, RECORD_WINDOW
 
-# In the environment of a recorded PATHS run's nodes: JSON {spec, dir, run}, what each records and where
-# (NodeSpace starts its recorder from it: eventspace.recording.node_recorder).
-ENVIRONMENT = "EVENTSPACE_RECORDING"
 DUMP_CHUNK = 4 << 20          # bytes of a recording one RECORD_WINDOW reply carries at most
 INTERVAL = 0.25                # seconds between the recorder's reads of its rings
 BLOCK_RECORDS = 32768          # records a block holds at most (about 1.2 MB before compression)

@@ -21,9 +21,9 @@ from . import blocks
 from .archive import BLOCKS, Archive, ArchiveError
 from .catalogue import Catalogue
 from .clock import WallClock
-from .hosted import RECORD_WINDOW
+from .hosted import RECORD_WINDOW, RECORDING_ENVIRONMENT as ENVIRONMENT
 from .ignored import Ignored, check
-from .recorder import DUMP_CHUNK, ENVIRONMENT, Spec
+from .recorder import DUMP_CHUNK, Spec
 
 SUFFIX = ".rec"   # a node's recording file, in its run's recording directory: NODE.rec
 
@@ -341,7 +341,8 @@ class RunRecording:
                 streams = {node: stack.enter_context(opened(path)) for node, path in node_files(self.directory).items()}
                 built = build(self.archive, Catalogue(pathmap), streams, meta={"run": run_file.name, "ended": ended})
         except (ArchiveError, OSError, ValueError) as exc:
-            return [f"the archive {self.archive} could not be built ({exc}); the recording stays in {self.directory}"]
+            return [f"the archive {self.archive} could not be built ({exc}); the recording stays in {self.directory} "
+                    f"(`eventspace archive build {self.directory} F.sqlite --pathmap P.yaml` builds it)"]
         remove_directory(self.directory)
         accounts = "; ".join(a.line() for a in built.nodes.values())
         return [f"archive {self.archive}: {built.tuples:,} events from {len(built.nodes)} nodes, {built.discarded:,} "

@@ -17,8 +17,8 @@ from . import compiled, trace
 from .catalogue import Catalogue
 from .clock import estimate, monotonic_clock
 from .gather import GatherJoin, JoinSpec, Pulled
-from .hosted import CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, OFF, PULL, REMOVE, RENEW
-from .recorder import ENVIRONMENT as RECORDING_ENVIRONMENT
+from .hosted import (CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, OFF, PULL, RECORDING_ENVIRONMENT, REMOVE,
+                     RENEW)
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]

@@ -122,6 +122,22 @@ def register(subparsers) -> None:
     export.add_argument("--otf2", metavar="DIR", help="an OTF2 archive in a new directory (needs eventspace[otf2])")
     export.set_defaults(func=_export)
 
+    build = commands.add_parser("build", help="build the archive of a recording that its run could not build "
+                                              "(an MPI job aborted under another launcher, a build that failed)")
+    build.add_argument("recording", help="the recording directory (NAME.recording in the run directory)")
+    build.add_argument("db", help="the new archive file")
+    build.add_argument("--pathmap", help="the run's pathmap (a PATHS run's; an MPI run's recording says its own)")
+    build.set_defaults(func=_build)
+
+
+def _build(args) -> int:
+    from eventspace.mpi.record import build_recording
+
+    built = build_recording(args.recording, args.db, args.pathmap)
+    print(f"archive {args.db}: {built.tuples:,} events from {len(built.nodes)} nodes, {built.discarded:,} "
+          f"discarded ({'; '.join(a.line() for a in built.nodes.values())})")
+    return 0
+
 
 def _query(args) -> int:
     from .archive import Archive

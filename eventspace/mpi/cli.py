@@ -77,8 +77,6 @@ def _mpirun(args) -> int:
     command's (128 + N if signal N ended it). Ctrl-C reaches mpiexec from the terminal as it reaches
     this process, which waits on; SIGTERM and SIGHUP sent to this process alone are passed on.
     """
-    from paths import runfile
-
     cmd, name = command(args)
     directory = _recording_directory(args, name)
     if directory is not None:   # the ranks record here; built into the archive by rank 0, or below
@@ -98,12 +96,15 @@ def _mpirun(args) -> int:
     for forwarded in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(forwarded, forward)
     status = job.wait()
-    try:
-        removed = runfile.remove_ended(name, started)
-    except runfile.RunError:   # a run directory the ranks refused: they said so
-        removed = []
-    for run in removed:
-        print(f"eventspace mpirun: removed the run file of {run.name}: its ranks have ended", file=sys.stderr)
+    if status != 0:   # rank 0 removes the run's files when the job ends normally; otherwise, this process does
+        from paths import runfile
+
+        try:
+            removed = runfile.remove_ended(name, started)
+        except runfile.RunError:   # a run directory the ranks refused: they said so
+            removed = []
+        for run in removed:
+            print(f"eventspace mpirun: removed the run file of {run.name}: its ranks have ended", file=sys.stderr)
     if directory is not None:
         from .record import build_after_job
 

@@ -14,12 +14,9 @@ from pastset.terminal import counted
 from paths import NodeServer, PathmapError, RunError, rundir
 from paths.wrapper import PathsError
 
-from .. import recording
-from ..archive import ArchiveError
 from ..hosted import RECORD_FLUSH
-from ..recorder import NEVER, Recorder, Spec
 from ..space import NodeSpace
-from . import interpose, record
+from . import interpose
 from .collector import Channel, collective_methods, p2p_methods, peer_table
 from .options import Options
 from .generate import Communicator, collector_ids, node_name, run_pathmap
@@ -72,7 +69,7 @@ class Rank:
         self.world_group = world.Get_group()
         self.finished = False
         self.registration: Registration | None = None
-        self.recorder: Recorder | None = None         # with --archive or --record
+        self.recorder = None                          # eventspace.recorder.Recorder, with --archive or --record
         self.rings = []                               # this rank's trace elements
         self._declare_lock = threading.Lock()         # rank 0: held while a communicator is declared
         self._adopt_lock = threading.Lock()           # held while this node takes a new communicator
@@ -104,6 +101,8 @@ class Rank:
             if self.registration is not None:
                 self.registration.remove()
             if self.recording_dir is not None and self.rank == 0:
+                from .. import recording
+
                 recording.remove_directory(self.recording_dir)
             raise Refused(f"rank {failed[0][0]} could not start: {failed[0][1]}")
         pids = self.private.allgather(os.getpid())
@@ -132,10 +131,12 @@ class Rank:
             name = self.registration.name
             directory = o.recording_dir
             if o.archive is not None and directory is None:
+                from .. import recording
+
                 directory = str(recording.new_directory(self.registration.run_file.directory, name))
             pathmap = run_pathmap(name, self.hosts, clusters, [Communicator(0, tuple(range(self.size)), "COMM_WORLD")],
                                   o.instrument, o.keep)
-        except (PathmapError, OSError, ValueError, RunError, ArchiveError) as exc:
+        except (PathmapError, OSError, ValueError, RunError) as exc:
             if self.registration is not None:
                 self.registration.remove()
                 self.registration = None
@@ -148,6 +149,10 @@ class Rank:
         o = self.options
         if o.archive is None and o.record is None:
             return None
+        # Here, not at import: a run that does not record never loads them (20 ms of a rank's start).
+        from ..recorder import Spec
+        from . import record
+
         try:
             if self.recording_dir is not None and not os.path.isdir(self.recording_dir):
                 rundir.make_dir(self.recording_dir)   # a rank on another host than rank 0's
@@ -200,7 +205,12 @@ class Rank:
         entry = space.catalogue[cid]
         element = self.node.server.element(entry.trace)
         self.rings.append(element)
-        bound, spill = self.recorder.watch(element) if self.recorder is not None else (NEVER, _nothing)
+        if self.recorder is not None:
+            bound, spill = self.recorder.watch(element)
+        else:
+            from ..recorder import NEVER
+
+            bound, spill = NEVER, _nothing
         return Channel(cid, space.appender(entry), space.flag(cid), bound, spill, space.clock,
                        space.marks, peers, space.compiled, space.clock_offset_ns)
 
@@ -271,7 +281,9 @@ class Rank:
             self.space.adopt(run_pathmap(self.name, self.hosts, self.clusters, comms, o.instrument, o.keep))
             self.comms = comms
             if self.recorder is not None:   # the recording can make its catalogue again from its notes
-                self.recorder.note({"communicators": record.communicators(comms)})
+                from .record import communicators
+
+                self.recorder.note({"communicators": communicators(comms)})
 
     # -- finishing -----------------------------------------------------------------------------
 
@@ -292,11 +304,17 @@ class Rank:
                 for client in others.values():
                     with contextlib.suppress(pastset.PastSetError):
                         client.call(RECORD_FLUSH, timeout=2)
+                if self.options.recording_dir is None:   # no eventspace mpirun to build it once the job ends
+                    say(f"the recording stays in {self.recording_dir} (`eventspace archive build "
+                        f"{self.recording_dir} {self.options.archive}` builds its archive)")
         if self.registration is not None:
             self.registration.remove()
 
     def _dump(self, why: str, others: dict) -> None:
         """Dump every rank's window (the flight recorder's) into a new archive here; say where."""
+        from .. import recording
+        from ..archive import ArchiveError
+
         path = recording.dump_path(self.name)
         try:
             built = recording.dump({self.node.name: self.node.client(self.node.name), **others},
@@ -316,6 +334,8 @@ class Rank:
         self.finished = True
         written = self.private.gather(sum(ring.last() for ring in self.rings), root=0)
         if self.recorder is not None:
+            from . import record
+
             self.recorder.close(record.ENDED_NORMALLY)
         far = self.private.gather(None if self.hosts[self.rank] == self.hosts[0] else self._own_file(), root=0)
         if self.rank == 0:
@@ -325,6 +345,8 @@ class Rank:
                 self.registration.run_file.end()
             try:
                 if self.options.archive is not None:
+                    from . import record
+
                     streams = {node_name(r): data for r, data in enumerate(far) if data is not None}
                     built = record.build(self.recording_dir, self.options.archive, self.archive_meta(),
                                          self.space.catalogue, streams, ended=record.ENDED_NORMALLY)
@@ -334,7 +356,8 @@ class Rank:
                                                          else ""))
             except Exception as exc:  # the other ranks wait below: say it, and end the run all the same
                 say(f"the archive could not be completed: {type(exc).__name__}: {exc}"
-                    + (f"; the recording stays in {self.recording_dir}" if self.recording_dir else ""))
+                    + (f"; the recording stays in {self.recording_dir} (`eventspace archive build "
+                       f"{self.recording_dir} F.sqlite` builds it)" if self.recording_dir else ""))
             finally:
                 self.registration.remove()
         self.private.Barrier()   # the archive is complete: the nodes may stop
@@ -346,7 +369,9 @@ class Rank:
         """This rank's recording file, for a rank 0 on another host (None without one)."""
         if self.options.archive is None or self.recording_dir is None:
             return None
-        with open(recording.node_file(self.recording_dir, self.node.name), "rb") as f:
+        from ..recording import node_file
+
+        with open(node_file(self.recording_dir, self.node.name), "rb") as f:
             return f.read()
 
 

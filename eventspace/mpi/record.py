@@ -107,6 +107,27 @@ def closing_line(archive: str, built: recording.Built, ranks: int) -> str:
             f"built in {built.seconds:.2f} s")
 
 
+def build_recording(directory, archive: str, pathmap_file: str | None = None) -> recording.Built:
+    """The archive of the recording in `directory`, built by hand: an MPI run's catalogue is made
+    from its files' notes, a PATHS run's from `pathmap_file`. The directory is removed once built.
+    ValueError if neither says what the records are of; ArchiveError or OSError if it cannot be built."""
+    files = recording.node_files(directory)
+    if not files:
+        raise ValueError(f"{directory}: no recording files (NODE{recording.SUFFIX}) of yours there")
+    with contextlib.ExitStack() as stack:
+        notes = [n for p in files.values() for n in recording.notes(stack.enter_context(recording.opened(p)))]
+    if pathmap_file is None:
+        return build(directory, archive, {}, ended=ending(notes, list(files)))
+    from paths import Pathmap
+
+    with contextlib.ExitStack() as stack:
+        streams = {node: stack.enter_context(recording.opened(path)) for node, path in files.items()}
+        built = recording.build(archive, Catalogue(Pathmap.load(pathmap_file)), streams,
+                                meta={"ended": ending(notes, list(files))})
+    recording.remove_directory(directory)
+    return built
+
+
 def build_after_job(directory, archive: str, how: str, say) -> None:
     """What `eventspace mpirun` does once the job has ended without its rank 0 building the
     archive (an abort, a signal, a rank killed): build it from what reached the disk, and say so."""

@@ -146,3 +146,33 @@ def test_a_deadlock_the_heartbeat_finds_dumps_the_flight_recorder(tmp_path):
     with Archive.open(dump) as db:
         assert db.info.extra["ended"].startswith("deadlock: r0 waits Recv from r1")
         assert len(db.records()) > 0
+
+
+@pytest.mark.timeout(240)
+def test_under_another_launcher_an_aborted_runs_recording_stays_and_builds_by_hand(tmp_path):
+    """Without eventspace mpirun to outlive the job, an abort leaves the ranks' files in the run directory
+    (named in one line), and `eventspace archive build` makes the archive from them alone."""
+    from jobs import MPIEXEC
+
+    go, running = tmp_path / "go", tmp_path / "running"
+    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, "-m", "eventspace.mpi", "--name", "elsewhere",
+                            "--archive", str(tmp_path / "run.sqlite"), str(PROGRAMS / "recorded.py"), str(go),
+                            str(running), "raise"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        _wait_for(running, job)
+        go.touch()
+        out, err = job.communicate(timeout=120)
+    finally:
+        stop(job)
+    assert job.returncode != 0 and not (tmp_path / "run.sqlite").exists()
+    (directory,) = run_dir().glob("elsewhere.recording*")
+    assert f"eventspace.mpi: the recording stays in {directory} (`eventspace archive build {directory} " in err, err
+    built = subprocess.run([sys.executable, "-m", "eventspace.cli", "archive", "build", directory,
+                            tmp_path / "run.sqlite"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    assert built.stdout.startswith(f"archive {tmp_path / 'run.sqlite'}: ") and " from 2 nodes" in built.stdout
+    with Archive.open(tmp_path / "run.sqlite") as db:
+        assert db.info.extra["ended"].startswith("rank 1 raised RuntimeError: rank 1 gives up")
+        assert len(db.records()) == db.info.tuples > 20_000
+    assert not directory.exists()
