@@ -98,6 +98,7 @@ class NodeAccount:
     written: int | None = None
     discarded: int | None = None
     ended: str = "did not close its recording (killed, or ended by MPI's abort)"
+    stopped: str = ""
     damage: list[str] = field(default_factory=list)
 
     def line(self) -> str:
@@ -106,13 +107,22 @@ class NodeAccount:
             told = f"{self.read:,} events on disk; {self.ended}"
         else:
             told = f"made {self.made:,}, written {self.written:,}, discarded {self.discarded:,}"
+        if self.stopped:
+            told += f" (its recording stopped: {self.stopped})"
         if self.lost:
             told += f"; {self.lost:,} lost in damaged blocks"
         return f"{self.node}: {told}"
 
+    def take(self, closed: dict) -> None:
+        """Its recorder's own account (a recording's last note, or Counts.wire() as `closed`)."""
+        self.made, self.written = int(closed["made"]), int(closed["written"])
+        self.discarded, self.ended = int(closed["discarded"]), str(closed["ended"])
+        self.stopped = str(closed.get("stopped") or "")
+
     def as_dict(self) -> dict:
         return {"read": self.read, "lost": self.lost, "left_out": self.left_out, "made": self.made,
-                "written": self.written, "discarded": self.discarded, "ended": self.ended, "damage": self.damage}
+                "written": self.written, "discarded": self.discarded, "ended": self.ended, "stopped": self.stopped,
+                "damage": self.damage}
 
 
 @dataclass
@@ -132,11 +142,13 @@ class Built:
 
 
 def build(path, catalogue: Catalogue, streams: dict[str, object], *, clock: WallClock | None = None,
-          meta: dict | None = None, since_ns: int | None = None) -> Built:
+          meta: dict | None = None, since_ns: int | None = None, closed: dict | None = None) -> Built:
     """A new archive at `path` (layout BLOCKS) of every record in `streams` (node -> a recording
     stream: bytes or a mapped file), checked against `catalogue` (records no collector of it could
     have written are left out, counted and said once on the `eventspace.ignored` logger), with `meta` (key -> text)
     added. `since_ns`: keep only records that end at or after it (a flight recorder's window).
+    `closed` (node -> a recorder's account as its last note holds it): for a recording whose last
+    note did not reach its file (a full disk).
 
     A damaged stretch of a stream is skipped and accounted (the records its header names, or that
     the numbering of the blocks after it shows missing); everything after it is kept. Blocks are
@@ -155,6 +167,8 @@ def build(path, catalogue: Catalogue, streams: dict[str, object], *, clock: Wall
             archive.set_meta(key, value)
         for node, stream in streams.items():
             account = accounts[node] = NodeAccount(node)
+            if node in (closed or {}):
+                account.take(closed[node])   # the recording's own last note, if it has one, says the same
             archive.append_blocks(node, _kept(stream, catalogue, account, ignored, encoder, since_ns))
             archive.add_discarded((account.discarded or 0) + account.lost)
         archive.set_meta("recording", json.dumps({node: a.as_dict() for node, a in accounts.items()}))
@@ -188,8 +202,7 @@ def _kept(stream, catalogue: Catalogue, account: NodeAccount, ignored: Ignored, 
             with contextlib.suppress(ValueError, TypeError, KeyError):
                 closed = block.note().get("closed")
                 if isinstance(closed, dict):
-                    account.made, account.written = int(closed["made"]), int(closed["written"])
-                    account.discarded, account.ended = int(closed["discarded"]), str(closed["ended"])
+                    account.take(closed)
             continue
         try:
             records = block.records()

@@ -338,6 +338,9 @@ class Rank:
 
             self.recorder.close(record.ENDED_NORMALLY)
         far = self.private.gather(None if self.hosts[self.rank] == self.hosts[0] else self._own_file(), root=0)
+        # Each rank's account, for a recording whose last note did not reach its file (a full disk).
+        closed = self.private.gather(None if self.recorder is None else
+                                     self.recorder.closed.closed(self.recorder.ended), root=0)
         if self.rank == 0:
             # Every rank's program has ended, and every node still serves (the others wait in the
             # Barrier below, which releases the GIL): the monitors attached read the rest.
@@ -349,7 +352,8 @@ class Rank:
 
                     streams = {node_name(r): data for r, data in enumerate(far) if data is not None}
                     built = record.build(self.recording_dir, self.options.archive, self.archive_meta(),
-                                         self.space.catalogue, streams, ended=record.ENDED_NORMALLY)
+                                         self.space.catalogue, streams, ended=record.ENDED_NORMALLY,
+                                         closed={node_name(r): c for r, c in enumerate(closed) if c is not None})
                     say(record.closing_line(self.options.archive, built, self.size))
                 if not sum(written):
                     say("no MPI calls were collected" + (" (--instrument none)" if self.options.instrument == "none"

@@ -62,10 +62,11 @@ def catalogue_of(notes: list[dict]) -> tuple[str, Catalogue, WallClock | None]:
 
 
 def build(directory, archive: str, meta: dict, catalogue: Catalogue | None = None, streams: dict | None = None,
-          ended: str = "") -> recording.Built:
+          ended: str = "", closed: dict | None = None) -> recording.Built:
     """The archive at `archive` from the recording files in `directory` (`streams`: node -> bytes
     for ranks whose files are elsewhere), for the run whose catalogue it is (None: made from the
-    files' own notes); `meta` and `ended` (how the run ended) kept in its meta table. The
+    files' own notes); `meta` and `ended` (how the run ended) kept in its meta table; `closed`, each
+    rank's account (see eventspace.recording.build). The
     directory is removed once the archive is built. ArchiveError or OSError if it cannot be."""
     files = recording.node_files(directory)
     with contextlib.ExitStack() as stack:
@@ -79,7 +80,7 @@ def build(directory, archive: str, meta: dict, catalogue: Catalogue | None = Non
         else:
             name, clock = catalogue.pathmap.name, None   # the clock: the first rank's header note
         built = recording.build(archive, catalogue, opened, clock=clock,
-                                meta={"run": name, **meta, "ended": ended or ENDED_NORMALLY})
+                                meta={"run": name, **meta, "ended": ended or ENDED_NORMALLY}, closed=closed)
     recording.remove_directory(directory)
     return built
 

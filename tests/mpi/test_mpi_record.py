@@ -4,6 +4,7 @@ however the run ends, and a flight recorder's window dumped on demand, at a cras
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -35,6 +36,14 @@ def _wait_for(path: Path, job: subprocess.Popen, timeout: float = 120.0) -> None
         time.sleep(0.05)
 
 
+def _wait_for_size(path: Path, size: int, job: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.stat().st_size > size):
+        assert job.poll() is None, job.communicate()
+        assert time.monotonic() < deadline, f"{path} did not grow past {size} bytes within {timeout} s"
+        time.sleep(0.05)
+
+
 ENDINGS = {   # how the test ends the run, and what the archive must say of it
     "sigint": "Ctrl-C (SIGINT)", "sigterm": "SIGTERM", "raise": "rank 1 raised RuntimeError: rank 1 gives up",
     "abort": "rank 1 called MPI_Abort (error code 3)", "kill-9": "ranks did not close their recording",
@@ -55,8 +64,9 @@ def test_every_ending_leaves_a_readable_archive_of_what_reached_the_disk(tmp_pat
             os.killpg(job.pid, signal.SIGINT)          # the terminal's Ctrl-C reaches the whole job
         elif ending == "sigterm":
             job.send_signal(signal.SIGTERM)            # what `timeout` or Slurm sends eventspace mpirun
-        elif ending == "kill-9":
-            time.sleep(0.5)                            # a block or two on disk past the 20,000 steps
+        elif ending == "kill-9":   # once r1's recorder has written blocks (it writes every second)
+            (directory,) = run_dir().glob(f"{name}.recording*")
+            _wait_for_size(directory / "r1.rec", 4096, job)
             os.kill(run_file.pids["r1"], signal.SIGKILL)
         else:
             (tmp_path / "go").touch()
@@ -176,3 +186,26 @@ def test_under_another_launcher_an_aborted_runs_recording_stays_and_builds_by_ha
         assert db.info.extra["ended"].startswith("rank 1 raised RuntimeError: rank 1 gives up")
         assert len(db.records()) == db.info.tuples > 20_000
     assert not directory.exists()
+
+
+@pytest.mark.timeout(240)
+def test_a_full_disk_stops_one_ranks_recording_with_one_line_and_every_count_reconciles(tmp_path):
+    """Rank 1 may write files of 256 KiB at most (RLIMIT_FSIZE, as a full disk would refuse it: EFBIG
+    for ENOSPC): its recording stops with one line naming its file and what it wrote, the run goes on
+    to its end, and the archive holds what both ranks wrote, the rest counted as discarded."""
+    archive = tmp_path / "run.sqlite"
+    result = mpirun("-n", 2, "--name", "full", "--archive", archive, "disk_full.py", 200_000, cwd=tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr
+    stopped = [line for line in ours(result.stderr) if line.startswith("eventspace.mpi: recording stopped")]
+    assert len(stopped) == 1 and re.fullmatch(
+        r"eventspace\.mpi: recording stopped: \S+/full\.recording/r1\.rec: File too large; [\d,]+ events written",
+        stopped[0]), result.stderr
+    written = int(stopped[0].rsplit("; ", 1)[1].split()[0].replace(",", ""))
+    with Archive.open(archive) as db:
+        info, accounts = db.info, json.loads(db.info.extra["recording"])
+        _, rows = db.query("SELECT thread, count(*) FROM events GROUP BY thread ORDER BY thread")
+    assert dict(rows) == {"r0": 200_000, "r1": written} and 0 < written < 200_000
+    assert accounts["r1"]["made"] == 200_000 and accounts["r1"]["discarded"] == 200_000 - written
+    assert accounts["r1"]["stopped"] == "File too large" and info.discarded == 200_000 - written
+    assert f"r1: made 200,000, written {written:,}, discarded {200_000 - written:,} (its recording stopped: " \
+           "File too large)" in result.stderr
