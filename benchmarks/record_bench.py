@@ -176,8 +176,8 @@ def main() -> int:
 
     began = load()[0]
     bibw = alternate(DEMO / "osu_bibw.py", args.pairs)
-    bw = alternate(DEMO / "osu_bw.py", args.pairs, ("plain", "archive"))
-    latency = alternate(DEMO / "osu_latency.py", args.pairs, ("plain", "archive"))
+    bw = alternate(DEMO / "osu_bw.py", args.pairs, ("plain", "monitored", "archive"))
+    latency = alternate(DEMO / "osu_latency.py", args.pairs, ("plain", "monitored", "archive"))
     hello_plain, hello_ours = hello(args.hello)
     tunnel = windtunnel(args.steps) if args.steps else {}
 
@@ -191,6 +191,11 @@ def main() -> int:
     rows += [(f"osu_bibw wall time in all, {c}", median(bibw[c], lambda r: r["wall"]), "s",
               f"{median(bibw[c], lambda r: r['wall']) / median(bibw['plain'], lambda r: r['wall']):.2f}x plain")
              for c in CONFIGS]
+    for runs, size, what, unit in ((bw, 8192, "8 KiB bandwidth (osu_bw)", "MB/s"),
+                                   (latency, 0, "0-byte latency (osu_latency)", "us")):
+        peer = median(runs["plain"], lambda r, s=size: r["values"][s])
+        rows += [(f"{what}, {c}", median(runs[c], lambda r, s=size: r["values"][s]), unit,
+                  f"{median(runs[c], lambda r, s=size: r['values'][s]) / peer:.2f}x plain") for c in runs]
     ratios = {
         "archive": program("archive") / program("plain"),
         "record": program("record") / program("monitored"),
