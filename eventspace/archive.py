@@ -19,7 +19,7 @@ import numpy as np
 from . import blocks, trace
 from .catalogue import SYSTEM_ROLE, Catalogue, Entry, TreeLayout
 from .clock import WallClock
-from .ignored import NOT_INTEGERS, NOT_RECORDS, Ignored, verdict
+from .ignored import BAD_BLOCK, NOT_INTEGERS, Ignored, verdict
 
 FORMAT = "eventspace-archive"
 # Version 1 keeps a row per event (table `events`: what getevent appends as it streams); version 2 keeps
@@ -359,8 +359,10 @@ class Archive:
     def __len__(self) -> int:
         """Records stored (rows in `events`, or the records the blocks say they hold)."""
         with self._lock:
-            if self.layout == BLOCKS:
-                return self._db.execute("SELECT coalesce(sum(count), 0) FROM blocks").fetchone()[0]
+            if self.layout == BLOCKS:   # as the blocks say (a block holds at most MAX_COUNT; a file may lie)
+                return self._db.execute(
+                    "SELECT coalesce(sum(CASE WHEN typeof(count) = 'integer' THEN min(max(count, 0), ?) ELSE 0 END), 0) "
+                    "FROM blocks", (blocks.MAX_COUNT,)).fetchone()[0]
             return self._db.execute("SELECT count(*) FROM events").fetchone()[0]
 
     def records(self, progress=None) -> np.ndarray:
@@ -453,13 +455,13 @@ class Archive:
         records block."""
         found = list(blocks.scan(data)) if isinstance(data, bytes) else []
         block = found[0] if len(found) == 1 else None
-        if not isinstance(block, blocks.Block) or block.kind != blocks.RECORDS:
-            self.ignored.add(NOT_RECORDS, max(1, len(data) // trace.SIZE) if isinstance(data, bytes) else 1)
+        if not isinstance(block, blocks.Block) or block.kind != blocks.RECORDS:   # its records are unknown: 1
+            self.ignored.add(BAD_BLOCK, 1)
             return trace.empty()
         try:
             return block.records()
         except ValueError:
-            self.ignored.add(NOT_RECORDS, block.count)
+            self.ignored.add(BAD_BLOCK, block.count)
             return trace.empty()
 
     def _rows(self) -> str:

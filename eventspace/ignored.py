@@ -23,8 +23,9 @@ BAD_CLASS = "class members or part out of range"
 BAD_BUCKET = "histogram bucket out of range"
 NOT_RECORDS = "not whole 36-byte trace records (an element of another template under a trace element's name)"
 NOT_INTEGERS = "fields out of their ranges, or not numbers"   # an archive's rows (eventspace.archive)
+BAD_BLOCK = "in a block that fails its check or does not decode"   # an archive's blocks (eventspace.blocks)
 REASONS = frozenset({UNKNOWN_COLLECTOR, BAD_TIMES, NO_OP, NOT_ON_CLOCK, STAGE_FLAGS, BAD_CLASS, BAD_BUCKET,
-                     NOT_RECORDS, NOT_INTEGERS})
+                     NOT_RECORDS, NOT_INTEGERS, BAD_BLOCK})
 
 LATEST_NS = 1 << 62   # no clock reads this: 146 years of a node's monotonic clock (archives store below 2**63)
 _STAGE_FLAGS = trace.CLASS | trace.HISTOGRAM | trace.SUMMARY

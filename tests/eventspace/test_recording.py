@@ -240,3 +240,28 @@ def test_a_blocks_archive_reads_as_a_rows_archive_does(tmp_path, catalogue):
         with pytest.raises(ArchiveError, match="queries cannot change an archive"):
             archive.query("DELETE FROM events")
         assert archive.info.discarded == 3
+
+
+def test_a_blocks_archive_handed_over_damaged_reads_what_is_sound_and_says_what_is_not(tmp_path, catalogue, caplog):
+    """Archives are files anyone may hand you: a block that fails its check, one that is not a block, and
+    a count that claims more than a block may hold are left out and said once; the rest reads."""
+    import sqlite3
+
+    records = _sends(3000)
+    with Archive(tmp_path / "b.sqlite", catalogue, layout=BLOCKS) as archive:
+        archive.append(records[:1000])
+        archive.append(records[1000:2000])
+        archive.append(records[2000:])
+    with sqlite3.connect(tmp_path / "b.sqlite") as db:
+        data = bytearray(db.execute("SELECT data FROM blocks WHERE seq = 2").fetchone()[0])
+        data[-1] ^= 0xFF
+        db.execute("UPDATE blocks SET data = ?, count = ? WHERE seq = 2", (bytes(data), 10**15))
+        db.execute("INSERT INTO blocks (node, first, count, data) VALUES ('', 0, 5, ?)", (b"not a block at all",))
+    with Archive.open(tmp_path / "b.sqlite") as archive:
+        assert len(archive) <= 2000 + blocks.MAX_COUNT + 5
+        kept = archive.records()
+        _, rows = archive.query("SELECT count(*) FROM events")
+    assert kept.tobytes() == np.concatenate([records[:1000], records[2000:]]).tobytes() and rows == [(2000,)]
+    told = [r.getMessage() for r in caplog.records if r.name == "eventspace.ignored"]
+    assert told == [f"archive {tmp_path / 'b.sqlite'}: 2 records ignored: in a block that fails its check or does not "
+                    "decode"]
