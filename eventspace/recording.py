@@ -8,7 +8,7 @@ import mmap
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -258,10 +258,13 @@ def windows(clients: dict, timeout: float = 10.0) -> tuple[dict[str, bytes], int
     return streams, (newest - int(seconds * 1e9) if seconds else None), missing
 
 
-def dump(clients: dict, catalogue: Catalogue, path, meta: dict | None = None, timeout: float = 10.0) -> Built:
+def dump(clients: dict, catalogue: Callable[[], Catalogue], path, meta: dict | None = None,
+         timeout: float = 10.0) -> Built:
     """An archive at `path` of what every node behind `clients` has recorded so far (a flight
-    recorder's window, trimmed to its time; or a recording file's records), asked of them now.
-    ArchiveError if none of them answers with a recording, or the archive cannot be made."""
+    recorder's window, trimmed to its time; or a recording file's records), asked of them now;
+    `catalogue()` gives the run's catalogue, made only once a node has answered with a recording
+    (a large run's takes seconds, and a run that records nothing is told at once). ArchiveError if
+    none of them answers with a recording, or the archive cannot be made."""
     streams, since, missing = windows(clients, timeout)
     if not streams:
         raise ArchiveError("no node answered with a recording (" + "; ".join(
@@ -270,7 +273,7 @@ def dump(clients: dict, catalogue: Catalogue, path, meta: dict | None = None, ti
     notes = {"dumped": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if missing:
         notes["missing"] = json.dumps(missing)
-    return build(path, catalogue, streams, since_ns=since, meta={**notes, **(meta or {})})
+    return build(path, catalogue(), streams, since_ns=since, meta={**notes, **(meta or {})})
 
 
 def dump_run(run_file, path=None, why: str = "") -> tuple[Path, Built]:
@@ -280,11 +283,12 @@ def dump_run(run_file, path=None, why: str = "") -> tuple[Path, Built]:
     import pastset
 
     path = Path(path) if path is not None else dump_path(run_file.name)
-    pathmap = run_file.pathmap()
-    security = pathmap.security.load()
-    clients = {node: pastset.connect(endpoint, security=security) for node, endpoint in run_file.endpoints.items()}
+    pathmap = run_file.pathmap()   # its keys (the checked pathmap beside the snapshot: quick to load)
+    clients = {node: pastset.connect(endpoint, security=pathmap.security.load())
+               for node, endpoint in run_file.endpoints.items()}
     try:
-        built = dump(clients, Catalogue(pathmap), path, meta={"run": run_file.name, **({"ended": why} if why else {})})
+        built = dump(clients, lambda: Catalogue(pathmap), path,
+                     meta={"run": run_file.name, **({"ended": why} if why else {})})
     finally:
         for client in clients.values():
             client.close()
@@ -337,7 +341,7 @@ class RunRecording:
             return []
         path = dump_path(run.name)
         try:
-            built = dump({node: run.client(node) for node in run.endpoints}, Catalogue(run.pathmap), path,
+            built = dump({node: run.client(node) for node in run.endpoints}, lambda: Catalogue(run.pathmap), path,
                          meta={"run": run.name, "ended": ended}, timeout=5)
         except Exception as exc:   # the run is ending anyway: say why the window is lost
             return [f"the flight recorder could not be dumped: {type(exc).__name__}: {exc}"]

@@ -318,7 +318,7 @@ class Rank:
         path = recording.dump_path(self.name)
         try:
             built = recording.dump({self.node.name: self.node.client(self.node.name), **others},
-                                   self.space.catalogue, path, meta={"run": self.name, "ended": why,
+                                   lambda: self.space.catalogue, path, meta={"run": self.name, "ended": why,
                                                                      **self.archive_meta()}, timeout=5)
         except (ArchiveError, OSError, pastset.PastSetError) as exc:
             say(f"the flight recorder could not be dumped: {exc}")

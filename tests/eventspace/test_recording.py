@@ -199,7 +199,7 @@ def test_the_flight_recorder_keeps_only_the_last_window_and_dumps_it_on_demand(t
             spill()
     endpoint = server.serve("tcp://127.0.0.1:0")
     with pastset.connect(endpoint) as client:
-        built = recording.dump({"A": client}, catalogue, tmp_path / "dump.sqlite")
+        built = recording.dump({"A": client}, lambda: catalogue, tmp_path / "dump.sqlite")
     with Archive.open(tmp_path / "dump.sqlite") as archive:
         kept = archive.records()["arg"].tolist()
     assert kept == list(range(14_999, 20_000)) and built.tuples == 5001   # those ending in the last 0.05 s
@@ -222,7 +222,7 @@ def test_a_dump_of_a_run_that_records_nothing_says_so(tmp_path, catalogue):
     server = TupleServer("silent")
     with pastset.connect(server.serve("tcp://127.0.0.1:0")) as client:
         with pytest.raises(ArchiveError, match="no node answered with a recording"):
-            recording.dump({"A": client}, catalogue, tmp_path / "dump.sqlite")
+            recording.dump({"A": client}, lambda: catalogue, tmp_path / "dump.sqlite")
     assert not (tmp_path / "dump.sqlite").exists()
     server.close()
 
