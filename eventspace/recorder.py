@@ -200,7 +200,7 @@ class Recorder:
         self.unwritten = 0                    # records the sink refused (its `failed` says why)
         self.closed: Counts | None = None        # the final account, once closed
         self.ended = ""                          # how the recording ended, once closed
-        self._dumped: tuple[bytes, int] | None = None   # the copy a dump reads, chunk by chunk
+        self._dumped: tuple[bytes | int, int] | None = None   # what a dump reads, chunk by chunk
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._write_note(header)
@@ -344,11 +344,13 @@ class Recorder:
         offset, most = int(offset), max(1, min(int(most), DUMP_CHUNK))
         if offset == 0 or self._dumped is None:
             self.flush(sync=False)
-            if isinstance(self.sink, Window):
-                self._dumped = self.sink.dump()
-            else:
-                with open(self.sink.path, "rb") as f:
-                    self._dumped = (f.read(), 0)
+            # A window is copied whole (it is bounded); a file is read a chunk at a time, up to the
+            # size it had when the dump began (what is appended meanwhile is the next dump's).
+            self._dumped = self.sink.dump() if isinstance(self.sink, Window) else (self.sink.size, 0)
         data, newest = self._dumped
         seconds = getattr(self.sink, "seconds", None) or 0
+        if isinstance(data, int):
+            with open(self.sink.path, "rb") as f:
+                f.seek(offset)
+                return [f.read(max(0, min(most, data - offset))), data, newest, seconds]
         return [data[offset:offset + most], len(data), newest, seconds]

@@ -265,3 +265,25 @@ def test_a_blocks_archive_handed_over_damaged_reads_what_is_sound_and_says_what_
     told = [r.getMessage() for r in caplog.records if r.name == "eventspace.ignored"]
     assert told == [f"archive {tmp_path / 'b.sqlite'}: 2 records ignored: in a block that fails its check or does not "
                     "decode"]
+
+
+def test_a_dump_of_a_recording_file_gives_what_it_holds_so_far_a_chunk_at_a_time(tmp_path, catalogue, monkeypatch):
+    from eventspace import recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "DUMP_CHUNK", 4096)   # many chunks, not one
+    monkeypatch.setattr(recording, "DUMP_CHUNK", 4096)
+    server, element = _ring(keep=64)
+    recorder = Recorder(RecordingFile(tmp_path / "A.rec"), {"node": "A"}, interval=3600, block_records=500)
+    recorder.host(server)
+    append = element.appender(single_writer=True)
+    bound, spill = recorder.watch(element)
+    for i in range(30_000):
+        if append(e.SEND, 0, 1, 1, i, 1, T0 + i * 1000 + (i * 7919) % 997, T0 + i * 1000 + 999) >= bound[0]:
+            spill()
+    with pastset.connect(server.serve("tcp://127.0.0.1:0")) as client:
+        built = recording.dump({"A": client}, lambda: catalogue, tmp_path / "dump.sqlite")
+    with Archive.open(tmp_path / "dump.sqlite") as archive:
+        assert archive.records()["arg"].tolist() == list(range(30_000)) and built.tuples == 30_000
+    assert (tmp_path / "A.rec").stat().st_size > 3 * 4096
+    recorder.close("the test ended")
+    server.close()
