@@ -190,11 +190,12 @@ def test_under_another_launcher_an_aborted_runs_recording_stays_and_builds_by_ha
 
 @pytest.mark.timeout(240)
 def test_a_full_disk_stops_one_ranks_recording_with_one_line_and_every_count_reconciles(tmp_path):
-    """Rank 1 may write files of 256 KiB at most (RLIMIT_FSIZE, as a full disk would refuse it: EFBIG
-    for ENOSPC): its recording stops with one line naming its file and what it wrote, the run goes on
-    to its end, and the archive holds what both ranks wrote, the rest counted as discarded."""
+    """Rank 1 may write files of 192 KiB at most (RLIMIT_FSIZE, as a full disk would refuse it: EFBIG for
+    ENOSPC; a million events take more, however well they compress): its recording stops with one line
+    naming its file and what it wrote, the run goes on to its end, and the archive holds what both ranks
+    wrote, the rest counted as discarded."""
     archive = tmp_path / "run.sqlite"
-    result = mpirun("-n", 2, "--name", "full", "--archive", archive, "disk_full.py", 200_000, cwd=tmp_path, timeout=180)
+    result = mpirun("-n", 2, "--name", "full", "--archive", archive, "disk_full.py", 1_000_000, cwd=tmp_path, timeout=180)
     assert result.returncode == 0, result.stderr
     stopped = [line for line in ours(result.stderr) if line.startswith("eventspace.mpi: recording stopped")]
     assert len(stopped) == 1 and re.fullmatch(
@@ -204,8 +205,8 @@ def test_a_full_disk_stops_one_ranks_recording_with_one_line_and_every_count_rec
     with Archive.open(archive) as db:
         info, accounts = db.info, json.loads(db.info.extra["recording"])
         _, rows = db.query("SELECT thread, count(*) FROM events GROUP BY thread ORDER BY thread")
-    assert dict(rows) == {"r0": 200_000, "r1": written} and 0 < written < 200_000
-    assert accounts["r1"]["made"] == 200_000 and accounts["r1"]["discarded"] == 200_000 - written
-    assert accounts["r1"]["stopped"] == "File too large" and info.discarded == 200_000 - written
-    assert f"r1: made 200,000, written {written:,}, discarded {200_000 - written:,} (its recording stopped: " \
+    assert dict(rows) == {"r0": 1_000_000, "r1": written} and 0 < written < 1_000_000
+    assert accounts["r1"]["made"] == 1_000_000 and accounts["r1"]["discarded"] == 1_000_000 - written
+    assert accounts["r1"]["stopped"] == "File too large" and info.discarded == 1_000_000 - written
+    assert f"r1: made 1,000,000, written {written:,}, discarded {1_000_000 - written:,} (its recording stopped: " \
            "File too large)" in result.stderr
