@@ -1,0 +1,149 @@
+"""Wait states of real MPI programs that inject known waits (tests/mpi/programs/waitstates.py), from
+their archives and live: each pattern found where it was made, of the size it was made, caused by
+the rank that made it; nothing where nothing was made; live and archive numbers equal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jobs import PROGRAMS, mpirun, requires_mpi, run, stop, until_live
+from monitors.heatmap import plotting
+
+pytestmark = requires_mpi
+
+DELAY = 0.04   # s: each injected wait; 10% of five of them is well above what a loaded machine adds
+
+
+def archive_waits(archive, *args, cwd):
+    return run([sys.executable, "-m", "eventspace.cli", "archive", "waits", archive, *map(str, args)], cwd)
+
+
+def waits_of(tmp_path, ranks: int, *args) -> tuple[dict, float]:
+    """(the archive's wait-state report, the seconds the late rank slept) of `waitstates.py ARGS`."""
+    archive = tmp_path / f"{args[0]}.sqlite"
+    result = mpirun("-n", ranks, "--archive", archive, "waitstates.py", *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    slept = json.loads(result.stdout.splitlines()[0])["slept"]
+    shown = archive_waits(archive, "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert report["complete"] and report["clock"] == {"hosts": 1, "bound_ns": 0}
+    return report, slept
+
+
+def pattern(report, key) -> dict:
+    return next(p for p in report["patterns"] if p["key"] == key)
+
+
+def near(measured_ns: int, expected_s: float, instances: int, report) -> bool:
+    """Within 10% of what was injected, plus the clock bound per instance."""
+    bound = report["clock"]["bound_ns"] or 0
+    return abs(measured_ns - expected_s * 1e9) <= 0.1 * expected_s * 1e9 + instances * bound
+
+
+def test_a_sender_late_by_d_before_each_of_n_sends_makes_its_receiver_wait_n_times_d(tmp_path):
+    report, slept = waits_of(tmp_path, 2, "late-sender", 5, DELAY)
+    assert slept >= 5 * DELAY
+    sender = pattern(report, "late_sender")
+    assert sender["instances"] == 5 and near(sender["waiting_ns"], slept, 5, report), (sender, slept)
+    assert report["per_rank"][0][0] == sender["waiting_ns"]             # at rank 0 ...
+    assert report["pairs"][0][1] >= sender["waiting_ns"]               # ... caused by rank 1
+    top = report["top"][0]
+    assert (top["pattern"], top["rank"], top["op"], top["peer"], top["calls"]) == ("late_sender", 0, "MPI_Recv", 1, 5)
+
+
+def test_an_ssend_whose_receive_is_posted_d_late_waits_d_late_receiver(tmp_path):
+    report, slept = waits_of(tmp_path, 2, "late-receiver", 5, DELAY)
+    receiver = pattern(report, "late_receiver")
+    assert receiver["instances"] == 5 and near(receiver["waiting_ns"], slept, 5, report), (receiver, slept)
+    assert report["per_rank"][0][1] == receiver["waiting_ns"] and report["pairs"][0][1] >= receiver["waiting_ns"]
+    assert pattern(report, "late_sender")["waiting_ns"] < 0.1 * receiver["waiting_ns"]
+
+
+def test_one_rank_late_in_each_of_n_allreduces_on_4_ranks_makes_the_3_others_wait(tmp_path):
+    report, slept = waits_of(tmp_path, 4, "allreduce", 5, DELAY, 2)
+    nxn = pattern(report, "wait_nxn")
+    assert near(nxn["waiting_ns"], 3 * slept, 15, report), (nxn, slept)
+    caused = [report["pairs"][w][2] for w in range(4)]
+    # All of it caused by rank 2: what the others waited for anyone else is below the 10% allowed.
+    assert sum(caused) >= 0.9 * nxn["waiting_ns"] and report["per_rank"][2][2] < 0.1 * slept * 1e9
+    assert all(c >= 0.9 * slept * 1e9 for w, c in enumerate(caused) if w != 2), caused
+
+
+def test_a_late_root_makes_every_other_member_of_a_broadcast_wait(tmp_path):
+    report, slept = waits_of(tmp_path, 3, "bcast", 5, DELAY)
+    late = pattern(report, "late_broadcast")
+    assert near(late["waiting_ns"], 2 * slept, 10, report), (late, slept)
+    assert report["pairs"][1][0] + report["pairs"][2][0] >= late["waiting_ns"]
+
+
+def test_a_program_with_no_injected_delay_shows_no_wait_above_the_clock_bound(tmp_path):
+    archive = tmp_path / "ordered.sqlite"
+    result = mpirun("-n", 2, "--archive", archive, "waitstates.py", "ordered", 20, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = archive_waits(archive, "--json", cwd=tmp_path)
+    report = json.loads(shown.stdout)
+    assert report["mpi_ns"] > 0 and report["pending"]["sends"] == 0 and report["pending"]["receives"] == 0
+    assert [(p["key"], p["waiting_ns"], p["uncertain_ns"]) for p in report["patterns"] if p["waiting_ns"]] == []
+
+
+@pytest.mark.slow
+def test_the_live_monitor_and_the_archive_give_the_same_numbers_for_the_same_records(tmp_path):
+    go = tmp_path / "go"
+    archive = tmp_path / "mixed.sqlite"
+    job = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "3", "--name", "mixed", "--archive",
+                            str(archive), str(PROGRAMS / "waitstates.py"), "mixed", "10", "0.02", str(go)],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    monitor = None
+    try:
+        until_live("mixed", job)
+        monitor = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "monitor", "waits", "--run", "mixed",
+                                    "--json", "--interval", "0.2"], cwd=tmp_path, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        first = json.loads(monitor.stdout.readline())   # attached, clocks estimated, pulling: now go
+        assert first["records"] == 0
+        go.touch()
+        out, err = monitor.communicate(timeout=120)
+        assert monitor.returncode == 0, err
+        job.communicate(timeout=60)
+        assert job.returncode == 0
+    finally:
+        if monitor is not None and monitor.poll() is None:
+            monitor.kill()
+            monitor.communicate()
+        stop(job)
+    *frames, end = [json.loads(line) for line in out.splitlines()]
+    assert end["ended"] and end["complete"] and end["records"]["discarded"] == 0
+    live = frames[-1]
+    shown = archive_waits(archive, "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert live == json.loads(shown.stdout)
+    assert live["complete"] and live["records"] > 0 and live["discarded"] == 0
+    for key in ("late_sender", "wait_nxn", "late_broadcast", "late_receiver"):
+        assert pattern(live, key)["waiting_ns"] > 0, key
+    assert err.splitlines()[-1].startswith("run mixed ended: its program ended; ")
+
+
+@pytest.mark.skipif(not plotting(), reason="needs the plot extra (matplotlib)")
+def test_the_wait_states_draw_who_waits_for_whom_and_each_ranks_patterns(tmp_path):
+    archive = tmp_path / "bcast.sqlite"
+    assert mpirun("-n", 3, "--archive", archive, "waitstates.py", "bcast", 2, 0.01, cwd=tmp_path).returncode == 0
+    drawn = archive_waits(archive, "--plot", tmp_path / "w.png", cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    for png in ("w.png", "w-ranks.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(plotting(), reason="the plot extra is installed")
+def test_without_the_plot_extra_the_wait_states_say_so_and_print_the_tables(tmp_path):
+    archive = tmp_path / "bcast.sqlite"
+    assert mpirun("-n", 3, "--archive", archive, "waitstates.py", "bcast", 2, 0.01, cwd=tmp_path).returncode == 0
+    shown = archive_waits(archive, "--plot", tmp_path / "w.png", cwd=tmp_path)
+    assert shown.returncode == 0 and "Late Broadcast" in shown.stdout
+    assert shown.stderr == "note: no plots: --plot needs matplotlib (pip install 'eventspace[plot]')\n"
+    assert not (tmp_path / "w.png").exists()
