@@ -323,3 +323,20 @@ def waitstates_tables(report, most: int = 16) -> Group:
         shown.append(Text(f"{report.discarded:,} records were discarded before they were read: the figures are short "
                           "of them (`eventspace mpirun --archive` keeps every record)", style="yellow"))
     return Group(*shown)
+
+
+def waitstates_summary(report, most: int = 4) -> Group:
+    """The dashboard's panel of wait states: each pattern with waiting (ms and share of the MPI
+    time), the `most` largest who-waits-for-whom pairs, and the clock's bound."""
+    patterns = Table(box=None, padding=(0, 1))
+    for column in ("pattern", "ms", "share"):
+        patterns.add_column(column, justify="left" if column == "pattern" else "right")
+    for p in report.patterns:
+        if p.waiting_ns or p.uncertain_ns:
+            patterns.add_row(p.name, f"{p.waiting_ns / 1e6:,.1f}", f"{p.share:.0%}")
+    pairs = sorted(((ns, w, c) for w, row in enumerate(report.pairs) for c, ns in enumerate(row) if ns), reverse=True)
+    lines = [Text(f"r{w} waited {ns / 1e6:,.1f} ms for r{c}") for ns, w, c in pairs[:most]]
+    bound = report.clock.get("bound_ns")
+    clock = "clock bound: not known between hosts" if bound is None else f"clock bound {bound / 1e3:,.1f} µs"
+    return Group(patterns if patterns.row_count else Text("no waits yet", style="dim"), *lines,
+                 Text(f"{report.waiting_ns / 1e6:,.1f} of {report.mpi_ns / 1e6:,.1f} ms in MPI; {clock}", style="dim"))

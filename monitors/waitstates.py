@@ -677,6 +677,12 @@ def archive_waits(archive, top: int = 10) -> WaitReport:
     return states.report()
 
 
+def has_mpi(catalogue) -> bool:
+    """Whether a run's catalogue has MPI collectors (an MPI run's), whose records have wait states."""
+    collectors = e.Collectors(catalogue)
+    return bool(collectors.p2p.any() or collectors.collective.any())
+
+
 class WaitStatesMon(ScopeMon):
     """The wait states of a live MPI run: a stream scope over `view` (default: every collector;
     a wait is found where both its ends are in the view), its nodes' clocks estimated once (one
@@ -688,7 +694,7 @@ class WaitStatesMon(ScopeMon):
         try:
             catalogue, pathmap = self.scope.catalogue, self.scope.pathmap
             collectors = e.Collectors(catalogue)
-            if not (collectors.p2p.any() or collectors.collective.any()):
+            if not has_mpi(catalogue):
                 raise ValueError(f"run {pathmap.name} has no MPI collectors: wait states are found in MPI programs' "
                                  "records (`eventspace mpirun`)")
             ranks = [f"r{r}" for r in range(collectors.ranks)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -147,3 +148,44 @@ def test_without_the_plot_extra_the_wait_states_say_so_and_print_the_tables(tmp_
     assert shown.returncode == 0 and "Late Broadcast" in shown.stdout
     assert shown.stderr == "note: no plots: --plot needs matplotlib (pip install 'eventspace[plot]')\n"
     assert not (tmp_path / "w.png").exists()
+
+
+@pytest.mark.slow
+def test_the_dashboard_of_an_mpi_run_shows_its_wait_states(tmp_path):
+    from rich.console import Console
+
+    from monitors.dashboard import Dashboard, render
+    from paths import RunFile
+
+    go = tmp_path / "go"
+    job = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "3", "--name", "board",
+                            str(PROGRAMS / "waitstates.py"), "mixed", "200", "0.02", str(go)],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    board = None
+    try:
+        until_live("board", job)
+        board = Dashboard(RunFile.find("board"), title="board")
+        go.touch()
+        deadline = time.monotonic() + 60
+        while True:   # rank 1 is late at every step: its neighbours wait for its messages, all for its allreduce
+            state = board.update()
+            waits = state.waits
+            if waits and waits.pattern("late_sender").waiting_ns and waits.pattern("wait_nxn").waiting_ns:
+                break
+            assert time.monotonic() < deadline and job.poll() is None, state
+            time.sleep(0.3)
+        assert sum(row[1] for row in waits.pairs) >= 0.5 * waits.waiting_ns   # mostly caused by rank 1
+        console = Console(width=160, height=50, record=True)
+        console.print(render(state))
+        text = console.export_text()
+        assert "wait states" in text and "Late Sender" in text and "clock bound 0.0 µs" in text
+        assert board.figures()["waits"]["late_sender"] == waits.pattern("late_sender").waiting_ns
+        board.close()
+        board = None
+        job.communicate(timeout=120)
+        assert job.returncode == 0
+    finally:
+        if board is not None:
+            board.close()
+        stop(job)
