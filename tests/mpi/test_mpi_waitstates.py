@@ -189,3 +189,25 @@ def test_the_dashboard_of_an_mpi_run_shows_its_wait_states(tmp_path):
         if board is not None:
             board.close()
         stop(job)
+
+
+def test_the_wind_tunnel_with_one_rank_slowed_down_keeps_its_grid_and_its_neighbours_wait_for_it(tmp_path):
+    from apps.windtunnel.lattice import grid_sha256, reference_run
+
+    archive = tmp_path / "wt.sqlite"
+    result = mpirun("-n", 4, "--archive", archive, "-m", "apps.windtunnel.mpi", "--size", 32, "--steps", 20,
+                    "--delay", "1:0.01", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["grid_sha256"] == grid_sha256(reference_run(32, 20, 1))
+    assert summary["delayed_seconds"] == pytest.approx(0.2)
+    report = json.loads(archive_waits(archive, "--json", cwd=tmp_path).stdout)
+    sender = pattern(report, "late_sender")
+    # Its neighbours (r0, r2) wait in their Sendrecvs for its rows, 10 ms a step each at least (and r3,
+    # further on, for r0, which waited for r1 first), and everyone for it at the allreduces.
+    pairs = report["pairs"]
+    assert pairs[0][1] >= 0.2e9 and pairs[2][1] >= 0.2e9 and sender["waiting_ns"] >= 2 * 0.2e9, pairs
+    caused = [sum(row[c] for row in pairs) for c in range(4)]
+    assert max(range(4), key=caused.__getitem__) == 1, caused
+    assert all(pairs[w][1] > 0 for w in (0, 2, 3))
+    assert [(t["op"], t["peer"]) for t in report["top"][:3]].count(("MPI_Sendrecv.recv", 1)) >= 2, report["top"]
