@@ -39,7 +39,7 @@ def write_plots(report: WaitReport, png: str | Path) -> list[Path]:
     plt.close(fig)
 
     per_rank = np.array(report.per_rank, dtype=np.float64).reshape(n, len(PATTERNS)) / 1e6
-    fig, ax = plt.subplots(figsize=(2.0 + 0.5 * max(n, 4), 3.8))
+    fig, ax = plt.subplots(figsize=(3.8 + 0.5 * max(n, 4), 3.8))
     bottom = np.zeros(n)
     for k, pattern in enumerate(PATTERNS):
         if per_rank[:, k].any():
@@ -49,7 +49,7 @@ def write_plots(report: WaitReport, png: str | Path) -> list[Path]:
     ax.set_ylabel("ms waiting")
     ax.set_title("waiting per rank, by pattern")
     if bottom.any():
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(ranks_png, dpi=100)
     plt.close(fig)
