@@ -261,3 +261,66 @@ def test_an_archive_that_is_not_an_mpi_runs_is_told_so_in_one_line(tmp_path, cap
     err = capsys.readouterr().err
     assert err == (f"eventspace archive: {path} is not the archive of an MPI run (`eventspace mpirun --archive`): "
                    "it keeps no ranks' hosts\n")
+
+
+def mpi_archive(path, run: MpiTrace, hosts=None):
+    """An archive of `run`'s records as an MPI run writes it (with its ranks' hosts)."""
+    import json
+
+    from eventspace.archive import Archive
+
+    with Archive(path, run.catalogue) as archive:
+        archive.append(run.records())
+        ranks = len(run.catalogue.threads)
+        archive.set_meta("hosts", json.dumps({f"r{r}": (hosts or ["h0"] * ranks)[r] for r in range(ranks)}))
+    return path
+
+
+def test_archive_waits_prints_what_the_analysis_finds_and_refuses_a_bad_top(tmp_path, capsys):
+    import json
+
+    from eventspace.cli import main
+
+    path = mpi_archive(tmp_path / "rich.sqlite", rich_run())
+    assert main(["archive", "waits", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == analysed(rich_run()).as_dict()
+    assert main(["archive", "waits", str(path), "--top", "-1"]) == 2
+    assert capsys.readouterr().err == ("eventspace archive: top -1: give how many of the largest waits to list, "
+                                       "0 or more\n")
+
+
+def test_an_archive_of_ranks_on_two_hosts_reports_their_waits_as_uncertain(tmp_path, capsys):
+    import json
+
+    from eventspace.cli import main
+
+    run = MpiTrace(2)
+    run.recv(0, 1, 0.0, 7.2)
+    run.send(1, 0, 7.0, 7.1)
+    path = mpi_archive(tmp_path / "two.sqlite", run, hosts=["a", "b"])
+    assert main(["archive", "waits", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["clock"] == {"hosts": 2, "bound_ns": None}
+    (sender,) = [p for p in report["patterns"] if p["key"] == "late_sender"]
+    assert (sender["waiting_ns"], sender["uncertain_ns"]) == (0, 7 * MS)
+    assert main(["archive", "waits", str(path)]) == 0
+    assert "whose clock offsets are not known" in capsys.readouterr().out
+
+
+def test_the_monitor_refuses_a_run_without_mpi_collectors_in_one_line(tmp_path):
+    import dataclasses
+    import subprocess
+    import sys
+
+    from paths import Instrument, Selector, launch
+    from runs import ENV, THREE_NODES, pathmap_for, ring_app
+
+    pm = pathmap_for(ring_app(3), THREE_NODES, name="nompi")
+    pm = dataclasses.replace(pm, instrument=Instrument(keep=200, collectors=(Selector(at=("source",)),))).validate()
+    with launch(pm, env=ENV) as run:
+        run.start("programs:ring_forever", {"stop_after": 60, "pause": 0.01})
+        shown = subprocess.run([sys.executable, "-m", "eventspace.cli", "monitor", "waits", "--run", run.name],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 2
+    assert shown.stderr.splitlines()[-1] == ("eventspace monitor: run nompi has no MPI collectors: wait states are "
+                                             "found in MPI programs' records (`eventspace mpirun`)")
