@@ -171,11 +171,12 @@ def test_the_dashboard_of_an_mpi_run_shows_its_wait_states(tmp_path):
         while True:   # rank 1 is late at every step: its neighbours wait for its messages, all for its allreduce
             state = board.update()
             waits = state.waits
-            if waits and waits.pattern("late_sender").waiting_ns and waits.pattern("wait_nxn").waiting_ns:
-                break
+            if waits and waits.pattern("late_sender").instances >= 100 and waits.pattern("wait_nxn").waiting_ns:
+                break   # 50 steps or so: well past the Barrier at the start, which waits for every rank to begin
             assert time.monotonic() < deadline and job.poll() is None, state
             time.sleep(0.3)
-        assert sum(row[1] for row in waits.pairs) >= 0.5 * waits.waiting_ns   # mostly caused by rank 1
+        caused = [sum(row[c] for row in waits.pairs) for c in range(3)]
+        assert max(range(3), key=caused.__getitem__) == 1, caused
         console = Console(width=160, height=50, record=True)
         console.print(render(state))
         text = console.export_text()
