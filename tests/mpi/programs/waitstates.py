@@ -9,8 +9,11 @@
     mixed N D [GO]       once the file GO exists (if named): N steps of a ring exchange with Irecv,
                          Isend and Waitall, an Allreduce, a Bcast and an Ssend, rank 1 late by D each step
 
-Every mode but `ordered` begins with a Barrier and ends with a Reduce. Rank 0 prints one JSON line: the seconds the late
-rank really slept, in total (`slept`), as measured around its sleeps.
+Every mode but `ordered` begins with a Barrier and ends with a Reduce and a Gather. Rank 0 prints one
+JSON line: the seconds the late rank really slept, in total (`slept`), as measured around its
+sleeps, and (`calls`, per rank) when each MPI call of the modes above but `mixed` began and
+returned, read on CLOCK_MONOTONIC by the program itself around the call: the waits as they
+happened, whatever else the machine was doing (on one host, the clock the collectors read).
 """
 
 import json
@@ -35,6 +38,17 @@ def sleep():
     slept += time.monotonic() - started
 
 
+def timed(call, *args, **kwargs):
+    """`call(*args, **kwargs)`, its start and return kept in `calls` (ns, CLOCK_MONOTONIC)."""
+    before = time.monotonic_ns()
+    result = call(*args, **kwargs)
+    calls.append((before, time.monotonic_ns()))
+    return result
+
+
+calls = []
+
+
 def poll(request):
     """Complete `request` by testing it (a Test call never waits: it only looks)."""
     while not request.Test():
@@ -51,27 +65,27 @@ if mode == "late-sender":
     for _ in range(n):
         if rank == 1:
             sleep()
-            comm.Send(buf, 0, 1)
+            timed(comm.Send, buf, 0, 1)
         elif rank == 0:
-            comm.Recv(buf, 1, 1)
+            timed(comm.Recv, buf, 1, 1)
 elif mode == "late-receiver":
     for _ in range(n):
         if rank == 0:
-            comm.Ssend(buf, 1, 2)
+            timed(comm.Ssend, buf, 1, 2)
         elif rank == 1:
             sleep()
-            comm.Recv(buf, 0, 2)
+            timed(comm.Recv, buf, 0, 2)
 elif mode == "allreduce":
     late = int(sys.argv[4])
     for _ in range(n):
         if rank == late:
             sleep()
-        comm.Allreduce(MPI.IN_PLACE, buf)
+        timed(comm.Allreduce, MPI.IN_PLACE, buf)
 elif mode == "bcast":
     for _ in range(n):
         if rank == 0:
             sleep()
-        comm.Bcast(buf, root=0)
+        timed(comm.Bcast, buf, root=0)
 elif mode == "ordered":
     if rank == 1:
         ready = comm.Irecv(np.zeros(1), 0, 3)
@@ -105,6 +119,9 @@ elif mode == "mixed":
             comm.Recv(buf, 0, 7)
 else:
     raise SystemExit(f"unknown mode {mode}")
-total = comm.reduce(slept, root=0) if mode != "ordered" else 0.0   # `ordered` makes no collective call
+if mode == "ordered":   # it makes no collective call
+    total, everyone = 0.0, [calls]
+else:
+    total, everyone = comm.reduce(slept, root=0), comm.gather(calls, root=0)
 if rank == 0:
-    print(json.dumps({"slept": total}), flush=True)
+    print(json.dumps({"slept": total, "calls": everyone}), flush=True)
