@@ -264,7 +264,9 @@ def waitstates_tables(report, most: int = 16) -> Group:
     for at most `most` ranks, who waits for whom; per communicator; the top waits; what is pending."""
     from .waitstates import PATTERNS
 
-    ms = lambda ns: f"{ns / 1e6:,.1f}"   # noqa: E731
+    def ms(ns: int) -> str:
+        return f"{ns / 1e6:,.1f}"
+
     shown = [Text(f"wait states of {counted(report.ranks, 'rank')}: {report.waiting_ns / 1e6:,.1f} ms of "
                   f"{report.mpi_ns / 1e6:,.1f} ms in MPI calls, from {counted(report.records, 'record')}",
                   style="bold"),

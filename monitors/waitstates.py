@@ -666,7 +666,13 @@ def archive_waits(archive, top: int = 10) -> WaitReport:
     if "hosts" not in extra:
         raise ValueError(f"{archive.path} is not the archive of an MPI run (`eventspace mpirun --archive`): "
                          "it keeps no ranks' hosts")
-    hosts = json.loads(extra["hosts"])
+    try:
+        hosts = json.loads(extra["hosts"])
+        if not isinstance(hosts, dict) or not all(isinstance(h, str) for h in hosts.values()):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{archive.path}: its meta `hosts` is not a JSON object of rank to host name; the archive "
+                         "is damaged (an MPI run writes it)") from None
     catalogue = archive.catalogue
     ranks = e.Collectors(catalogue).ranks
     per_rank = tuple(hosts.get(f"r{r}", f"r{r}") for r in range(ranks))

@@ -289,6 +289,18 @@ def test_archive_waits_prints_what_the_analysis_finds_and_refuses_a_bad_top(tmp_
                                        "0 or more\n")
 
 
+def test_an_archive_whose_hosts_are_damaged_is_told_so_in_one_line(tmp_path, capsys):
+    from eventspace.archive import Archive
+    from eventspace.cli import main
+
+    path = mpi_archive(tmp_path / "damaged.sqlite", rich_run())
+    with Archive(path, rich_run().catalogue) as archive:
+        archive.set_meta("hosts", "[1, 2]")
+    assert main(["archive", "waits", str(path)]) == 2
+    assert capsys.readouterr().err == (f"eventspace archive: {path}: its meta `hosts` is not a JSON object of rank "
+                                       "to host name; the archive is damaged (an MPI run writes it)\n")
+
+
 def test_an_archive_of_ranks_on_two_hosts_reports_their_waits_as_uncertain(tmp_path, capsys):
     import json
 
