@@ -57,10 +57,14 @@ class Limits:
     before it is allocated: each element's own objects and template (about 2 KiB), the rings of binary
     elements (record size x slots: keep + 1, or delta), the tuples typed elements hold (their payload,
     plus some 64 + 32 bytes a field for the objects, and 64 bytes for every object in an `any`
-    field), and replies of a megabyte or more until ZeroMQ has sent them. Elements may use all of
-    it but the room of two of the biggest replies (2 x max_reply, at most a quarter), so that what
-    they hold can always be read. In-process callers are held to it as remote ones are (one table,
-    one process). Smaller replies and the request being decoded are not counted.
+    field), and every reply from when it is handed to ZeroMQ until ZeroMQ has written it out (or
+    dropped it with its client). Elements may use all of it but the room of two of the biggest
+    replies (2 x max_reply, at most a quarter), so that what they hold can always be read. In-process
+    callers are held to it as remote ones are (one table, one process). The request being decoded
+    is not counted.
+
+    Replies: one reply is at most `max_reply` bytes, and one client may leave at most twice that
+    unread; past either, or past the budget, a request is answered with LimitExceeded.
 
     Shares: one client (one connection; `pastset.Client` opens one per thread) may park
     `max_parked_per_client` blocked requests and create `max_elements_per_client` elements; the

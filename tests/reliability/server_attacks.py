@@ -25,6 +25,16 @@ def memory_kb(pid: int) -> dict[str, int]:
     return found
 
 
+def until(condition, timeout: float) -> bool:
+    """Poll `condition` until it holds or `timeout` seconds pass; whether it held."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 

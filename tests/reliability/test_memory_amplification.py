@@ -12,7 +12,7 @@ import zmq
 
 import pastset
 from pastset import protocol as p
-from server_attacks import Bystander, Peer, memory_kb
+from server_attacks import Bystander, Peer, memory_kb, until
 
 TRACE = "=HHIIIIQQ"
 MIB = 1 << 20
@@ -208,3 +208,36 @@ def test_replies_a_client_does_not_read_are_held_to_a_share(attacked):
         time.sleep(0.5)
         start, items = client.element("ten").latest(1)
         assert start == 0 and items == [(b"y" * 10_000_000,)]
+
+
+def test_small_replies_a_client_does_not_read_are_counted_and_capped(attacked):
+    """Attack: 3,000 pipelined latest() of a 1,000,000-byte tuple (18 KB of requests; each reply under a
+    megabyte, so none was counted) by a peer that never reads its replies: 3 GB queued; then it leaves."""
+    server, ctx = attacked
+    pid = server.proc.pid
+    with pastset.connect(server.endpoint) as client:
+        near = client.enter("near", ["bytes"])
+        near.move((b"n" * 1_000_000,))
+        done = client.enter("done", ["int"])
+        hoarder = Peer(ctx, server.endpoint, rcvhwm=1)
+        with Bystander(server.endpoint) as bystander:
+            before = memory_kb(pid)
+            for rid in range(3_000):
+                hoarder.request(rid, p.LATEST, near.id, 1)
+                if rid % 100 == 99 and grown_mib(pid, before) > BUDGET_MIB + 512:
+                    break  # enough to fail: stop before the machine suffers
+            hoarder.request(3_000, p.MOVE, done.id, [1], None)   # answered after all of them
+            until(lambda: done.last() == 1 or grown_mib(pid, before) > BUDGET_MIB + 512, timeout=60)
+            grown = grown_mib(pid, before)
+            seen = bystander.finish()
+        print(f"3,000 unread latest() replies of 1 MB: server peak +{grown:.0f} MiB; bystander worst "
+              f"{seen['worst_s'] * 1000:.0f} ms over {seen['moves']} moves, errors {seen['errors']}")
+        assert grown < 256, "the server queued the replies of a peer that reads none of them"
+        assert done.last() == 1, "the server did not get through the requests"
+        assert seen["errors"] == [] and seen["worst_s"] < STALL_S
+        hoarder.close()                                      # what it left unread is given back
+        back = until(lambda: memory_kb(pid)["VmRSS"] < before["VmRSS"] + 64 * 1024, timeout=15)
+        print(f"resident after it left: {memory_kb(pid)['VmRSS'] / 1024:.0f} MiB, "
+              f"{before['VmRSS'] / 1024:.0f} MiB before")
+        assert back, "the memory of the replies was not given back when their client left"
+        assert near.latest(1) == (0, [(b"n" * 1_000_000,)])
