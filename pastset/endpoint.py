@@ -267,7 +267,7 @@ class Endpoint:
         try:
             rid, op, args = p.unpack_request(frame, self.limits)
         except ProtocolError as exc:
-            self._send(peer, p.error_reply(None, exc))
+            self._send(peer, p.error_reply(p.request_id(frame), exc))
             return
         try:
             handler, arity = self._ops[op] if 0 <= op < len(self._ops) else (None, 0)

@@ -61,7 +61,9 @@ class Limits:
     dropped it with its client). Elements may use all of it but the room of two of the biggest
     replies (2 x max_reply, at most a quarter), so that what they hold can always be read. In-process
     callers are held to it as remote ones are (one table, one process). The request being decoded
-    is not counted.
+    is not counted: it is at most `max_frame` bytes, of at most `max_objects` values (a range_many of
+    `max_batch` elements names 200,000), so at most some 50 MB of Python objects, decoded in a few
+    hundredths of a second.
 
     Replies: one reply is at most `max_reply` bytes, and one client may leave at most twice that
     unread; past either, or past the budget, a request is answered with LimitExceeded.
@@ -78,6 +80,7 @@ class Limits:
     """
 
     max_frame: int = 16 * 1024 * 1024     # bytes in one request frame
+    max_objects: int = 300_000            # values one request decodes to: its lists and maps, and their items
     max_elements: int = 100_000           # elements hosted by one server
     max_elements_per_client: int = 10_000  # of them, created by one client (connection) and not deleted
     max_name: int = 256                   # characters in an element name
@@ -130,25 +133,92 @@ def pack_request(rid: int, op: int, args, pack=pack) -> bytes:
 
 
 def unpack_request(frame: bytes, limits: Limits):
-    """(rid, op, args) from a request frame; raises ProtocolError for anything malformed."""
-    if len(frame) > limits.max_frame:
-        raise LimitExceeded(f"request of {len(frame)} bytes exceeds the {limits.max_frame}-byte frame limit")
-    # Decoding a frame of many small lists or maps runs the cyclic garbage collector again and again
-    # (five times the decoding itself): it is off while a big frame is decoded, as msgpack advises.
-    pause = len(frame) > _BIG_FRAME and gc.isenabled()
-    if pause:
-        gc.disable()
-    try:
-        request = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
-    except Exception as exc:  # msgpack raises several unrelated types for bad input
-        raise ProtocolError(f"request is not valid msgpack ({type(exc).__name__}: {exc})") from None
-    finally:
-        if pause:
-            gc.enable()
+    """(rid, op, args) from a request frame; LimitExceeded past `max_frame` or `max_objects`,
+    ProtocolError for anything else malformed."""
+    size = len(frame)
+    if size > limits.max_frame:
+        raise LimitExceeded(f"request of {size} bytes exceeds the {limits.max_frame}-byte frame limit")
+    request = decode(frame, limits.max_objects, "request")
     if not isinstance(request, list) or len(request) < 2 or not isinstance(request[0], int) \
             or not isinstance(request[1], int):
         raise ProtocolError("a request is a msgpack array [request_id, op, *args]")
     return request[0], request[1], request[2:]
+
+
+def decode(frame: bytes, most: int, what: str):
+    """The value of one msgpack frame (`what` it is, for errors), with at most `most` values in its
+    lists and maps (a map's keys and values both count). Each is a Python object of 8 to 100 bytes
+    or so, and an empty map takes 64 bytes for one byte of frame: a frame of 16 MiB could otherwise
+    make 16 million dicts, a gigabyte built in a second. A list or map declared longer is refused
+    before it is made; in a frame of over _BIG_FRAME bytes (a smaller one holds fewer values than
+    that), values are counted as their lists and maps are built, and decoding stops at the first
+    list or map that takes the count past `most` (so at most twice `most` values are built).
+    LimitExceeded naming Limits.max_objects then; ProtocolError for a frame that is not msgpack."""
+    # Decoding a frame of many small lists or maps runs the cyclic garbage collector again and again
+    # (five times the decoding itself): it is off while a big frame is decoded, as msgpack advises.
+    big = len(frame) > _BIG_FRAME
+    pause = big and gc.isenabled()
+    hooks = _Count(most).hooks() if big else {}
+    if pause:
+        gc.disable()
+    try:
+        return msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True, max_array_len=most,
+                               max_map_len=most // 2, **hooks)
+    except _TooMany:
+        raise LimitExceeded(f"{what} holds more than {most:,} values in its lists and maps (Limits.max_objects); "
+                            "send fewer at once") from None
+    except ValueError as exc:
+        if "exceeds max_" in str(exc):   # a list or map declared longer
+            raise LimitExceeded(f"{what} holds a list or map of more than {most:,} values "
+                                f"(Limits.max_objects); send fewer at once") from None
+        raise ProtocolError(f"{what} is not valid msgpack (ValueError: {exc})") from None
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise ProtocolError(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    finally:
+        if pause:
+            gc.enable()
+
+
+def request_id(frame: bytes):
+    """The request id at the head of a frame that may not decode whole (too big, too many values,
+    malformed further on), so that its error reply reaches the request that waits for it; None if
+    the head is not `[int, ...`."""
+    head = msgpack.Unpacker(raw=False, max_buffer_size=64)
+    head.feed(frame[:32])
+    try:
+        head.read_array_header()
+        rid = head.unpack()
+    except Exception:  # msgpack raises several unrelated types for bad input
+        return None
+    return rid if rid.__class__ is int else None
+
+
+class _TooMany(Exception):
+    """Raised by `_Count`'s hooks to stop msgpack at the first value past the limit."""
+
+
+class _Count:
+    """msgpack hooks that count the values of the lists and maps a frame decodes to, as they are built."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, most: int):
+        self.left = most
+
+    def hooks(self) -> dict:
+        return {"list_hook": self.items, "object_hook": self.pairs}
+
+    def items(self, made: list):
+        self.left -= len(made)
+        if self.left < 0:
+            raise _TooMany
+        return made
+
+    def pairs(self, made: dict):
+        self.left -= 2 * len(made)
+        if self.left < 0:
+            raise _TooMany
+        return made
 
 
 def error_reply(rid, exc: BaseException) -> bytes:

@@ -173,16 +173,17 @@ def messages(eids):
 # -- what the server owes each message ------------------------------------------------------------------
 
 def owed(frames: list[bytes]) -> tuple[str, bool, bool]:
-    """(key of the request id the reply must carry, must it be an error, may it be parked unanswered)."""
+    """(key of the request id the reply must carry, must it be an error, may it be parked unanswered).
+    A frame that is not a request is answered with an error carrying the id its head names, if any."""
     if len(frames) != 1:
         return repr(None), True, False
     try:
         request = msgpack.unpackb(frames[0], raw=False, strict_map_key=True, use_list=True)
     except Exception:  # noqa: BLE001 - as the server: msgpack raises several unrelated types
-        return repr(None), True, False
+        return repr(p.request_id(frames[0])), True, False
     if not (isinstance(request, list) and len(request) >= 2 and isinstance(request[0], int)
             and isinstance(request[1], int)):
-        return repr(None), True, False
+        return repr(p.request_id(frames[0])), True, False
     rid, op = request[0], request[1]
     if op not in ARITY or len(request) - 2 != ARITY[op]:
         return repr(rid), True, False
@@ -426,7 +427,7 @@ def test_a_frame_beyond_the_limit_is_refused_and_far_beyond_it_drops_only_that_c
             sock.send(pack([5, p.MOVE, e.id, [bytes(LIMITS.max_frame + 1)], None]))
             assert sock.poll(10_000)
             reply = msgpack.unpackb(sock.recv(), raw=False)
-            assert reply[1:3] == [p.ERROR, "LimitExceeded"], reply   # unparsed: no request id
+            assert reply[:3] == [5, p.ERROR, "LimitExceeded"], reply   # the id read from its head
             sock.send(bytes(2 * LIMITS.max_frame + 1))   # libzmq drops this peer unanswered
             assert not sock.poll(500)
         finally:
