@@ -56,8 +56,8 @@ class Limits:
     Memory: `max_memory` is one budget for everything the server holds on its callers' behalf, taken
     before it is allocated: each element's own objects and template (about 2 KiB), the rings of binary
     elements (record size x slots: keep + 1, or delta), the tuples typed elements hold (their payload,
-    plus some 64 + 32 bytes a field for the objects, and 64 bytes for every object in an `any`
-    field), and every reply from when it is handed to ZeroMQ until ZeroMQ has written it out (or
+    plus some 64 + 32 bytes a field for the objects, and what the objects of an `any` field take, by
+    sys.getsizeof), and every reply from when it is handed to ZeroMQ until ZeroMQ has written it out (or
     dropped it with its client). Elements may use all of it but the room of two of the biggest
     replies (2 x max_reply, at most a quarter), so that what they hold can always be read. In-process
     callers are held to it as remote ones are (one table, one process). The request being decoded

@@ -1,6 +1,8 @@
 """The memory budget of a node server: what it holds is counted before it is allocated, a refusal
 changes nothing, and everything comes back when elements are deleted or replies are sent."""
 
+import tracemalloc
+
 import msgpack
 import pytest
 import zmq
@@ -169,4 +171,28 @@ def test_replies_a_client_does_not_read_are_counted_and_held_to_its_share():
         assert eventually(lambda: server.budget.used == held, timeout=10), f"{server.budget.used - held:,} left"
     finally:
         ctx.destroy(linger=0)
+        server.close()
+
+
+@pytest.mark.parametrize("make", [lambda i: {"a": i}, lambda i: {"k": i, "v": "abc", "f": 1.5},
+                                  lambda i: {"a": [i, {"b": "c"}]}, lambda i: [{"x": i}, {"y": -i}]],
+                         ids=["small dict", "dict of three", "nested", "list of dicts"])
+def test_an_any_field_is_counted_at_least_as_what_its_objects_take(make):
+    """Values of `any` fields as they come off the wire (decoded, so each holds objects of its own):
+    what holding them costs the server, measured, is never more than the budget counts."""
+    server = TupleServer("objects")
+    try:
+        e = server.enter("e", ["any"])
+        frames = [msgpack.packb(make(1000 + i)) for i in range(5_000)]
+        before = server.budget.used
+        tracemalloc.start()
+        try:
+            for frame in frames:
+                e.move((msgpack.unpackb(frame, raw=False),))
+            taken = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        counted = server.budget.used - before
+        assert taken <= counted < 2 * taken, f"{taken / 5_000:.0f} bytes a tuple taken, {counted / 5_000:.0f} counted"
+    finally:
         server.close()
