@@ -87,7 +87,14 @@ class Client(transport.Transport):
         self._call(p.DELETE, (name,))
 
     def elements(self) -> list[ElementInfo]:
-        return [ElementInfo(*row) for row in self._call(p.ELEMENTS, ())]
+        """Every element, sorted by name, asked for a page at a time (`protocol.ELEMENTS_PAGE`): one
+        entered or deleted while the pages come may be listed or not."""
+        infos, start = [], None
+        while True:
+            rows, start = self._call(p.ELEMENTS, (start, p.ELEMENTS_PAGE))
+            infos += [ElementInfo(*row) for row in rows]
+            if start is None:
+                return infos
 
     def latest_many(self, elements, n: int = 1) -> list[tuple[int, list | bytes]]:
         """`latest(n)` of many elements (handles or names) in one round trip."""
@@ -289,9 +296,9 @@ class RemoteElement:
         return as_batch(self._call(p.LATEST, (self.id, n)))
 
     def info(self) -> ElementInfo:
-        for info in self._client.elements():
-            if info.name == self.name:
-                return info
+        rows, _ = self._call(p.ELEMENTS, (self.name, 1))
+        if rows and rows[0][0] == self.name:
+            return ElementInfo(*rows[0])
         raise UnknownElement(f"no element named {self.name!r} on {self._client.endpoint}")
 
     def __repr__(self):

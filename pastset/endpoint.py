@@ -498,7 +498,7 @@ class Endpoint:
             (p.LATEST, self._op_latest, 2),
             (p.LATEST_MANY, self._op_latest_many, 2),
             (p.DELETE, lambda peer, rid, name: self.server.delete(name), 1),
-            (p.ELEMENTS, self._op_elements, 0),
+            (p.ELEMENTS, self._op_elements, 2),
             (p.FIND, self._op_find, 4),
             (p.CALL, self._op_call, 2),
             (p.RANGE_MANY, self._op_range_many, 3),
@@ -519,9 +519,14 @@ class Endpoint:
     def _op_lookup(self, peer, rid, name):
         return self._describe(self.table.named(name))
 
-    def _op_elements(self, peer, rid):
-        return [[i.name, i.template, i.first, i.last, i.keep, i.delta, i.nbytes]
-                for i in self.server.elements()]
+    def _op_elements(self, peer, rid, start, most):
+        """A page of the element table: at most ELEMENTS_PAGE elements (`most`, if fewer) in name order
+        from `start` on (None: the first), and the name the next page starts at (None: no more)."""
+        if not (start is None or start.__class__ is str) or most.__class__ is not int or most < 1:
+            raise BadArgument("elements takes the name to list from (or None) and how many to list at most")
+        elements, after = self.table.page(start, min(most, p.ELEMENTS_PAGE))
+        return [[[i.name, i.template, i.first, i.last, i.keep, i.delta, i.nbytes] for i in map(Element.info, elements)],
+                after]
 
     def _op_latest(self, peer, rid, eid, n):
         element = self.table.find(eid)

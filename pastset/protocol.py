@@ -31,7 +31,7 @@ READ_RANGE = 9   # eid, lo, hi                                -> [start, items]
 LATEST = 10      # eid, n                                     -> [start, items]
 LATEST_MANY = 11 # [eid or name, ...], n                      -> [[start, items], ...]
 DELETE = 12      # name                                       -> None
-ELEMENTS = 13    # -                                          -> [[name, template, first, last, keep, delta, nbytes], ...]
+ELEMENTS = 13    # start name|None, most                     -> [[[name, template, first, last, keep, delta, nbytes], ...], next name|None]
 FIND = 14        # eid, pattern, remove, timeout              -> values
 CALL = 15        # name, [args...]                            -> what the hosted callable returns
 RANGE_MANY = 16  # [eid or name, ...], [lo, ...], hi          -> [[start, items], ...]
@@ -94,6 +94,8 @@ class Limits:
 
 
 _BIG_FRAME = 64 * 1024
+# The most elements one ELEMENTS reply lists: a page costs the server's loop a few milliseconds.
+ELEMENTS_PAGE = 1_000
 
 
 def pack(obj) -> bytes:

@@ -12,6 +12,7 @@ import time
 import msgpack
 import zmq
 
+from pastset import protocol as p
 from runs import REPO
 
 
@@ -82,6 +83,20 @@ class Peer:
 
     def close(self) -> None:
         self.sock.close(linger=0)
+
+
+def fill(ctx: zmq.Context, endpoint: str, names: list[str]) -> None:
+    """Small elements of these names, pipelined over connections of 5,000 each (one may create only
+    its share, pastset.Limits().max_elements_per_client)."""
+    for start in range(0, len(names), 5_000):
+        peer = Peer(ctx, endpoint)
+        mine = names[start:start + 5_000]
+        for i, name in enumerate(mine):
+            peer.request(i, p.ENTER, name, ["int"], None, None)
+        for _ in mine:
+            reply, _ = peer.reply()
+            assert reply[1] == p.OK, reply
+        peer.close()
 
 
 # A well-behaved client: moves small tuples into its own element in a loop (one every millisecond),

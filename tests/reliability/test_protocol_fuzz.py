@@ -24,7 +24,7 @@ TRACE = "=HHIIIIQQ"
 LIMITS = p.Limits()
 # The protocol's contract: arguments after [rid, op] per operation, and which may wait (be parked).
 ARITY = {p.PING: 0, p.ENTER: 4, p.LOOKUP: 1, p.MOVE: 3, p.OBSERVE: 3, p.FIRST: 1, p.LAST: 1, p.DELTA: 2,
-         p.AXE: 2, p.READ_RANGE: 3, p.LATEST: 2, p.LATEST_MANY: 2, p.DELETE: 1, p.ELEMENTS: 0, p.FIND: 4,
+         p.AXE: 2, p.READ_RANGE: 3, p.LATEST: 2, p.LATEST_MANY: 2, p.DELETE: 1, p.ELEMENTS: 2, p.FIND: 4,
          p.CALL: 2, p.RANGE_MANY: 3, p.OBSERVE_INDEXED: 3}
 MAY_WAIT = {p.MOVE, p.OBSERVE, p.OBSERVE_INDEXED, p.FIND, p.CALL}
 FILLERS = 2_000        # elements entered first, so that the good client's element ids are not small ints
@@ -107,7 +107,7 @@ def requests(eids):
         st.tuples(st.just(p.LATEST_MANY), refs, indices),
         st.tuples(st.just(p.RANGE_MANY), refs, st.one_of(st.lists(indices, max_size=6), values), indices),
         st.tuples(st.just(p.DELETE), names),
-        st.tuples(st.just(p.ELEMENTS)),
+        st.tuples(st.just(p.ELEMENTS), st.one_of(st.none(), names), bounds),
         st.tuples(st.just(p.FIND), eid, patterns, values, timeouts),
         st.tuples(st.just(p.CALL), names, st.one_of(st.lists(values, max_size=3), values)),
         # right operation, wrong number of arguments
