@@ -169,13 +169,12 @@ def decode(frame: bytes, most: int, what: str):
     except _TooMany:
         raise LimitExceeded(f"{what} holds more than {most:,} values in its lists and maps (Limits.max_objects); "
                             "send fewer at once") from None
-    except ValueError as exc:
-        if "exceeds max_" in str(exc):   # a list or map declared longer
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        if exc.__class__ is ValueError and "exceeds max_" in str(exc):   # a list or map declared longer
             raise LimitExceeded(f"{what} holds a list or map of more than {most:,} values "
                                 f"(Limits.max_objects); send fewer at once") from None
-        raise ProtocolError(f"{what} is not valid msgpack (ValueError: {exc})") from None
-    except Exception as exc:  # msgpack raises several unrelated types for bad input
-        raise ProtocolError(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise ProtocolError(f"malformed {what}: not msgpack ({why})") from None
     finally:
         if pause:
             gc.enable()
@@ -221,6 +220,76 @@ class _Count:
         if self.left < 0:
             raise _TooMany
         return made
+
+
+def unpack_reply(raw: bytes, most: int) -> list:
+    """[rid, OK, result] or [rid, ERROR, error class name, message] from a reply frame, decoded with at
+    most `most` values (see `decode`); ProtocolError (or LimitExceeded) saying what is wrong with one
+    that is not such a reply."""
+    reply = decode(raw, most, "reply")
+    if reply.__class__ is not list or len(reply) < 3 or not (reply[0] is None or reply[0].__class__ is int):
+        raise ProtocolError(f"malformed reply: not [request_id, status, ...] but {reply!r:.60}")
+    if reply[1] == OK and len(reply) == 3:
+        return reply
+    if reply[1] == ERROR and len(reply) == 4 and reply[2].__class__ is str and reply[3].__class__ is str:
+        return reply
+    raise ProtocolError(f"malformed reply: not [request_id, {OK}, result] nor [request_id, {ERROR}, error, "
+                        f"message] but {reply!r:.60}")
+
+
+def _int(x) -> bool:
+    return x.__class__ is int
+
+
+def _bound(x) -> bool:
+    return x is None or x.__class__ is int
+
+
+def _batch(x) -> bool:
+    """[start, items]: one bytes of records, or a list of tuples (None where one was taken)."""
+    return (x.__class__ is list and len(x) == 2 and _int(x[0])
+            and (x[1].__class__ is bytes or x[1].__class__ is list
+                 and all(i is None or i.__class__ is list for i in x[1])))
+
+
+def _row(x) -> bool:
+    """An ELEMENTS row: [name, template, first, last, keep, delta, nbytes]."""
+    return (x.__class__ is list and len(x) == 7 and x[0].__class__ is str and x[1].__class__ is str
+            and _int(x[2]) and _int(x[3]) and _bound(x[4]) and _bound(x[5]) and _int(x[6]))
+
+
+def _element(x) -> bool:
+    """[eid, template spec, keep, delta]."""
+    return (x.__class__ is list and len(x) == 4 and _int(x[0]) and x[1].__class__ in (str, list)
+            and _bound(x[2]) and _bound(x[3]))
+
+
+# op -> whether a result has the shape its op's replies have (a hosted call's may be anything).
+_RESULTS = {
+    PING: lambda x: x.__class__ is list and len(x) == 2 and x[0].__class__ is str and _int(x[1]),
+    ENTER: _element, LOOKUP: _element, MOVE: _int, OBSERVE: lambda x: x.__class__ is list,
+    FIRST: _int, LAST: _int, DELTA: _bound, AXE: _int, READ_RANGE: _batch, LATEST: _batch,
+    LATEST_MANY: lambda x: x.__class__ is list and all(map(_batch, x)), DELETE: lambda x: x is None,
+    ELEMENTS: lambda x: (x.__class__ is list and len(x) == 2 and x[0].__class__ is list and all(map(_row, x[0]))
+                         and (x[1] is None or x[1].__class__ is str)),
+    FIND: lambda x: x.__class__ is list, CALL: lambda x: True,
+    RANGE_MANY: lambda x: x.__class__ is list and all(map(_batch, x)),
+    OBSERVE_INDEXED: lambda x: x.__class__ is list and len(x) == 2 and _int(x[0]) and x[1].__class__ is list,
+    LATEST_RECORDS: lambda x: x.__class__ is bytes,
+    LATEST_RECORDS_COUNTED: lambda x: (x.__class__ is list and len(x) == 2 and x[0].__class__ is bytes
+                                       and x[1].__class__ is bytes),
+}
+
+
+def fits(op: int, result) -> bool:
+    """Whether `result` has the shape of a result of `op` (see the operation codes)."""
+    return _RESULTS[op](result)
+
+
+def check_result(op: int, result) -> None:
+    """ProtocolError unless `result` has the shape of a result of `op`."""
+    if not _RESULTS[op](result):
+        raise ProtocolError(f"malformed reply to {OP_NAMES[op]}: {result!r:.60}")
 
 
 def error_reply(rid, exc: BaseException) -> bytes:

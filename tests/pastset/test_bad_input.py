@@ -124,10 +124,10 @@ def pack(*fields) -> bytes:
 
 # name -> (frames for element id `eid`, error class the reply names, words its message holds)
 WIRE = {
-    "not msgpack": (lambda eid: [b"\xc1\xc1"], "ProtocolError", ["not valid msgpack"]),
+    "not msgpack": (lambda eid: [b"\xc1\xc1"], "ProtocolError", ["malformed request: not msgpack"]),
     "truncated msgpack": (lambda eid: [pack(1, p.MOVE, eid, [1], None)[:-3]], "ProtocolError",
-                          ["not valid msgpack"]),
-    "empty frame": (lambda eid: [b""], "ProtocolError", ["not valid msgpack"]),
+                          ["malformed request: not msgpack"]),
+    "empty frame": (lambda eid: [b""], "ProtocolError", ["malformed request: not msgpack"]),
     "not an array": (lambda eid: [msgpack.packb({"op": 3})], "ProtocolError", ["[request_id, op, *args]"]),
     "too short": (lambda eid: [pack(1)], "ProtocolError", ["[request_id, op, *args]"]),
     "request id not an int": (lambda eid: [pack("one", p.PING)], "ProtocolError", ["[request_id, op"]),
