@@ -101,11 +101,13 @@ class Endpoint:
         # Replies ZeroMQ may still hold (see the class docstring), counted in the memory budget.
         self._unread: dict[bytes, int] = {}        # peer -> bytes of its replies ZeroMQ may hold
         self._loose: dict[bytes, int] = {}         # peer -> of them, sent since its last tracked one
-        self._in_flight: list = []                 # (tracker, peer, bytes its being let go of gives back)
+        self._in_flight: list = []                 # (tracker, peer, bytes it gives back when done, big?)
         self._share = 2 * self.limits.max_reply    # bytes of replies one peer may leave unread
         self._mark = min(_MARK, self._share // 16)
         self._credit = 0                           # bytes taken from the budget for replies to come
-        self._given = 0                            # bytes given back since the heap was last trimmed
+        self._held = 0                             # bytes of replies ZeroMQ may hold, for every peer
+        self._held_peak = 0                        # the most of them since the heap was last trimmed
+        self._unread_big: dict[bytes, int] = {}    # peer -> its replies of _TRACKED bytes or more in flight
         self._next_probe = 0.0
         self._rcvtimeo = -1
         self._stopping = False
@@ -117,8 +119,8 @@ class Endpoint:
         self._sockets_of: dict[Deferred, list] = {}
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
-        # Replies from the loop thread share one Packer (packb would build one per reply).
-        self._pack = msgpack.Packer(use_bin_type=True).pack
+        # Replies from the loop thread share one Packer (packb would build one per reply); see _pack.
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
         self._thread = threading.Thread(target=self._run, name=f"pastset-{server.name}", daemon=True)
         self._thread.start()
 
@@ -135,6 +137,7 @@ class Endpoint:
         self._credit = 0
         self._unread.clear()
         self._loose.clear()
+        self._unread_big.clear()
         self._in_flight.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -290,6 +293,22 @@ class Endpoint:
 
     # -- replies ---------------------------------------------------------------------------------
 
+    def _pack(self, reply):
+        """The frame of `reply`: bytes, or, for one of _TRACKED bytes or more, a view of the Packer's
+        own buffer, sent without a copy (ZeroMQ keeps it, and with it that Packer, until it has sent
+        it; the loop takes a new one). A copy of a big reply is fresh memory, which costs more than
+        the copy: a page fault every 4 KiB, 25-45 ms for 10 MB on a virtual machine."""
+        packer = self._packer
+        packer.pack(reply)
+        view = packer.getbuffer()
+        if len(view) < _TRACKED:
+            frame = bytes(view)
+            view.release()
+            packer.reset()
+            return frame
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+        return view
+
     def _deliver(self, peer, rid, payload) -> bool:
         """Send the reply to request `rid`; or LimitExceeded instead, and False, if it is over
         Limits.max_reply, or its peer's share of unread replies or the memory budget cannot take it."""
@@ -304,9 +323,6 @@ class Endpoint:
             except LimitExceeded as exc:
                 self._send(peer, p.error_reply(rid, exc))
                 return False
-            if size >= _TRACKED:
-                # The loop's Packer keeps the buffer it grew for a reply this big: a new one starts small.
-                self._pack = msgpack.Packer(use_bin_type=True).pack
             unread = self._unread.get(peer, 0)
         self._credit -= size
         return self._queue(peer, unread, payload, size, False)
@@ -364,9 +380,15 @@ class Endpoint:
                 self._lost.append(peer)
             return False
         self._unread[peer] = unread + size
+        self._held += size
+        if self._held > self._held_peak:
+            self._held_peak = self._held
         if track:
             self._loose.pop(peer, None)
-            self._in_flight.append((tracker, peer, loose))
+            big = size >= _TRACKED
+            if big:
+                self._unread_big[peer] = self._unread_big.get(peer, 0) + 1
+            self._in_flight.append((tracker, peer, loose, big))
             if len(self._in_flight) == 1:
                 self._set_rcvtimeo()
         else:
@@ -380,7 +402,7 @@ class Endpoint:
         still = []
         given = 0
         for entry in self._in_flight:
-            tracker, peer, size = entry
+            tracker, peer, size, big = entry
             if tracker.done:
                 given += size
                 left = self._unread[peer] - size
@@ -388,6 +410,12 @@ class Endpoint:
                     self._unread[peer] = left
                 else:
                     del self._unread[peer]
+                if big:
+                    left = self._unread_big[peer] - 1
+                    if left:
+                        self._unread_big[peer] = left
+                    else:
+                        del self._unread_big[peer]
             else:
                 still.append(entry)
         if given:
@@ -413,18 +441,20 @@ class Endpoint:
 
     def _give_back(self, nbytes: int) -> None:
         """`nbytes` of replies are gone: back to the credit, and what the credit holds beyond _CREDIT
-        (all of it once no reply is unread) to the budget; their memory to the system now and then
-        (a millisecond or so: after _TRIM_AFTER bytes, or _TRIM_DRAINED once none are in flight)."""
+        (all of it once no reply is unread) to the budget. After a burst (replies held reached
+        _TRIM_PEAK, and are down to a quarter of that) their memory goes back to the system: not
+        after every reply, since memory the system has to give again costs a page fault every 4 KiB
+        (10 MB: 25-45 ms on a virtual machine, where a warm heap packs a 10 MB reply in 4 ms)."""
         credit = self._credit + nbytes
         keep = _CREDIT if self._unread else 0
         if credit > keep:
             self.server.budget.give(credit - keep)
             credit = keep
         self._credit = credit
-        self._given += nbytes
-        if self._given >= _TRIM_AFTER or (self._given >= _TRIM_DRAINED and not self._in_flight):
+        self._held -= nbytes
+        if self._held_peak >= _TRIM_PEAK and self._held <= self._held_peak // 4:
             release_freed()
-            self._given = 0
+            self._held_peak = self._held
 
     def _check_reply(self, nbytes: int, what: str) -> None:
         if nbytes > self.limits.max_reply:
@@ -433,19 +463,26 @@ class Endpoint:
                 "reply limit (Limits.max_reply); ask for fewer elements or tuples at once, or raise the limit")
 
     def _check_unread(self, peer, nbytes: int) -> None:
-        """LimitExceeded if `peer` may not have `nbytes` more of replies unread."""
+        """LimitExceeded if `peer` may not have `nbytes` more of replies unread, or (for a reply of
+        _TRACKED bytes or more) another big one: a slow reader holds at most _BIG_UNREAD of them, and
+        every new one costs the loop fresh memory."""
         unread = self._unread.get(peer, 0)
         if unread + nbytes > self._share:
             raise LimitExceeded(
                 f"this client has {unread:,} bytes of replies it has not read yet; read them before asking "
                 f"for more (a client may have up to twice Limits.max_reply = {self._share:,} "
                 "bytes of replies unread)")
+        if nbytes >= _TRACKED and self._unread_big.get(peer, 0) >= _BIG_UNREAD:
+            raise LimitExceeded(
+                f"this client has {_BIG_UNREAD} replies of a megabyte or more it has not read yet; read them "
+                "before asking for another")
 
     def _check_read(self, peer, bound: int, what: str, size) -> None:
         """Refuse a read before reading if its reply would pass Limits.max_reply or its client's share
         of big replies in flight: `bound` is a quick upper bound of the reply's size (what the elements
         hold, as charged to the memory budget), `size()` the size of what the read would return."""
-        if bound >= self._big and (bound > self.limits.max_reply or self._unread.get(peer, 0) + bound > self._share):
+        if bound >= self._big and (bound > self.limits.max_reply or self._unread.get(peer, 0) + bound > self._share
+                                   or peer in self._unread_big):
             self._reclaim()
             nbytes = size()
             self._check_reply(nbytes, what)
@@ -677,8 +714,11 @@ class Endpoint:
 
 _ANSWERED = object()
 _ENDPOINTS = itertools.count()
-# A reply this big gets a new Packer for the loop (see _deliver).
+# A reply this big is sent from the buffer it was packed in (see _pack), and a client may leave at
+# most _BIG_UNREAD of them unread: one it reads, and one it asked for next (ZeroMQ tells it sent the
+# first a moment after it has).
 _TRACKED = 1 << 20
+_BIG_UNREAD = 2
 # A peer's replies sent since its last tracked one make the next one tracked once they reach this
 # many bytes (or a sixteenth of its share, if less): one small reply in hundreds, and every reply
 # whose copy would cost more than tracking it (pyzmq's tracking costs some 12 µs a message).
@@ -690,10 +730,9 @@ _ENVELOPE = 192
 _CREDIT = 256 * 1024
 # Errors and probes may pass a peer's share by this much before they are dropped.
 _SLACK = 1 << 20
-# The heap is trimmed (see budget.release_freed) once this many bytes of replies have been given back
-# since the last time, or this many once no tracked reply is in flight.
-_TRIM_AFTER = 32 << 20
-_TRIM_DRAINED = 1 << 20
+# The heap is trimmed (see budget.release_freed) when the replies held, after reaching this many
+# bytes, are down to a quarter of that (see _give_back).
+_TRIM_PEAK = 64 << 20
 _RECLAIM_MS = 10
 _HELD_CHARGE = attrgetter("held_charge")
 _NOWAIT = int(zmq.NOBLOCK)

@@ -279,3 +279,35 @@ def test_a_frame_of_empty_maps_cannot_hold_the_loop_or_take_a_gigabyte(attacked,
         assert grown < 160, "the frame was decoded whole"
         assert slowest < STALL_S
         assert seen["errors"] == [] and seen["worst_s"] < STALL_S
+
+
+def test_slow_readers_of_big_replies_cost_the_server_two_replies_each(attacked):
+    """Attack: 8 connections each ask 12 times for a 10 MB tuple and read nothing. Each big reply the
+    server builds is fresh memory (a page fault every 4 KiB: 25-45 ms for 10 MB on a virtual machine),
+    so 96 of them (a client could leave 128 MiB unread) held the loop for seconds and took a gigabyte;
+    now a client may leave two replies of a megabyte or more unread, and is refused the rest."""
+    server, ctx = attacked
+    pid = server.proc.pid
+    with pastset.connect(server.endpoint) as client:
+        eid = ten_megabyte_element(client, p.LATEST).id
+        done = client.enter("done", ["int"])
+        readers = [Peer(ctx, server.endpoint, rcvhwm=1) for _ in range(8)]
+        with Bystander(server.endpoint) as bystander:
+            before = memory_kb(pid)
+            for rid in range(12):
+                for reader in readers:
+                    reader.request(rid, p.LATEST, eid, 1)
+            for reader in readers:   # answered after all of its reads
+                reader.request(12, p.MOVE, done.id, [1], None)
+            until(lambda: done.last() == len(readers) or grown_mib(pid, before) > BUDGET_MIB + 512, timeout=60)
+            grown = grown_mib(pid, before)
+            seen = bystander.finish()
+        print(f"8 slow readers x 12 latest() of 10 MB: server peak +{grown:.0f} MiB; bystander worst "
+              f"{seen['worst_s'] * 1000:.0f} ms over {seen['moves']} moves, errors {seen['errors']}")
+        assert grown < 256, "the server built the big replies of readers that read none of them"
+        assert done.last() == len(readers)
+        assert seen["errors"] == [] and seen["worst_s"] < STALL_S
+        for reader in readers:
+            reader.close()
+        start, items = client.element("ten").latest(1)
+        assert start == 0 and items == [(b"y" * 10_000_000,)]
