@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import zmq
 
 import pastset
@@ -17,6 +18,7 @@ LISTERS = 7
 STALL_S = 1.0            # "not stalled": ten times the 100 ms a bystander may wait
 
 
+@pytest.mark.slow   # 10-25 s: 60,000 elements entered, and listed 14 times
 def test_listing_60k_elements_from_7_connections_does_not_stall_a_bystander(spawn_server):
     """Attack: 60,000 elements on one server, then 7 connections list them all, twice each."""
     server = spawn_server()
