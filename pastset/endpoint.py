@@ -43,9 +43,10 @@ class Endpoint:
       element named twice is read once, but sent twice). Every reply is counted in the memory
       budget (its bytes and ZeroMQ's `_ENVELOPE`) from when it is handed to ZeroMQ until ZeroMQ
       has written it to its connection (or dropped it with its peer), and a client may have at
-      most twice `Limits.max_reply` of them unread: past that, or past the budget, it is answered
-      LimitExceeded instead. Errors and probes are counted but not refused; to a client more than
-      `_SLACK` beyond its share they are dropped (it reads nothing anyway).
+      most twice `Limits.max_reply` of them unread, and at most `_BIG_UNREAD` of `_TRACKED` bytes
+      or more: past that, or past the budget, it is answered LimitExceeded instead (a read is
+      refused before anything is read). Errors and probes are counted but not refused; to a
+      client more than `_SLACK` beyond its share they are dropped (it reads nothing anyway).
       ZeroMQ tells when it has let go of a message only for one sent without a copy and
       tracked, which costs some 12 µs: a reply is sent so when the replies to its peer since
       its last tracked one, it included, reach `_MARK` bytes (so every reply that big is), the
@@ -119,7 +120,9 @@ class Endpoint:
         self._sockets_of: dict[Deferred, list] = {}
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
-        # Replies from the loop thread share one Packer (packb would build one per reply); see _pack.
+        # Replies from the loop thread share one Packer (packb would build one per reply); those of
+        # reads, which may be big, another (see _pack_read).
+        self._pack = msgpack.Packer(use_bin_type=True).pack
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
         self._thread = threading.Thread(target=self._run, name=f"pastset-{server.name}", daemon=True)
         self._thread.start()
@@ -289,15 +292,16 @@ class Endpoint:
                 f"bad arguments for {p.OP_NAMES.get(op, op)}: {type(exc).__name__}: {exc}")))
             return
         if result is not _ANSWERED:
-            self._deliver(peer, rid, self._pack([rid, p.OK, result]))
+            self._deliver(peer, rid, (self._pack_read if op in _READS else self._pack)([rid, p.OK, result]))
 
     # -- replies ---------------------------------------------------------------------------------
 
-    def _pack(self, reply):
-        """The frame of `reply`: bytes, or, for one of _TRACKED bytes or more, a view of the Packer's
-        own buffer, sent without a copy (ZeroMQ keeps it, and with it that Packer, until it has sent
-        it; the loop takes a new one). A copy of a big reply is fresh memory, which costs more than
-        the copy: a page fault every 4 KiB, 25-45 ms for 10 MB on a virtual machine."""
+    def _pack_read(self, reply):
+        """The frame of `reply` to a read: bytes, or, for one of _TRACKED bytes or more, a view of
+        the Packer's own buffer, sent without a copy (ZeroMQ keeps it, and with it that Packer, until
+        it has sent it; the loop takes a new one). A copy of a big reply is fresh memory, which costs
+        more than the copy: a page fault every 4 KiB, 25-45 ms for 10 MB on a virtual machine. (Half
+        a microsecond more than `_pack` for a small one.)"""
         packer = self._packer
         packer.pack(reply)
         view = packer.getbuffer()
@@ -693,7 +697,7 @@ class Endpoint:
                 self._send(peer, self._pack([rid, p.OK, found]))
                 return True
             reply = found if waiter.op == p.OBSERVE_INDEXED else found[1]
-            if self._deliver(peer, rid, self._pack([rid, p.OK, reply])) and waiter.consumes:
+            if self._deliver(peer, rid, self._pack_read([rid, p.OK, reply])) and waiter.consumes:
                 element.commit(found[0])
             return True
         except PastSetError as exc:
@@ -714,11 +718,14 @@ class Endpoint:
 
 _ANSWERED = object()
 _ENDPOINTS = itertools.count()
-# A reply this big is sent from the buffer it was packed in (see _pack), and a client may leave at
+# A reply this big is sent from the buffer it was packed in (see _pack_read), and a client may leave at
 # most _BIG_UNREAD of them unread: one it reads, and one it asked for next (ZeroMQ tells it sent the
 # first a moment after it has).
 _TRACKED = 1 << 20
 _BIG_UNREAD = 2
+# The operations whose replies may be big: the reads, and hosted calls (a scope join's pull).
+_READS = frozenset({p.READ_RANGE, p.LATEST, p.LATEST_MANY, p.RANGE_MANY, p.LATEST_RECORDS, p.LATEST_RECORDS_COUNTED,
+                    p.CALL})
 # A peer's replies sent since its last tracked one make the next one tracked once they reach this
 # many bytes (or a sixteenth of its share, if less): one small reply in hundreds, and every reply
 # whose copy would cost more than tracking it (pyzmq's tracking costs some 12 µs a message).
