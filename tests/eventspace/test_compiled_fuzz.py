@@ -360,3 +360,11 @@ def test_the_compiled_size_of_any_values_is_the_template_functions(fields, value
         assert got == expected
     else:
         same_exception(got, expected)
+
+
+def test_an_int_subclass_is_measured_as_the_template_function_measures_it():
+    """The compiled size took any int subclass as a plain int; one with comparisons of its own is
+    sized by the template's function, whose comparisons it answers."""
+    reference = Template.typed("int", "float").sizer()
+    values = (Tricky(2 ** 33), Tricky(-(2 ** 40)))
+    assert C.TypedSize(b"if", reference)(values) == reference(values) == 3
