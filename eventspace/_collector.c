@@ -156,8 +156,13 @@ cursor(PyObject *obj, Py_ssize_t offset, PyObject *name, Py_ssize_t *out)
     if (v == NULL)
         return -1;
     Py_ssize_t x;
-    if (PyLong_CheckExact(v))
+    if (PyLong_CheckExact(v)) {
         x = PyLong_AsSsize_t(v);
+        if (x >= 0 && x <= CURSOR_MAX) {   /* every cursor an element keeps itself */
+            *out = x;
+            return 0;
+        }
+    }
     else {
         Py_INCREF(v);   /* its __index__ may run Python code that rebinds the slot */
         x = PyNumber_AsSsize_t(v, PyExc_OverflowError);
