@@ -111,11 +111,12 @@ class NumpyIndices(Wrapper):
 
 
 def numpy_moves(ctx):
-    """Move `(numpy.int64(i),)` three times into elements `s` and `w`, and observe `w`'s back; what
-    each returned, as plain ints."""
+    """`rounds` times (1 by default): move `(numpy.int64(i),)` three times into elements `s` and
+    `w`, and observe `w`'s back; what each returned in the last round, as plain ints."""
     s, w = ctx.path("s"), ctx.path("w")
-    moved = [int(s.move((np.int64(i),))) for i in range(3)] + [int(w.move((np.int64(i),))) for i in range(3)]
-    seen = [[int(v) for v in w.observe(i)] for i in range(3)]
+    for _ in range(int(ctx.args.get("rounds", 1))):
+        moved = [int(s.move((np.int64(i),))) for i in range(3)] + [int(w.move((np.int64(i),))) for i in range(3)]
+        seen = [[int(v) for v in w.observe(index)] for index in moved[3:]]
     return {"moved": moved, "seen": seen}
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from runs import ENV, REPO
+from server_attacks import Bystander
 
 from eventspace import trace
 from eventspace.catalogue import Catalogue
@@ -42,31 +43,43 @@ instrument:
 """
 
 
+STALL_S = 1.0   # "not stalled", for the bystander: ten times the 100 ms it may wait, which load cannot break
+ROUNDS = 200    # of numpy_moves: the attack lasts while a bystander moves on the node
+
+
 def numpy_run(run_dir, pure: bool):
-    """(what the program returned, every trace element's records with their times zeroed) of
-    programs:numpy_moves on NUMPY_PATHMAP, its node running the pure or the compiled collector."""
+    """(what the program returned, every trace element's records with their times zeroed, what a
+    bystander client of the node saw meanwhile) of programs:numpy_moves on NUMPY_PATHMAP, its node
+    running the pure or the compiled collector."""
     pm = Pathmap.loads(NUMPY_PATHMAP)
     with launch(pm, run_dir=run_dir, env={**ENV, "EVENTSPACE_PURE": "1" if pure else "0"}) as run:
-        results = run.run("programs:numpy_moves", timeout=60)
+        with Bystander(run.endpoints["A"]) as bystander:
+            results = run.run("programs:numpy_moves", {"rounds": ROUNDS}, timeout=60)
+            seen = bystander.finish()
         records = {}
         for entry in Catalogue(pm):
             recs = trace.decode(run.client("A").element(entry.trace).read_range(0, 1 << 40)[1]).copy()
             recs["t_start"], recs["t_end"] = 0, 0
             records[entry.trace] = recs.tolist()
-    return results, records
+    return results, records, seen
 
 
 def test_a_path_that_returns_numpy_integers_keeps_its_node_and_records_what_pure_records(tmp_path):
     """Attack: a move whose index comes back as numpy.int64 (a convert stage `numpy:int64`, a user
     wrapper) sent the compiled collector's masking into unbounded recursion: SIGSEGV, node gone."""
-    compiled_results, compiled_records = numpy_run(tmp_path / "compiled", pure=False)
-    pure_results, pure_records = numpy_run(tmp_path / "pure", pure=True)
-    assert compiled_results == pure_results == {"T0": {"moved": [0, 1, 2] * 2, "seen": [[i] for i in range(3)]}}
+    compiled_results, compiled_records, seen = numpy_run(tmp_path / "compiled", pure=False)
+    pure_results, pure_records, _ = numpy_run(tmp_path / "pure", pure=True)
+    last = 3 * ROUNDS - 3
+    assert compiled_results == pure_results == {"T0": {"moved": [last, last + 1, last + 2] * 2,
+                                                       "seen": [[i] for i in range(3)]}}
     assert compiled_records == pure_records
     move, observe = trace.OP_CODES["move"], trace.OP_CODES["observe"]
-    # the sources' records hold the indices the numpy integers stood for, as the sinks' do
-    assert sorted((op, arg) for recs in pure_records.values() for op, _, _, _, arg, *_ in recs) == \
-        sorted([(move, i) for i in range(3)] * 4 + [(observe, i) for i in range(3)] * 2)
+    # the source in front of `s`'s convert stage records the indices its numpy integers stood for:
+    # the newest of the 3 * ROUNDS moves its trace element keeps
+    indices = [arg for op, _, _, _, arg, *_ in pure_records["trace/1"]]
+    assert len(indices) > 10 and indices == list(range(3 * ROUNDS - len(indices), 3 * ROUNDS))
+    assert sorted({op for recs in pure_records.values() for op, *_ in recs}) == [move, observe]
+    assert seen["errors"] == [] and seen["worst_s"] < STALL_S, seen
 
 
 # A trace element in a process of its own, one state of its ring set from outside (SETUP), and the
