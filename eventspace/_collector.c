@@ -1413,12 +1413,16 @@ first_item(PyObject *list)
     return PyList_GET_ITEM(list, 0);
 }
 
-/* 0 when a record's times fit its u64 fields; else 1, with the TemplateMismatch the trace element
- * raises for them (a time before the clock's 0: a node clock offset that far back). */
+/* 0 when a record fits the trace tuple (ids and counts read from Python within their fields, times
+ * not before the clock's 0); else 1, with the TemplateMismatch the trace element raises for it, as
+ * the closures' appends raise it. */
 static int
-times_refused(RingAppender *ring, const uint64_t v[8])
+record_refused(RingAppender *ring, const uint64_t v[8])
 {
-    if ((int64_t)v[6] >= 0 && (int64_t)v[7] >= 0)
+    int fits = (int64_t)v[6] >= 0 && (int64_t)v[7] >= 0;
+    for (int i = 0; i < 6 && fits; i++)
+        fits = v[i] <= LIMIT[i];
+    if (fits)
         return 0;
     PyObject *values[8] = {NULL};
     int i = 0;
@@ -1453,7 +1457,7 @@ record_as(MpiCall *self, uint64_t op, uint64_t flags, uint64_t peer, uint64_t ar
 {
     uint64_t v[8] = {op, flags, (uint64_t)self->cid, peer, arg, n, (uint64_t)t0, (uint64_t)t1};
     Py_ssize_t last;
-    if (times_refused(self->ring, v) || ring_append(self->ring, v, &last) < 0)
+    if (record_refused(self->ring, v) || ring_append(self->ring, v, &last) < 0)
         return -1;
     PyObject *bound = first_item(self->bound);
     if (bound == NULL)
@@ -1736,10 +1740,11 @@ received_bytes_of(PyObject *get_count, PyObject *status, long long *count)
     return status_field(get_count, status, count);
 }
 
-/* _collector.use_mpi_status(capsule, get_count, byte, handle_size, source_at=-1, tag_at=-1) -> bool:
- * have compiled receives read a Status's count with MPI_Get_count (address `get_count`) on MPI_BYTE
- * (handle `byte`, of `handle_size` bytes), the Status's MPI_Status found by mpi4py's PyMPIStatus_Get
- * (`capsule`), and its source and tag at those byte offsets in it (-1: Get_source, Get_tag).
+/* _collector.use_mpi_status(capsule, get_count, byte, handle_size, source_at=-1, tag_at=-1,
+ * status_size=0) -> bool: have compiled receives read a Status's count with MPI_Get_count (address
+ * `get_count`) on MPI_BYTE (handle `byte`, of `handle_size` bytes), the Status's MPI_Status (of
+ * `status_size` bytes) found by mpi4py's PyMPIStatus_Get (`capsule`, refused unless it is that), and
+ * its source and tag at those byte offsets in it (-1, or not inside it: Get_source, Get_tag).
  * False, and the Status's methods stay, for a handle size other than an int's or a pointer's. */
 static PyObject *
 py_use_mpi_status(PyObject *Py_UNUSED(module), PyObject *args)
@@ -1748,20 +1753,22 @@ py_use_mpi_status(PyObject *Py_UNUSED(module), PyObject *args)
     unsigned long long address;
     long long byte;
     int size;
-    Py_ssize_t source = -1, tag = -1;
-    if (!PyArg_ParseTuple(args, "OKLi|nn:use_mpi_status", &capsule, &address, &byte, &size, &source, &tag))
+    Py_ssize_t source = -1, tag = -1, status_size = 0;
+    if (!PyArg_ParseTuple(args, "OKLi|nnn:use_mpi_status", &capsule, &address, &byte, &size, &source, &tag,
+                          &status_size))
         return NULL;
     if ((size != 4 && size != (int)sizeof(void *)) || address == 0)
         Py_RETURN_FALSE;
-    void *of = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
+    void *of = PyCapsule_GetPointer(capsule, "MPI_Status *(PyObject *)");   /* mpi4py's, and no other */
     if (of == NULL)
         return NULL;
     status_of = (MPI_Status_of)of;
     mpi_byte = (intptr_t)byte;
     mpi_handle_size = size;
-    get_count_fn = (void *)(uintptr_t)address;
-    source_at = source >= 0 && source % 4 == 0 ? source : -1;
-    tag_at = tag >= 0 && tag % 4 == 0 ? tag : -1;
+    get_count_fn = (void *)(uintptr_t)address;   /* trusted: MPI_Get_count, as the caller found it */
+    /* an int's offset inside the MPI_Status (of status_size bytes), else the Status's methods */
+    source_at = source >= 0 && source % 4 == 0 && source + 4 <= status_size ? source : -1;
+    tag_at = tag >= 0 && tag % 4 == 0 && tag + 4 <= status_size ? tag : -1;
     Py_RETURN_TRUE;
 }
 
@@ -1875,7 +1882,7 @@ mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwna
         goto fail;
     uint64_t send_half[8] = {self->op, self->flags, (uint64_t)self->cid, peer, (uint64_t)sendtag, n, (uint64_t)t0,
                              (uint64_t)t1};
-    if (times_refused(self->ring, send_half) || ring_append(self->ring, send_half, &index) < 0
+    if (record_refused(self->ring, send_half) || ring_append(self->ring, send_half, &index) < 0
         || status_int(self->get_source, status, source_at, &got_source) < 0
         || status_int(self->get_tag, status, tag_at, &got_tag) < 0
         || received_bytes_of(self->get_count, status, &count) < 0)
@@ -2264,7 +2271,7 @@ static int
 channel_append(PyObject **field, const uint64_t v[8])
 {
     Py_ssize_t last, bound;
-    if (times_refused((RingAppender *)field[CH_APPEND], v) || ring_append((RingAppender *)field[CH_APPEND], v, &last) < 0
+    if (record_refused((RingAppender *)field[CH_APPEND], v) || ring_append((RingAppender *)field[CH_APPEND], v, &last) < 0
         || bound_of(field[CH_BOUND], &bound) < 0)
         return -1;
     return last >= bound ? call_void(field[CH_SPILL]) : 0;
@@ -2822,7 +2829,8 @@ static PyTypeObject RequestWaitType = {
 static PyMethodDef functions[] = {
     {"clock_ns", py_clock_ns, METH_NOARGS, "clock_ns() -> int: the collectors' clock (CLOCK_MONOTONIC, ns)"},
     {"use_mpi_status", py_use_mpi_status, METH_VARARGS,
-     "use_mpi_status(capsule, get_count, byte, handle_size) -> bool: receives read counts with MPI_Get_count"},
+     "use_mpi_status(capsule, get_count, byte, handle_size, source_at=-1, tag_at=-1, status_size=0) -> bool: "
+     "receives read counts with MPI_Get_count"},
     {"clock_source", py_clock_source, METH_NOARGS,
      "clock_source() -> str: 'tsc' (the TSC, scaled to CLOCK_MONOTONIC) or 'clock_gettime'"},
     {NULL, NULL, 0, NULL},

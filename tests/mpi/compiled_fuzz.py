@@ -1,7 +1,7 @@
 """The compiled MPI collectors (eventspace/_collector.c: MpiCall) fuzzed against the closures of
 eventspace.mpi.collector they stand in for: any arguments, any result, any Status. Run as a program
 (`python compiled_fuzz.py [examples]`, one process: MPI starts as a singleton, which pytest's own
-process must not do); tests/mpi/test_compiled_fuzz.py runs it.
+process must not do); tests/mpi/test_mpi_compiled_fuzz.py runs it.
 
 Each traced call is made twice, on a channel that runs compiled and on one that runs the closures,
 each with its own trace element, with one stand-in for mpi4py's method (`call`) that behaves the
@@ -220,6 +220,10 @@ def edges() -> None:
                                                             0, 0, (), MPI.Status))
         assert how == "raised" and isinstance(value, ValueError), (op, value)
     _server.delete(element.name)
+    # only mpi4py's PyMPIStatus_Get is called as one (a compiled receive calls what it is given)
+    import datetime   # noqa: F401 - its C API capsule: a capsule of another kind
+    how, value = outcome(lambda: _collector.use_mpi_status(sys.modules["datetime"].datetime_CAPI, 1, 0, 4))
+    assert how == "raised" and isinstance(value, ValueError), value
 
 
 def main(examples: int) -> None:
