@@ -54,7 +54,7 @@ pack(char *slot, const uint64_t v[8])
 }
 
 /* An exact int within 0..limit: 0 with it in *out, 1 (no exception set) if it is not. */
-static int
+static inline int
 exact_value(PyObject *v, uint64_t limit, uint64_t *out)
 {
     unsigned long long x = PyLong_AsUnsignedLongLong(v);
@@ -73,7 +73,7 @@ exact_value(PyObject *v, uint64_t limit, uint64_t *out)
  * __index__, out of range, or an __index__ that raised TypeError: struct's error, which pastset
  * turns into TemplateMismatch); -1 with the exception any other __index__ raised, as struct lets
  * it through. */
-static int
+static inline int
 field_value(PyObject *obj, uint64_t limit, uint64_t *out)
 {
     if (PyLong_CheckExact(obj))   /* the common case */
@@ -146,28 +146,18 @@ attr(PyObject *obj, Py_ssize_t offset, PyObject *name)
  * nanosecond), and within it a cursor plus or minus a ring's size never overflows. */
 #define CURSOR_MAX ((Py_ssize_t)1 << 62)
 
-/* A cursor of the element (slot `offset`: `_last` or `_first`) as the pure append takes it: an
- * int, or an object with __index__ (a numpy integer); -1 with an error set for anything else, or
- * beyond CURSOR_MAX. */
+/* cursor() for a value other than an int an element keeps itself: one with __index__ (a numpy
+ * integer), or an error set (none, no index, beyond CURSOR_MAX). */
 static int
-cursor(PyObject *obj, Py_ssize_t offset, PyObject *name, Py_ssize_t *out)
+odd_cursor(PyObject *v, PyObject *name, Py_ssize_t *out)
 {
-    PyObject *v = attr(obj, offset, name);
-    if (v == NULL)
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "the trace element has no attribute %U", name);
         return -1;
-    Py_ssize_t x;
-    if (PyLong_CheckExact(v)) {
-        x = PyLong_AsSsize_t(v);
-        if (x >= 0 && x <= CURSOR_MAX) {   /* every cursor an element keeps itself */
-            *out = x;
-            return 0;
-        }
     }
-    else {
-        Py_INCREF(v);   /* its __index__ may run Python code that rebinds the slot */
-        x = PyNumber_AsSsize_t(v, PyExc_OverflowError);
-        Py_DECREF(v);
-    }
+    Py_INCREF(v);   /* its __index__ may run Python code that rebinds the slot */
+    Py_ssize_t x = PyNumber_AsSsize_t(v, PyExc_OverflowError);
+    Py_DECREF(v);
     if (x == -1 && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError))
         return -1;
     if (PyErr_Occurred() || x < -CURSOR_MAX || x > CURSOR_MAX) {
@@ -178,6 +168,23 @@ cursor(PyObject *obj, Py_ssize_t offset, PyObject *name, Py_ssize_t *out)
     }
     *out = x;
     return 0;
+}
+
+/* A cursor of the element (slot `offset`: `_last` or `_first`) as the pure append takes it: an
+ * int, or an object with __index__ (a numpy integer); -1 with an error set for anything else, or
+ * beyond CURSOR_MAX. */
+static inline int
+cursor(PyObject *obj, Py_ssize_t offset, PyObject *name, Py_ssize_t *out)
+{
+    PyObject *v = *slot(obj, offset);  /* borrowed */
+    if (v != NULL && PyLong_CheckExact(v)) {
+        Py_ssize_t x = PyLong_AsSsize_t(v);
+        if (x >= 0 && x <= CURSOR_MAX) {   /* every cursor an element keeps itself */
+            *out = x;
+            return 0;
+        }
+    }
+    return odd_cursor(v, name, out);
 }
 
 /* Set slot `offset` of `obj` to the int `value`. An append moves `_last` (and `_first`) on by one:
@@ -265,7 +272,7 @@ signal_change(RingAppender *self)
 /* What an append does (pastset's _APPEND), with the mutex held or by the single writer: 0 with
  * the record's index in *index, or -1 with an exception set. The slot is `_last` modulo the
  * ring's slots in Python's sense (never before the ring, whatever `_last` holds). */
-static int
+static inline int
 append_body(RingAppender *self, const uint64_t v[8], Py_ssize_t *index)
 {
     Py_ssize_t last, first;
@@ -671,9 +678,10 @@ typedef struct {
     int64_t offset_ns;
     long move, observe;
     uint64_t collectives;       /* bit c set: code c is a collective operation */
-    PyObject *move_code, *observe_code, *collective_codes;   /* the same as ints and a frozenset, for
-                                                                codes that are not exact ints */
     uint64_t rounds;            /* collectives seen (read and bumped with the GIL held) */
+    /* move, observe and collectives again, as ints and a frozenset: for codes that are not exact
+     * ints (last: the fields above are the ones every call reads) */
+    PyObject *move_code, *observe_code, *collective_codes;
 } Collect;
 
 static PyObject *u32_mask;
