@@ -967,6 +967,19 @@ done:
     return rc;
 }
 
+/* Whether `code` is a collective, as `code in COLLECTIVES` says: 1, 0, or -1 with the error its hash
+ * or comparison raised. */
+static inline int
+is_collective(Collect *self, PyObject *code)
+{
+    if (PyLong_CheckExact(code)) {
+        int overflow;
+        long long c = PyLong_AsLongLongAndOverflow(code, &overflow);
+        return !overflow && c >= 0 && c < 64 && (self->collectives >> c) & 1;
+    }
+    return PySet_Contains(self->collective_codes, code);
+}
+
 enum { OP_OTHER, OP_MOVE, OP_OBSERVE, OP_COLLECTIVE };
 
 /* What `code` is as the pure collector tells (code == MOVE, code == OBSERVE, code in COLLECTIVES):
@@ -988,7 +1001,7 @@ operation_of(Collect *self, PyObject *code)
         return is < 0 ? -1 : OP_MOVE;
     if ((is = PyObject_RichCompareBool(code, self->observe_code, Py_EQ)) != 0)
         return is < 0 ? -1 : OP_OBSERVE;
-    if ((is = PySet_Contains(self->collective_codes, code)) != 0)
+    if ((is = is_collective(self, code)) != 0)
         return is < 0 ? -1 : OP_COLLECTIVE;
     return OP_OTHER;
 }
@@ -1040,8 +1053,14 @@ collect_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         PyErr_SetString(PyExc_TypeError, "a collector takes two positional arguments: (code, args)");
         return NULL;
     }
-    if (!*self->on)
+    if (!*self->on) {
+        /* Rounds are counted while switched off too, so that they stay aligned across members. */
+        int collective = is_collective(self, args[0]);
+        if (collective < 0)
+            return NULL;
+        self->rounds += (uint64_t)collective;
         return PyObject_Vectorcall(self->next, args, nargsf, NULL);
+    }
     int64_t t0 = now(self->offset_ns);
     *self->inflight = t0;
     PyObject *result = PyObject_Vectorcall(self->next, args, nargsf, NULL);

@@ -80,6 +80,8 @@ def collecting(nxt, switches, inflight, cid, eid, flags, failed, size_of, append
 
     def collect(code, args):
         if not switches[cid]:
+            if code in COLLECTIVES:   # rounds are counted while off too: they stay aligned across members
+                next(rounds)
             return nxt(code, args)
         t0 = clock()
         inflight[cid] = t0

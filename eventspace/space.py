@@ -15,7 +15,7 @@ from . import compiled, trace
 from .catalogue import Catalogue
 from .clock import estimate, monotonic_clock
 from .gather import GatherJoin, JoinSpec, Pulled
-from .hosted import CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, PULL, REMOVE, RENEW
+from .hosted import CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, OFF, PULL, REMOVE, RENEW
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]
@@ -63,6 +63,7 @@ class NodeSpace:
         self.catalogue = Catalogue(node.pathmap)
         self.clock = monotonic_clock(node.clock_offset_ns)
         self.clock_offset_ns = node.clock_offset_ns
+        self.started_ns = self.clock()   # no collector of this node times anything before
         self.compiled = compiled.collector_module()
         self.implementation = "pure" if self.compiled is None else "compiled"
         keep = node.pathmap.instrument.keep
@@ -91,6 +92,7 @@ class NodeSpace:
         self._watcher.start()
         node.server.host(CLOCK, self.clock, inline=True)
         node.server.host(INFLIGHT, self.in_flight, inline=True)
+        node.server.host(OFF, self.switched_off, inline=True)
         # Scope joins placed here by monitors: key -> GatherJoin; each holds a lease. They read this
         # node's trace elements through its in-process name, as they read other nodes' remotely.
         self.local_endpoint = node.server.serve("local://")
@@ -177,6 +179,10 @@ class NodeSpace:
         flag = self._flags.get(cid)
         return flag[0] if flag is not None else bool(self.switches[cid])
 
+    def switched_off(self) -> list[int]:
+        """The ids of this node's collectors (and system sampler) that are switched off, in order."""
+        return sorted(cid for cid in self._enrolled if not self.switch(cid))
+
     def set(self, on: bool, cids=None) -> int:
         """Switch the given collectors of this node (all of them for None); how many were switched."""
         chosen = self._enrolled if cids is None else [c for c in cids if c in self._enrolled]
@@ -192,7 +198,8 @@ class NodeSpace:
 
     def install(self, spec: dict, lease: float) -> None:
         """Place a scope join here, leased for `lease` seconds (renewed by pulls and `renew`)."""
-        join = GatherJoin(JoinSpec(**spec), self.catalogue, joins=self._joins)
+        join = GatherJoin(JoinSpec(**spec), self.catalogue, joins=self._joins, clock=self.clock,
+                          started=self.started_ns)
         join.endpoints = {**join.spec.endpoints, self.node.name: self.local_endpoint}
         join.lease_until = time.monotonic() + lease
         join.lease = lease

@@ -26,6 +26,7 @@ def test_the_scale_layout_is_64_nodes_1024_threads_and_over_16000_trace_elements
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(720)   # its own waits: 180 s up, 120 s for the stacks, 300 s to run, 60 s to end
 def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalled_thread_is_flagged(tmp_path):
     thread, at_step, seconds = STALL
     runner = subprocess.Popen(
@@ -41,6 +42,9 @@ def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalle
                                           run_file.path, "--interval", "1", "--json"],
                                          stdout=beats_out, stderr=subprocess.STDOUT, text=True,
                                          env={**os.environ, "COLUMNS": "400"})  # its last line unwrapped
+        # Every thread's stack, on 64 nodes: identical ones merged, none deeper than asked.
+        shown = subprocess.run([sys.executable, "-m", "eventspace.cli", "stack", "--run", run_file.path, "--json",
+                                "--depth", "6"], capture_output=True, text=True, timeout=120)
         out, err = runner.communicate(timeout=300)
         assert runner.returncode == 0, err[-3000:]
         heartbeat.wait(timeout=60)
@@ -49,11 +53,18 @@ def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalle
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+    assert shown.returncode == 0, shown.stderr
+    stacks = json.loads(shown.stdout)
+    seen = sum(len(g["threads"]) for g in stacks["groups"]) + len(stacks["ended"])
+    assert seen == 1024 - sum(16 for _ in stacks["not_answering"] + stacks["gone"])
+    assert len(stacks["groups"]) < 64 and all(len(g["stack"]) <= 6 for g in stacks["groups"])
     watched = beats_file.read_text()
     summary = json.loads(out)
     assert (summary["threads"], summary["nodes"], summary["steps"]) == (1024, 64, STEPS)
     assert summary["grid_sha256"] == grid_sha256(reference_run(N, STEPS, SEED))
-    beats = [json.loads(line) for line in watched.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in watched.splitlines() if line.startswith("{")]
+    assert lines[-1]["ended"] and lines[-1]["why"] == "its program ended"   # its last JSON line: how it ended
+    beats = lines[:-1]
     statuses = [{b["thread"]: b["status"] for b in beat["threads"]} for beat in beats]
     assert statuses and all(len(s) == 1024 for s in statuses), watched[-2000:]
     flagged_at = [i for i, s in enumerate(statuses) if s[thread] == STALLED]
