@@ -16,6 +16,7 @@ import numpy as np
 from . import trace
 from .catalogue import SYSTEM_ROLE, Catalogue, Entry, TreeLayout
 from .clock import WallClock
+from .ignored import NOT_INTEGERS, Ignored, verdict
 
 FORMAT = "eventspace-archive"
 VERSION = 1
@@ -40,6 +41,18 @@ _SCHEMA = (
 # One row per pull that appended events (Archive.append's `pull`): the recording scope's own figures.
 _PULLS = ("CREATE TABLE IF NOT EXISTS pulls (seq INTEGER PRIMARY KEY, at_ns INTEGER NOT NULL, "
           "seconds REAL NOT NULL, tuples INTEGER NOT NULL, bytes_in INTEGER NOT NULL, discarded INTEGER NOT NULL)")
+_PULL_FIELDS = ("at_ns", "seconds", "tuples", "bytes_in", "discarded")
+# The tables an archive is read through, with the columns read (a file may be anything: a view or a
+# virtual table in their place could compute forever, so each must be a plain table).
+_TABLES = {"meta": ("key", "value"), "events": ("seq", *_EVENT_FIELDS),
+           "catalogue": tuple(f.name for f in dataclasses.fields(Entry))}
+_OPTIONAL_TABLES = {"pulls": ("seq", *_PULL_FIELDS)}   # archives from before pulls were kept have none
+# Each field's greatest value as a trace record holds it (times: as SQLite does, below 2**63).
+_LARGEST = {"op": 0xFFFF, "flags": 0xFFFF, "collector": 0xFFFFFFFF, "element": 0xFFFFFFFF, "arg": 0xFFFFFFFF,
+            "nbytes": 0xFFFFFFFF, "t_start": _INT64_MAX, "t_end": _INT64_MAX}
+_ROW = np.dtype([("seq", np.int64)] + [(f, np.int64) for f in _EVENT_FIELDS])   # a row as SQLite gives it
+BATCH = 16384   # rows read at a time: what a reader holds of the table, whatever its size
+
 _HINT = ("tables: events (seq, " + ", ".join(_EVENT_FIELDS + _NAME_FIELDS) + "), catalogue (one row per "
          "collector and system element), pulls (seq, at_ns, seconds, tuples, bytes_in, discarded), meta (key, "
          "value); e.g. SELECT thread, count(*) FROM events GROUP BY thread")
@@ -112,6 +125,13 @@ class Archive:
     left as it was). `Archive.open(path)` opens one read-only. Queries always go through a
     read-only connection, so they cannot change the file. One writer per file; the methods of
     one Archive may be called from several threads.
+
+    A file is checked before it is read, since it may be anything: its tables (meta, events,
+    catalogue, and pulls where there is one) must be tables, not views, with their columns,
+    and its catalogue and meta must make sense (ArchiveError naming what is wrong otherwise).
+    Records are read a batch at a time (`batches`), never the table at once, and each row
+    must be a trace record the catalogue accepts (eventspace.ignored); the others are left
+    out, counted in `ignored` and said once on the `eventspace.ignored` logger.
     """
 
     def __init__(self, path, catalogue: Catalogue):
@@ -157,6 +177,9 @@ class Archive:
         self.catalogue = ArchivedCatalogue(name, catalogue.entries, catalogue.system, catalogue.threads,
                                            catalogue.trees)
         self._names = _name_columns(self.catalogue)
+        self._has_pulls = True
+        self.ignored = Ignored()
+        self._told: set[str] = set()
 
     @classmethod
     def open(cls, path) -> Archive:
@@ -182,6 +205,8 @@ class Archive:
             self._db.close()
             raise
         self._names = _name_columns(self.catalogue)
+        self.ignored = Ignored()
+        self._told: set[str] = set()
         return self
 
     # -- writing ------------------------------------------------------------------------------
@@ -281,23 +306,85 @@ class Archive:
         with self._lock:
             return self._db.execute("SELECT count(*) FROM events").fetchone()[0]
 
-    def records(self) -> np.ndarray:
-        """Every stored record as a trace.DTYPE array, in append order."""
-        with self._lock:
-            rows = self._db.execute(f"SELECT {', '.join(_EVENT_FIELDS)} FROM events ORDER BY seq").fetchall()
-        return np.array(rows, dtype=trace.DTYPE) if rows else trace.empty()
+    def records(self, progress=None) -> np.ndarray:
+        """Every stored record that may be read (see `batches`) as a trace.DTYPE array, in append
+        order: 36 bytes a record, read a batch at a time. `progress`, if given, is called with
+        each batch's number of records and the number of rows in all."""
+        rows = len(self)
+        out = np.empty(rows, dtype=trace.DTYPE)   # filled in place: the records are held once
+        filled = 0
+        for _, records in self.batches():
+            if filled + len(records) > len(out):   # rows appended since they were counted
+                out = np.concatenate([out[:filled], np.empty(len(records), dtype=trace.DTYPE)])
+            out[filled:filled + len(records)] = records
+            filled += len(records)
+            if progress is not None:
+                progress(len(records), rows)
+        return out[:filled] if filled < len(out) else out
+
+    def batches(self, order: str = "seq", size: int = BATCH):
+        """The stored records, `size` rows at a time, as (seq, records): their rows' seq (int64)
+        and a trace.DTYPE array, in the order of `order` (`seq`, append order; `t_start`; or
+        `t_end`, then seq: SQLite sorts on disk, not in this process). A row that is not a
+        trace record the catalogue accepts is left out and counted in `ignored` (see the
+        class); the reasons are said once, when the reading ends. ArchiveError if the file
+        turns out to be damaged."""
+        if order not in ("seq", "t_start", "t_end"):
+            raise ValueError(f"records come by seq, t_start or t_end, not {order!r}")
+        sql = f"SELECT seq, {', '.join(_EVENT_FIELDS)} FROM events ORDER BY {order}{', seq' if order != 'seq' else ''}"
+        largest = np.array([_INT64_MAX] + [_LARGEST[f] for f in _EVENT_FIELDS], dtype=np.int64)
+        # A connection of its own, so that the cursor stays open between batches (a sort by t_end
+        # is made once) while the archive's other methods go on.
+        db = None
+        try:
+            db = _connect(self.path, readonly=True)
+            cursor = db.execute(sql)
+            while rows := cursor.fetchmany(size):
+                try:
+                    columns = np.fromiter(rows, dtype=_ROW, count=len(rows)).view(np.int64).reshape(len(rows), -1)
+                except (TypeError, ValueError, OverflowError):   # a text, blob or null among them
+                    whole = [row for row in rows if all(type(v) is int for v in row)]
+                    columns = np.array(whole, dtype=object).astype(np.int64, casting="unsafe") if whole else \
+                        np.empty((0, len(largest)), dtype=np.int64)
+                in_range = ((columns >= 0) & (columns <= largest)).all(axis=1)
+                if len(columns) < len(rows) or not in_range.all():
+                    self.ignored.add(NOT_INTEGERS, len(rows) - int(np.count_nonzero(in_range)))
+                    columns = columns[in_range]
+                records = np.empty(len(columns), dtype=trace.DTYPE)
+                for i, name in enumerate(_EVENT_FIELDS, 1):
+                    records[name] = columns[:, i]
+                keep, left = verdict(records, self.catalogue)
+                if keep is None:
+                    yield columns[:, 0], records
+                else:
+                    self.ignored.merge(left)
+                    yield columns[:, 0][keep], records[keep]
+        except sqlite3.Error as exc:
+            raise ArchiveError(f"{self.path} is a damaged EventSpace archive ({exc}); its events "
+                               "cannot be read") from None
+        finally:
+            if db is not None:
+                db.close()
+            self.ignored.tell(self._told, f"archive {self.path}", "rows")
 
     def pulls(self) -> np.ndarray:
         """The recording scope's pulls, in order: a structured array of at_ns (when each ended,
         the events' clock), seconds, tuples, bytes_in, discarded; empty for an archive written
-        without them."""
+        without them. Rows whose figures are not numbers are left out."""
+        numbers = " AND ".join(f"typeof({f}) IN ('integer', 'real')" for f in _PULL_FIELDS)
         with self._lock:
+            if not self._has_pulls:
+                return np.empty(0, dtype=PULLS_DTYPE)
             try:
-                rows = self._db.execute("SELECT at_ns, seconds, tuples, bytes_in, discarded FROM pulls "
+                rows = self._db.execute(f"SELECT {', '.join(_PULL_FIELDS)} FROM pulls WHERE {numbers} "
                                         "ORDER BY seq").fetchall()
-            except sqlite3.OperationalError:   # an archive from before pulls were kept
-                rows = []
-        return np.array(rows, dtype=PULLS_DTYPE) if rows else np.empty(0, dtype=PULLS_DTYPE)
+            except sqlite3.Error as exc:
+                raise ArchiveError(f"{self.path} is a damaged EventSpace archive ({exc})") from None
+        try:
+            return np.array(rows, dtype=PULLS_DTYPE) if rows else np.empty(0, dtype=PULLS_DTYPE)
+        except (OverflowError, ValueError):
+            raise ArchiveError(f"{self.path} is a damaged EventSpace archive (a pull's figures are out of "
+                               "range)") from None
 
     def query(self, sql: str, parameters=()) -> tuple[tuple[str, ...], list[tuple]]:
         """(column names, rows) of one SQL statement, run read-only. ArchiveError naming the file
@@ -351,30 +438,96 @@ class Archive:
     def _load_catalogue(self) -> ArchivedCatalogue:
         what = "an SQLite file written by eventspace.archive.Archive"
         try:
+            self._has_pulls = self._check_tables(what)
             meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.DatabaseError as exc:
-            why = "an SQLite database without a meta table" if "no such table" in str(exc) else str(exc)
-            raise ArchiveError(f"{self.path} is not an EventSpace archive ({why}); give {what}") from None
+            raise ArchiveError(f"{self.path} is not an EventSpace archive ({exc}); give {what}") from None
         if meta.get("format") != FORMAT:
             raise ArchiveError(f"{self.path} is not an EventSpace archive (its meta table has no "
                                f"format={FORMAT}); give {what}")
-        if int(meta.get("version", 0)) > VERSION:
+        try:
+            version = int(meta.get("version", 0))
+        except (TypeError, ValueError):
+            version = -1
+        if version > VERSION:
             raise ArchiveError(f"{self.path} is archive version {meta['version']}, newer than this "
                                f"EventSpace reads ({VERSION}); upgrade EventSpace")
         try:
-            cursor = self._db.execute("SELECT * FROM catalogue ORDER BY id")
+            if version < 1 or not all(_is_count(meta.get(key)) for key in ("tuples", "discarded")):
+                raise ValueError("its meta table's version, tuples or discarded is not a count")
+            if "clock_monotonic_ns" in meta or "clock_realtime_ns" in meta:
+                if not all(_is_count(meta.get(key)) for key in ("clock_monotonic_ns", "clock_realtime_ns")):
+                    raise ValueError("its meta table's clock is not two counts of nanoseconds")
+            cursor = self._db.execute(f"SELECT {', '.join(_TABLES['catalogue'])} FROM catalogue ORDER BY id")
             names = [d[0] for d in cursor.description]
-            every = tuple(Entry(**dict(zip(names, row))) for row in cursor.fetchall())
-            self._db.execute("SELECT seq FROM events LIMIT 1").fetchall()
-            threads = tuple(tuple(t) for t in json.loads(meta.get("threads", "[]")))
-            trees = {tree: TreeLayout(tuple(t["members"]), dict(t["fan_in"]))
-                     for tree, t in json.loads(meta.get("trees", "{}")).items()}
-        except (sqlite3.Error, TypeError, ValueError, KeyError) as exc:
+            every = tuple(_entry(dict(zip(names, row))) for row in cursor.fetchall())
+            if [e.id for e in every] != list(range(1, len(every) + 1)):
+                raise ValueError("its catalogue's ids are not 1, 2, 3, ...")
+            threads = tuple(_thread(t) for t in json.loads(meta.get("threads", "[]")))
+            trees = {str(tree): _tree_layout(t) for tree, t in json.loads(meta.get("trees", "{}")).items()}
+            str(meta["pathmap"])
+        except (sqlite3.Error, TypeError, ValueError, KeyError, AttributeError) as exc:
             raise ArchiveError(f"{self.path} is a damaged EventSpace archive ({exc}); "
                                "its events cannot be read") from None
         entries = tuple(e for e in every if e.role != SYSTEM_ROLE)
         return ArchivedCatalogue(meta["pathmap"], entries, tuple(e for e in every if e.role == SYSTEM_ROLE),
                                  threads, trees)
+
+    def _check_tables(self, what: str) -> bool:
+        """ArchiveError unless meta, events and catalogue (and pulls, if there is one) are plain
+        tables with the columns they are read by; whether there is a pulls table."""
+        names = {**_TABLES, **_OPTIONAL_TABLES}
+        found = {name: (kind, sql or "") for kind, name, sql in self._db.execute(
+            f"SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view') AND name IN "
+            f"({', '.join('?' * len(names))})",
+            tuple(names)).fetchall()}
+        for name, columns in names.items():
+            if name not in found:
+                if name in _OPTIONAL_TABLES:
+                    continue
+                raise ArchiveError(f"{self.path} is not an EventSpace archive (an SQLite database without a {name} "
+                                   f"table); give {what}")
+            kind, sql = found[name]
+            if kind != "table" or sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+                raise ArchiveError(f"{self.path} is not an EventSpace archive: its {name} is a "
+                                   f"{'virtual table' if kind == 'table' else kind}, not a table (reading it "
+                                   f"could compute without end); give {what}")
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({name})").fetchall()}
+            lacking = [c for c in columns if c not in have]
+            if lacking:
+                raise ArchiveError(f"{self.path} is not an EventSpace archive: its {name} table has no column "
+                                   f"{', '.join(lacking)}; give {what}")
+        return "pulls" in found
+
+
+def _is_count(value) -> bool:
+    """Whether a meta value is a whole number >= 0 (as text)."""
+    return isinstance(value, str) and value.isdigit() and len(value) <= 19
+
+
+def _entry(row: dict) -> Entry:
+    """A catalogue row as an Entry; TypeError if a field is not of its type."""
+    for f in dataclasses.fields(Entry):
+        value = row[f.name]
+        wanted = int if f.type in ("int", int) else str
+        if not (isinstance(value, wanted) or (value is None and "None" in str(f.type))):
+            raise TypeError(f"its catalogue's {f.name} {value!r} is not a{'n' if wanted is int else ''} "
+                            f"{wanted.__name__}")
+    return Entry(**row)
+
+
+def _thread(pair) -> tuple[str, str]:
+    if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(v, str) for v in pair)):
+        raise TypeError(f"its meta table's threads hold {pair!r}, not [thread, node]")
+    return pair[0], pair[1]
+
+
+def _tree_layout(layout) -> TreeLayout:
+    members, fan_in = layout["members"], layout["fan_in"]
+    if not (isinstance(members, list) and all(isinstance(m, str) for m in members) and isinstance(fan_in, dict)
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in fan_in.values())):
+        raise TypeError("its meta table's trees are not {members: [thread, ...], fan_in: {stage: n >= 1}}")
+    return TreeLayout(tuple(members), {str(k): v for k, v in fan_in.items()})
 
 
 def _try_a_write(db: sqlite3.Connection) -> None:

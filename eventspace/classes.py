@@ -166,6 +166,8 @@ def _from_records(records: np.ndarray, lay: Layout) -> list[_Class]:
 def _encode(classes: list[_Class]) -> np.ndarray:
     rows = []
     for c in classes:
+        if not c.parts:
+            continue   # members without a count (member runs alone came in): nothing to say of them
         for (op, part), (count, value, t0, t1, *_) in sorted(c.parts.items()):
             rows.append((op, trace.CLASS, c.collector, part, min(count, _U32), value, t0, t1))
         t0 = min(v[2] for v in c.parts.values())

@@ -58,16 +58,22 @@ class _Stderr(logging.Handler):
         print(self.format(record), file=sys.stderr, flush=True)
 
 
-def _announce_runs() -> None:
-    """Print the line `paths.launch` logs for every run it starts: its name and run file."""
-    logger = logging.getLogger("paths.launch")
-    if not any(isinstance(h, _Stderr) for h in logger.handlers):
-        logger.addHandler(_Stderr())
-    logger.setLevel(logging.INFO)
+# What the command prints of the library's logs, on stderr: the line `paths.launch` logs for every
+# run it starts (its name and run file), and the one a scope or an archive logs the first time it
+# leaves records out for a reason (eventspace.ignored).
+_TOLD = {"paths.launch": logging.INFO, "eventspace.ignored": logging.WARNING}
+
+
+def _tell_logs() -> None:
+    for name, level in _TOLD.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _Stderr) for h in logger.handlers):
+            logger.addHandler(_Stderr())
+        logger.setLevel(level)
 
 
 def main(argv: list[str] | None = None) -> int:
-    _announce_runs()
+    _tell_logs()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -10,6 +10,7 @@ from . import trace
 from .catalogue import Catalogue
 
 FIELDS = ("duration", "nbytes", "arg")   # duration: t_end - t_start, ns
+MAX_BUCKET = 64                          # the bucket of the greatest u64 value (bucket_of)
 _PASSED = trace.SUMMARY | trace.SYSTEM | trace.CLASS   # records that are not events: passed on as they are
 
 

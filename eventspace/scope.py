@@ -23,6 +23,7 @@ from pastset import Fanout, PastSetError
 from .catalogue import Catalogue
 from .gather import MODES, GatherJoin, JoinSpec, Pulled
 from .hosted import CURSORS, INFLIGHT, INSTALL, OFF, REMOVE, RENEW
+from .ignored import BAD_TIMES, NOT_ON_CLOCK, Ignored
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
 from .space import Mark
 from .stages import ScopeStage, check_tree
@@ -32,6 +33,7 @@ PLACEMENTS = ("monitor", "near")
 CONCURRENCY = ("concurrent", "sequential")
 PLACE_TIMEOUT = 10.0   # seconds a node may take to place a near join
 MAX_PIPELINE = 16      # pulls one scope may keep in flight
+CLOCK_SLACK_NS = 10**9  # how far past now a corrected record may end (a clock estimate errs by far less)
 
 
 class ScopeError(ValueError):
@@ -95,32 +97,48 @@ class ScopeStats:
         return self.pulls / self.seconds if self.seconds else 0.0
 
 
+@dataclass
+class Look:
+    """What the nodes said of the view at one look (EventScope.look): the operations its collectors
+    time ({collector id: Mark}), the collectors switched off, where its threads are ({thread:
+    ThreadState}), and the nodes that did not answer."""
+
+    marks: dict[int, Mark]
+    off: set[int]
+    threads: dict[str, ThreadState]
+    missing: set[str]
+
+
 @dataclass(frozen=True)
 class Account:
     """A stream scope's view, in records: `made` by its collectors as of the last pull, `before`
     those the rings had dropped before the scope was made (never readable), `read` delivered to
     the scope's caller (None where stages transform records: then not comparable), `discarded`
-    dropped by the rings after that, before a pull could read them. Nothing lost unseen:
-    `before + read + discarded == made`."""
+    dropped by the rings after that, before a pull could read them, `ignored` read but left out
+    (records no collector wrote, eventspace.ignored: they are in the rings' counts too). Nothing
+    lost unseen: `before + read + ignored + discarded == made`."""
 
     made: int
     before: int
     read: int | None
     discarded: int
+    ignored: int = 0
 
     @property
     def reconciles(self) -> bool:
-        return self.read is not None and self.before + self.read + self.discarded == self.made
+        return self.read is not None and self.before + self.read + self.ignored + self.discarded == self.made
 
     def line(self, what: str = "events") -> str:
         """`160,024 events made in the view: 152,674 read, 92 discarded before they were read, 7,258 made
-        before the monitor attached`."""
+        before the monitor attached` (and `, 3 left out: not a collector's` when some were)."""
         read = "" if self.read is None else f"{self.read:,} read, "
+        left = f", {self.ignored:,} left out: not a collector's" if self.ignored else ""
         return (f"{self.made:,} {what} made in its view: {read}{self.discarded:,} discarded before they were "
-                f"read, {self.before:,} made before it attached")
+                f"read, {self.before:,} made before it attached{left}")
 
     def as_dict(self) -> dict:
-        return {"made": self.made, "read": self.read, "discarded": self.discarded, "before": self.before}
+        return {"made": self.made, "read": self.read, "discarded": self.discarded, "before": self.before,
+                "ignored": self.ignored}
 
 
 @dataclass
@@ -130,7 +148,9 @@ class Pull:
     within the timeout) and of those the `gone` ones (their connection closed: the process ended
     or the host is out of reach; the others are `not_answering`: connected, but paused, swapping
     or busy), `unreached` (nodes that were not asked because the join that would have asked them
-    did not answer: their events are absent, their state unknown)."""
+    did not answer: their events are absent, their state unknown), and the records left out
+    because they did not pass eventspace.ignored's check (`ignored`: {reason: how many}; written
+    into the run's trace elements by someone other than their collectors)."""
 
     records: np.ndarray | list
     discarded: int
@@ -138,6 +158,7 @@ class Pull:
     seconds: float
     gone: set[str] = field(default_factory=set)
     unreached: set[str] = field(default_factory=set)
+    ignored: Ignored = field(default_factory=Ignored)
 
     @property
     def not_answering(self) -> set[str]:
@@ -165,6 +186,12 @@ class EventScope:
     oldest finished one and starts another, so that where a pull is one slow round trip (a
     monitor behind a wide-area link) the observe rate is K times higher. Each pull still holds
     the whole view, as of when it was asked.
+
+    Records are checked at every join (eventspace.ignored): one that names no collector of the
+    run, or whose times or class members are out of range, is left out and counted (`Pull.ignored`,
+    and `ignored` over the scope's life); the first time a reason comes up, the scope says so on
+    the `eventspace.ignored` logger (`scope heartbeat: 12 records ignored: collector id out of
+    range`), once.
     """
 
     def __init__(self, run, view: str | View = "all", *, mode: str = "latest", tree: str = "flat",
@@ -194,6 +221,8 @@ class EventScope:
         self._monitor = monitor_name()
         self._generation = 0
         self._stats = ScopeStats()
+        self.ignored = Ignored()
+        self._told: set[str] = set()
         self._last_pull = 0.0
         # Stream mode: "node/trace element" -> the next index to read. A stream starts at what
         # each ring holds when the scope is made (its first pull delivers that backlog), and
@@ -345,7 +374,7 @@ class EventScope:
             cursors = self._collect_cursors()
         return Account(made=sum(cursors.values()), before=sum(self._starts.values()),
                        read=self._stats.tuples if not self.settings.stages else None,
-                       discarded=self._stats.discarded)
+                       discarded=self._stats.discarded, ignored=sum(self.ignored.values()))
 
     def _build(self) -> None:
         specs = self.plan()
@@ -421,7 +450,7 @@ class EventScope:
                 pulled, took, bytes_in, bytes_out = self._pipelined()
             else:
                 pulled, took, bytes_in, bytes_out = self._pull_once(self._joins, self._root.key, self._fanout)
-            records = self._correct(pulled.records)
+            records = self._correct(pulled.records, pulled.ignored)
             stats = self._stats
             stats.pulls += 1
             stats.seconds += time.perf_counter() - started   # waited here: pulls in flight overlap
@@ -433,10 +462,13 @@ class EventScope:
                 mine = stats.levels.setdefault(level, [0.0, 0, 0])
                 for i, v in enumerate(values):
                     mine[i] += v
+            if pulled.ignored:
+                self.ignored.merge(pulled.ignored)
+                pulled.ignored.tell(self._told, f"scope {self.name}")
             if self.settings.stages and self.settings.stages[-1].startswith("convert"):
                 records = self.catalogue.label(records)
             return Pull(records, pulled.discarded, pulled.missing, took, pulled.gone,
-                        pulled.unreached - pulled.missing)
+                        pulled.unreached - pulled.missing, pulled.ignored)
 
     @staticmethod
     def _pull_once(joins: dict, root: str, fanout) -> tuple[Pulled, float, int, int]:
@@ -491,17 +523,28 @@ class EventScope:
                 self._slots.get()[1].close()
             self._slots = None
 
-    def _correct(self, records: np.ndarray) -> np.ndarray:
-        """Timestamps on the monitor's clock: each node's estimated offset taken off its events."""
+    def _correct(self, records: np.ndarray, ignored: Ignored) -> np.ndarray:
+        """Timestamps on the monitor's clock: each node's estimated offset taken off its events.
+        A record is left out (counted in `ignored`) whose time would fall before 0 on the
+        monitor's clock, or whose end, on the monitor's clock, comes after now by more than
+        CLOCK_SLACK_NS (far more than an estimate's error): no clock read them so."""
         if not self.clock_offsets or not len(records):
             return records
         column = self.catalogue.column("node")
         names = self.catalogue.names("node")
         offsets = np.array([self.clock_offsets.get(n, 0) for n in names], dtype=np.int64)
+        synced = np.array([n in self.clock_offsets for n in names])[column[records["collector"]]]
         shift = offsets[column[records["collector"]]]
+        t_start = records["t_start"].astype(np.int64) - shift   # times are below 2**62 (eventspace.ignored)
+        t_end = records["t_end"].astype(np.int64) - shift
+        before = (t_start < 0) | (t_end < 0)
+        after = synced & (t_end > time.monotonic_ns() + CLOCK_SLACK_NS)
         out = records.copy()
-        out["t_start"] = (out["t_start"].astype(np.int64) - shift).astype(np.uint64)
-        out["t_end"] = (out["t_end"].astype(np.int64) - shift).astype(np.uint64)
+        out["t_start"], out["t_end"] = np.maximum(t_start, 0), np.maximum(t_end, 0)
+        if before.any() or after.any():
+            ignored.add(BAD_TIMES, np.count_nonzero(before))
+            ignored.add(NOT_ON_CLOCK, np.count_nonzero(after & ~before))
+            out = out[~(before | after)]
         return out
 
     def gone(self, nodes) -> set[str]:
@@ -522,59 +565,61 @@ class EventScope:
         ({collector id: Mark(t_start, op, flags, element, arg, nbytes)}, nodes that did not
         answer); the fields are the record's as known when the operation began, and op is 0
         (the other fields too) for a collector that leaves no mark."""
-        rows, missing = self._in_flight_rows(skip)
-        return {row[0]: Mark(*row[1:7]) if len(row) == 7 else Mark(row[1], 0, 0, 0, 0, 0) for row in rows}, missing
-
-    def _in_flight_rows(self, skip=()) -> tuple[list[list[int]], set[str]]:
-        mine = {e.id for e in self.entries}
-        rows, missing = self._ask_collector_nodes(INFLIGHT, skip)
-        return [row for row in rows if row[0] in mine], missing
+        look = self.look(skip, marks=True)
+        return look.marks, look.missing
 
     def switched_off(self, skip=()) -> tuple[set[int], set[str]]:
         """The view's collectors switched off now (`eventspace space switch`): (their ids, nodes that
         did not answer). Nodes in `skip` are not asked."""
-        mine = {e.id for e in self.entries}
-        ids, missing = self._ask_collector_nodes(OFF, skip)
-        return {cid for cid in ids if cid in mine}, missing
+        look = self.look(skip, off=True)
+        return look.off, look.missing
 
     def thread_states(self, stacks: bool = True, depth: int = DEPTH, skip=()) -> tuple[dict[str, ThreadState], set[str]]:
         """Where the view's threads are now, as their own processes see them (paths.stack): ({thread:
         ThreadState: CPU time, with `stacks` the Python stack, at most `depth` frames; a thread that
-        raised, its error}, nodes that did not answer). A node busy in a C call that holds the GIL
-        cannot answer: it is among the missing after the scope's timeout. Nodes in `skip` are not
-        asked. Nothing is captured until this is called."""
-        threads = {e.thread for e in self.entries if e.thread}
-        node_of = {t.name: t.node for t in self.pathmap.threads}
-        nodes = sorted({node_of[t] for t in threads if t in node_of} - set(skip))
-        with self._mutex:
-            asking = self._fanout.round(self.timeout)
-            replies = [asking.call(node, THREADS, bool(stacks), int(depth)) for node in nodes]
-            missing = asking.wait()
-        states = {}
-        for reply in replies:
-            if reply.ok and isinstance(reply.value, dict):
-                for thread, data in reply.value.items():
-                    if thread in threads:
-                        states[thread] = ThreadState.from_wire(thread, reply.node, data)
-            elif reply.answered:
-                missing.add(reply.node)
-        return states, missing
+        raised, its error}, nodes that did not answer). Nodes in `skip` are not asked."""
+        look = self.look(skip, threads=True, stacks=stacks, depth=depth)
+        return look.threads, look.missing
 
-    def _ask_collector_nodes(self, name: str, skip=()) -> tuple[list, set[str]]:
-        """Hosted call `name` (answered with a list) to every node where a collector of the view runs,
-        but those in `skip`, in one round: (the lists' items, nodes that did not answer)."""
-        nodes = sorted({e.node for e in self.entries} - set(skip))
+    def look(self, skip=(), *, marks: bool = False, off: bool = False, threads: bool = False,
+             stacks: bool = False, depth: int = DEPTH) -> Look:
+        """What the view's collectors and threads are doing now, asked of their nodes in one round
+        (one request each, all at once; nodes in `skip` are not asked): with `marks`, the operations
+        the collectors time (`in_flight_marks`), with `off` the collectors switched off, with `threads`
+        where the threads are (`thread_states`: CPU time and, with `stacks`, the Python stack). A node
+        busy in a C call that holds the GIL cannot answer: it is among the missing after the scope's
+        timeout. Nothing is captured on the nodes until this is called."""
+        mine = {e.id for e in self.entries}
+        wanted = {e.thread for e in self.entries if e.thread}
+        node_of = {t.name: t.node for t in self.pathmap.threads}
+        collector_nodes = {e.node for e in self.entries} if marks or off else set()
+        thread_nodes = {node_of[t] for t in wanted if t in node_of} if threads else set()
+        nodes = sorted((collector_nodes | thread_nodes) - set(skip))
         with self._mutex:
             asking = self._fanout.round(self.timeout)
-            replies = [asking.call(node, name) for node in nodes]
+            asked = []
+            for node in nodes:
+                if node in collector_nodes and marks:
+                    asked.append(("marks", asking.call(node, INFLIGHT)))
+                if node in collector_nodes and off:
+                    asked.append(("off", asking.call(node, OFF)))
+                if node in thread_nodes:
+                    asked.append(("threads", asking.call(node, THREADS, bool(stacks), int(depth))))
             missing = asking.wait()
-        items = []
-        for reply in replies:
-            if reply.ok and isinstance(reply.value, list):
-                items.extend(reply.value)
+        found = Look({}, set(), {}, missing)
+        for what, reply in asked:
+            value = reply.value if reply.ok else None
+            if what == "marks" and isinstance(value, list):
+                found.marks.update((row[0], Mark(*row[1:7]) if len(row) == 7 else Mark(row[1], 0, 0, 0, 0, 0))
+                                   for row in value if row[0] in mine)
+            elif what == "off" and isinstance(value, list):
+                found.off.update(cid for cid in value if cid in mine)
+            elif what == "threads" and isinstance(value, dict):
+                found.threads.update((t, ThreadState.from_wire(t, reply.node, data)) for t, data in value.items()
+                                     if t in wanted)
             elif reply.answered:
                 missing.add(reply.node)
-        return items, missing
+        return found
 
     # -- reshaping -------------------------------------------------------------------------------
 

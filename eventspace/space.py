@@ -63,6 +63,7 @@ class NodeSpace:
         self.catalogue = Catalogue(node.pathmap)
         self.clock = monotonic_clock(node.clock_offset_ns)
         self.clock_offset_ns = node.clock_offset_ns
+        self.started_ns = self.clock()   # no collector of this node times anything before
         self.compiled = compiled.collector_module()
         self.implementation = "pure" if self.compiled is None else "compiled"
         keep = node.pathmap.instrument.keep
@@ -197,7 +198,8 @@ class NodeSpace:
 
     def install(self, spec: dict, lease: float) -> None:
         """Place a scope join here, leased for `lease` seconds (renewed by pulls and `renew`)."""
-        join = GatherJoin(JoinSpec(**spec), self.catalogue, joins=self._joins)
+        join = GatherJoin(JoinSpec(**spec), self.catalogue, joins=self._joins, clock=self.clock,
+                          started=self.started_ns)
         join.endpoints = {**join.spec.endpoints, self.node.name: self.local_endpoint}
         join.lease_until = time.monotonic() + lease
         join.lease = lease

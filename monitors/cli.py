@@ -165,44 +165,105 @@ def _query(args) -> int:
 
 def _export(args) -> int:
     from .archive import Archive
+    from .perfetto import MAX_JSON_RECORDS
 
     if not args.perfetto and not args.otf2:
         raise ValueError("say what to write: --perfetto OUT.pftrace (or OUT.json) and/or --otf2 DIR")
     suffix = Path(args.perfetto).suffix.lower() if args.perfetto else None
     if args.perfetto and suffix not in (".pftrace", ".json"):
         raise ValueError(f"{args.perfetto}: --perfetto writes OUT.pftrace (Perfetto's own format) or OUT.json "
-                         "(Perfetto / Chrome JSON); give one of those suffixes")
+                         "(Perfetto / Chrome trace JSON); give one of those suffixes")
     if args.otf2:
         from .otf2_export import INSTALL_HINT, Otf2Unavailable, available
         if not available():   # before any output is written
             raise Otf2Unavailable(f"--otf2 needs the otf2 package: {INSTALL_HINT}")
+    told = []
     with Archive.open(args.db) as archive:
-        records, catalogue, recorded = archive.records(), archive.catalogue, archive.info.clock
-    if recorded is None:
-        print(f"note: {args.db} does not say when its events were recorded (written before archives kept "
-              "it); the trace carries no wall-clock time", file=sys.stderr)
-    if suffix == ".pftrace":
-        from .pftrace import write_pftrace
-        written = write_pftrace(args.perfetto, records, catalogue, recorded=recorded)
-        print(f"wrote {args.perfetto}: {written.slices} events on {written.tracks} tracks, {written.flows} flows, "
-              f"{written.counters} counter values, {written.nbytes:,} bytes")
-    elif args.perfetto:
-        from .perfetto import write_perfetto
-        doc = write_perfetto(args.perfetto, records, catalogue)
-        phases = [e["ph"] for e in doc["traceEvents"]]
-        tracks = sum(1 for e in doc["traceEvents"] if e.get("name") == "thread_name")
-        print(f"wrote {args.perfetto}: {phases.count('X')} events on {tracks} tracks, "
-              f"{phases.count('s')} flows, {phases.count('C')} counter values")
-    if args.otf2:
-        from eventspace import system
+        rows = len(archive)
+        if suffix == ".json" and rows > MAX_JSON_RECORDS:
+            raise ValueError(f"{args.db} holds {rows:,} events, more than a JSON trace is made of "
+                             f"({MAX_JSON_RECORDS:,}: it is built whole in memory); write --perfetto OUT.pftrace, "
+                             "Perfetto's own format, which is streamed")
+        need, free = rows * EXPORT_BYTES_PER_RECORD, available_memory()
+        if free is not None and need > free:
+            raise MemoryError(f"{args.db} holds {rows:,} events: writing them as a trace takes about "
+                              f"{need / 2**30:.1f} GiB of memory, and {free / 2**30:.1f} GiB are available; "
+                              "export on a machine with more")
+        catalogue, recorded = archive.catalogue, archive.info.clock
+        if recorded is None:
+            print(f"note: {args.db} does not say when its events were recorded (written before archives kept "
+                  "it); the trace carries no wall-clock time", file=sys.stderr)
+        with ExportProgress(rows) as progress:
+            records = archive.records(progress("reading the archive"))
+            if suffix == ".pftrace":
+                from .pftrace import write_pftrace
+                written = write_pftrace(args.perfetto, records, catalogue, recorded=recorded,
+                                        progress=progress("writing the trace"))
+                told.append(f"wrote {args.perfetto}: {written.slices} events on {written.tracks} tracks, "
+                            f"{written.flows} flows, {written.counters} counter values, {written.nbytes:,} bytes")
+            elif args.perfetto:
+                from .perfetto import write_perfetto
+                doc = write_perfetto(args.perfetto, records, catalogue, progress=progress("writing the trace"))
+                phases = [e["ph"] for e in doc["traceEvents"]]
+                tracks = sum(1 for e in doc["traceEvents"] if e.get("name") == "thread_name")
+                told.append(f"wrote {args.perfetto}: {phases.count('X')} events on {tracks} tracks, "
+                            f"{phases.count('s')} flows, {phases.count('C')} counter values")
+            if args.otf2:
+                from eventspace import system
 
-        from .otf2_export import write_otf2
-        anchor = write_otf2(args.otf2, records, catalogue, recorded=recorded)
-        samples, operations = system.split(records)
-        left_out = (f"; left out {len(samples):,} system summary records (metrics, not operations: the Perfetto "
-                    "exports show them)") if len(samples) else ""
-        print(f"wrote {anchor}: {len(operations):,} operations of the archive's {len(records):,} events{left_out}")
+                from .otf2_export import write_otf2
+                anchor = write_otf2(args.otf2, records, catalogue, recorded=recorded, progress=progress("writing OTF2"))
+                samples, operations = system.split(records)
+                left_out = (f"; left out {len(samples):,} system summary records (metrics, not operations: the "
+                            "Perfetto exports show them)") if len(samples) else ""
+                told.append(f"wrote {anchor}: {len(operations):,} operations of the archive's {len(records):,} "
+                            f"events{left_out}")
+    print("\n".join(told))   # once the bars are gone
     return 0
+
+
+LONG_EXPORT = 100_000   # rows from which an export shows its progress (on a terminal)
+# What writing a trace holds at its peak, per record of the archive: its numpy columns (the records,
+# their tracks and flows, the events in order: about 310 bytes measured at a million records).
+EXPORT_BYTES_PER_RECORD = 400
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the kernel says are available (MemAvailable), or None where it does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class ExportProgress:
+    """A progress bar on stderr for an export of `rows` archive rows, shown while it is long
+    (LONG_EXPORT rows or more) and stderr is a terminal, and gone when it ends: `progress(what)`
+    gives the callable an exporter advances (n done, of total), a bar per `what`."""
+
+    def __init__(self, rows: int):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        console = Console(stderr=True)
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeRemainingColumn(), console=console, transient=True,
+                             disable=rows < LONG_EXPORT or not console.is_terminal)
+
+    def __enter__(self) -> ExportProgress:
+        self._bar.start()
+        return self
+
+    def __call__(self, what: str):
+        task = self._bar.add_task(what, total=None)
+        return lambda n, total: self._bar.update(task, advance=n, total=total)
+
+    def __exit__(self, *exc) -> None:
+        self._bar.stop()
 
 
 def _replay(args) -> int:
@@ -575,7 +636,10 @@ def _stack(args) -> int:
 
     if not 1 <= args.depth <= 1000:
         raise ValueError(f"--depth {args.depth}: give a number of frames from 1 to 1000")
-    run_file = RunFile.find(args.run).check_live()
+    # Not check_live: a node whose GIL a C call holds does not answer, and is to be named, not refused.
+    run_file = RunFile.find(args.run)
+    if run_file.starting:
+        raise ValueError(f"run {run_file.name} is still starting; try again in a moment")
     with StacksMon(run_file, args.view, depth=args.depth, timeout=args.timeout) as mon:
         report = mon.read()
     if args.json:

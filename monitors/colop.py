@@ -56,7 +56,7 @@ class OpenRound:
 
 @dataclass(frozen=True)
 class JoinStats:
-    """One inner node of the tree (a join stage), over the rounds seen: time from its first child's
+    """One inner node of the tree (a join stage), over the rounds kept (Rounds): time from its first child's
     contribution to handing the result back (`total`), the spread of its children's arrivals
     (`imbalance`: how long it waited for the last one), and the time its parent took (`up`, 0 at
     the root). Medians in microseconds."""
@@ -149,7 +149,12 @@ class ColOpMon(ScopeMon):
 class Rounds:
     """One tree's collective operations, analysed from its collectors' records (`add`): the live
     ColOpMon feeds it pulls, the sequence player (monitors.replay) an archive's records. Needs of
-    the pathmap only what a catalogue keeps (Catalogue.trees: members and fan-ins)."""
+    the pathmap only what a catalogue keeps (Catalogue.trees: members and fan-ins).
+
+    It keeps the records of the newest `keep_rounds` rounds or so (older ones go once every
+    member has finished `keep_rounds` rounds after them) and, whatever they say, at most twice
+    as many records as that many rounds should have: a run of any length, or an archive of any
+    size, holds it to a bounded size."""
 
     def __init__(self, catalogue: Catalogue, tree: str, keep_rounds: int = 10_000):
         self.catalogue = catalogue
@@ -158,7 +163,16 @@ class Rounds:
         self.fan_in = dict(catalogue.trees[tree].fan_in)
         self.keep_rounds = keep_rounds
         self.contribute = {e.id: e for e in catalogue.entries if e.tree == tree and e.role == "contribute"}
-        self._ids = [e.id for e in catalogue.entries if e.tree == tree]
+        mine = [e for e in catalogue.entries if e.tree == tree]
+        self._ids = [e.id for e in mine]
+        # Per collector id: what its record's `arg` is divided by to give its round (an arrival's
+        # counts its join's arrivals: fan-in of them a round).
+        self._per_round = np.ones(len(catalogue.entries) + len(catalogue.system) + 1, dtype=np.int64)
+        for e in mine:
+            if e.role == "arrival":
+                self._per_round[e.id] = max(1, self.fan_in.get(e.stage, 1))
+        self._most = 2 * keep_rounds * (len(mine) + sum(self.fan_in.values()))   # records kept at most
+        self._kept = 0
         self._records: list[np.ndarray] = []
         self._done: dict[str, int] = {}       # member -> the highest round it has finished
 
@@ -168,10 +182,23 @@ class Rounds:
         if not len(mine):
             return
         self._records.append(mine)
+        self._kept += len(mine)
         contributions = mine[np.isin(mine["collector"], list(self.contribute))]
         for cid, r in zip(contributions["collector"].tolist(), contributions["arg"].tolist()):
             member = self.contribute[cid].thread
             self._done[member] = max(self._done.get(member, -1), r)
+        if self._kept > self._most:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Let go of the rounds every member finished `keep_rounds` rounds ago, then of the oldest
+        records beyond half of what may be kept."""
+        records = np.concatenate(self._records)
+        if len(self._done) == len(self.members):
+            rounds = records["arg"].astype(np.int64) // self._per_round[records["collector"]]
+            records = records[rounds >= min(self._done.values()) - self.keep_rounds]
+        records = records[-(self._most // 2):]
+        self._records, self._kept = [records], len(records)
 
     def open_round(self, inside: dict[str, int | tuple[int, int]], now_ns: int) -> OpenRound | None:
         """The lowest round a member is inside now, from `inside`: {member: since when it has been
@@ -188,6 +215,7 @@ class Rounds:
                          max(0.0, (now_ns - first) / 1e9))
 
     def report(self, open: OpenRound | None = None) -> ColOpReport:
+        """What the rounds kept say (see the class), with `open`, the round under way."""
         records = np.concatenate(self._records) if self._records else trace.empty()
         self._records = [records] if len(records) else []
         catalogue = self.catalogue

@@ -148,11 +148,8 @@ class Heartbeat(ScopeMon):
         deadlock = []
 
         def blocked(missing: set[str]) -> Blocked:
-            marks, late = self.scope.in_flight_marks(skip=missing)
-            off_ids, late_off = self.scope.switched_off(skip=missing | late)
-            late |= late_off
-            states, late_threads = self.scope.thread_states(stacks=True, depth=self.depth, skip=missing | late)
-            late |= late_threads
+            look = self.scope.look(missing, marks=True, off=True, threads=True, stacks=True, depth=self.depth)
+            marks, off_ids, states, late = look.marks, look.off, look.threads, look.missing
             inside: dict[str, str] = {}
             for cid in sorted(marks, key=lambda c: marks[c].t_start):
                 entry = catalogue[cid]

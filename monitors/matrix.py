@@ -100,7 +100,8 @@ def archive_matrix(archive) -> Matrix:
     hosts, clusters = json.loads(extra["hosts"]), json.loads(extra.get("clusters", "{}"))
     ranks = sorted(hosts, key=e.rank_of)
     matrix = Matrix.empty([hosts[r] for r in ranks], [clusters.get(r, "default") for r in ranks])
-    matrix.add(archive.records(), archive.catalogue)
+    for _, records in archive.batches():   # a message is counted at its sending end alone: batch by batch
+        matrix.add(records, archive.catalogue)
     return matrix
 
 

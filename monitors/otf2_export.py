@@ -32,7 +32,7 @@ def available() -> bool:
 
 
 def write_otf2(directory: str | os.PathLike, records: np.ndarray, catalogue: Catalogue, *,
-               title: str | None = None, recorded: WallClock | None = None) -> Path:
+               title: str | None = None, recorded: WallClock | None = None, progress=None) -> Path:
     """Write `records` (trace.DTYPE) as an OTF2 archive in `directory`; return its anchor file.
 
     The system tree is `title` (default: the pathmap's name) > node, with one location group
@@ -50,6 +50,8 @@ def write_otf2(directory: str | os.PathLike, records: np.ndarray, catalogue: Cat
 
     Otf2Unavailable if `otf2` is not installed; FileExistsError if `directory` already holds an
     OTF2 archive (nothing is overwritten). System summary records (trace.SYSTEM) are not written.
+    `progress`, if given, is called with each location's number of records once they are
+    written, and the number of records in all.
     """
     try:
         import otf2
@@ -110,6 +112,8 @@ def write_otf2(directory: str | os.PathLike, records: np.ndarray, catalogue: Cat
             while open_:
                 end, reg = open_.pop()
                 writer.leave(end, reg)
+            if progress is not None:
+                progress(len(members), len(records))
         _date(archive, records, recorded, otf2)
     return directory / ANCHOR
 

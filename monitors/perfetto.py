@@ -13,10 +13,14 @@ import numpy as np
 from eventspace import system, trace
 from eventspace.catalogue import Catalogue
 
-from .slices import READ, collector_args, flows, flows_by_record, record_args, slice_name
+from .slices import READ, collector_args, flows, record_args, slice_name
 from .tracks import UNKNOWN_NODE, Layout, layout, with_nodes
 
 CATEGORY = "eventspace"   # every slice and flow: a flow binds to a slice of its own category
+# Records a JSON trace is made of at most by `eventspace archive export`: the whole document is built
+# in memory (about 1.6 KB a record), and Perfetto's UI does not open a JSON trace much larger;
+# OUT.pftrace, Perfetto's own format, is streamed and takes any number.
+MAX_JSON_RECORDS = 1_000_000
 FLOW_NAME = "tuple"
 
 
@@ -24,7 +28,7 @@ class InvalidTrace(ValueError):
     """A trace dict that breaks the trace-event format's rules (a bug: the exporter never writes one)."""
 
 
-def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None = None) -> dict:
+def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None = None, progress=None) -> dict:
     """The trace-event JSON object (`{"traceEvents": [...], ...}`) for `records` (trace.DTYPE).
 
     Layout (see monitors.tracks): one process per node (pid 1, 2, ... in catalogue order), one
@@ -46,6 +50,9 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
     node's process (`C` at its interval's start, `args: {"value": v}`), named and scaled by
     eventspace.system (`cpu user (cores)`, `T3 cpu system (cores)`, `rss (bytes)`, `messages
     in /s`, ...); a node with only counters gets a process of its own after the others.
+
+    `progress`, if given, is called with each track's number of records as its events are made,
+    and the number of records in all.
     """
     records = np.asarray(records, dtype=trace.DTYPE)
     title = catalogue.pathmap.name if title is None else title
@@ -65,7 +72,7 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
     tid_of = [len(lay.nodes) + 1 + i for i in range(len(lay.tracks))]
 
     events: list[dict] = _metadata(lay, pid_of, tid_of)
-    out_flows, in_flows = flows_by_record(flows(records, catalogue))
+    arrows = flows(records, catalogue)
 
     entries = catalogue.entries
     rows = records.tolist()   # tuples in trace.FIELDS order: plain ints are much faster to read
@@ -81,17 +88,20 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
             op, flags, cid, _, arg, nbytes, _, _ = rows[i]
             entry = entries[cid - 1] if 1 <= cid <= len(entries) else None
             events.append(_slice(op, flags, cid, arg, nbytes, entry, ts[i], dur[i], pid, tid))
-            for fid in out_flows.get(i, ()):
+            for fid in arrows.starting(i):
                 events.append({"ph": "s", "name": FLOW_NAME, "cat": CATEGORY, "id": fid,
                                "ts": ts[i], "pid": pid, "tid": tid})
-            if i in in_flows:
+            ending = arrows.ending(i)
+            if ending:
                 # At the slice's end as a reader sees it (start + duration, in whole nanoseconds).
                 read = (starts[i] + _ns(dur[i]) + 0.5) / 1000.0
                 events.append({"ph": "i", "s": "t", "name": READ, "cat": CATEGORY, "ts": read,
                                "pid": pid, "tid": tid})
-                for fid in in_flows[i]:
+                for fid in ending:
                     events.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": CATEGORY, "id": fid,
                                    "ts": read, "pid": pid, "tid": tid})
+        if progress is not None:
+            progress(len(members), len(records))
     for (node, name), value, t in zip(counters, values.tolist(), samples["t_start"].tolist()):
         events.append({"ph": "C", "name": name, "cat": CATEGORY, "ts": (t - t0 + 0.5) / 1000.0,
                        "pid": pid_of[node or UNKNOWN_NODE], "args": {"value": value}})
@@ -103,14 +113,14 @@ def to_perfetto(records: np.ndarray, catalogue: Catalogue, *, title: str | None 
 
 
 def write_perfetto(path: str | os.PathLike, records: np.ndarray, catalogue: Catalogue, *,
-                   title: str | None = None) -> dict:
+                   title: str | None = None, progress=None) -> dict:
     """Write `to_perfetto(...)` to `path` (for ui.perfetto.dev or chrome://tracing) and return it.
 
     The file is checked with `validate` first (InvalidTrace if it breaks a rule, a bug) and
     written whole or not at all (a temporary file renamed into place); FileNotFoundError if its
     directory does not exist, OSError if it cannot be written.
     """
-    doc = to_perfetto(records, catalogue, title=title)
+    doc = to_perfetto(records, catalogue, title=title, progress=progress)
     problems = validate(doc)
     if problems:
         raise InvalidTrace(f"refusing to write an invalid trace to {path}: " + "; ".join(problems[:5]))

@@ -18,7 +18,7 @@ from eventspace import system, trace
 from eventspace.catalogue import Catalogue
 from eventspace.clock import WallClock
 
-from .slices import READ, collector_args, flows, flows_by_record, record_args, slice_name
+from .slices import READ, FlowIds, collector_args, flows, record_args, slice_name
 from .tracks import UNKNOWN_NODE, Layout, layout, with_nodes
 
 SEQUENCE = 1          # trusted_packet_sequence_id: one writer, one sequence of packets
@@ -56,7 +56,7 @@ class PftraceSummary:
 
 
 def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catalogue, *,
-                  recorded: WallClock | None = None) -> PftraceSummary:
+                  recorded: WallClock | None = None, progress=None) -> PftraceSummary:
     """Write `records` (trace.DTYPE) as a Perfetto protobuf trace (for ui.perfetto.dev).
 
     Tracks are monitors.tracks's, as in the JSON trace: a process per node (pid and track uuid
@@ -80,9 +80,11 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
     interns every name, annotation name and string, and each event's timestamp is the step
     from the event before on an incremental clock, so events come in timestamp order.
 
-    Packets are written as they are built (nothing holds the whole trace), to a temporary file
-    renamed into place: `path` is written whole or not at all. FileNotFoundError if its
-    directory does not exist, OSError if it cannot be written.
+    Packets are written as they are built (nothing holds the whole trace: what is held of the
+    records are numpy columns, and the Python values of one chunk of events at a time), to a
+    temporary file renamed into place: `path` is written whole or not at all. `progress`, if
+    given, is called as they go with the number of events just written and how many there are
+    in all. FileNotFoundError if its directory does not exist, OSError if it cannot be written.
     """
     records = np.asarray(records, dtype=trace.DTYPE)
     path = Path(path)
@@ -95,7 +97,7 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
     series, values = system.series(samples, catalogue)
     series = [(node or UNKNOWN_NODE, name) for node, name in series]
     lay = with_nodes(layout(records, catalogue, starts, ends), (node for node, _ in series))
-    pairs = flows(records, catalogue)
+    arrows = flows(records, catalogue)
     # Counter tracks after the thread tracks, one per (node, series), in the order they first come.
     counter_uuid = {key: _track_uuid(lay, len(lay.tracks)) + i for i, key in enumerate(dict.fromkeys(series))}
     counters = (samples["t_start"].astype(np.int64), np.array([counter_uuid[k] for k in series], dtype=np.int64),
@@ -106,14 +108,14 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
         with open(tmp, "wb") as f:
             strings = _Strings(records, catalogue)
             header = (packet.SerializeToString() for packet in _header(strings, lay, t0, recorded, counter_uuid))
-            events = _events(records, starts, ends, lay, pairs, strings, t0, counters)
+            events = _events(records, starts, ends, lay, arrows, strings, t0, counters, progress)
             _write_bundles(StreamingTraceProtoBuilder(f), itertools.chain(header, events))
         nbytes = tmp.stat().st_size
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return PftraceSummary(path, len(records), len(lay.tracks), len(lay.nodes), len(pairs), nbytes, len(samples))
+    return PftraceSummary(path, len(records), len(lay.tracks), len(lay.nodes), arrows.count, nbytes, len(samples))
 
 
 def _write_bundles(builder: StreamingTraceProtoBuilder, packets: Iterable[bytes]) -> None:
@@ -236,24 +238,26 @@ def _track_uuid(lay: Layout, track: int) -> int:
     return len(lay.nodes) + 1 + track
 
 
-def _events(records, starts, ends, lay: Layout, pairs, strings: _Strings, t0: int, counters) -> Iterator[bytes]:
+def _events(records, starts, ends, lay: Layout, arrows: FlowIds, strings: _Strings, t0: int, counters,
+            progress=None) -> Iterator[bytes]:
     """Every record's events, in timestamp order, as serialized TrackEvent packets: a BEGIN and an
     END per record (an INSTANT if it took no time), a `read` INSTANT where each observe that
     ends a flow returned, and a COUNTER value per system record (`counters`: times, track
     uuids, values)."""
     n = len(records)
-    out_flows, in_flows = flows_by_record(pairs)
     # Each record's place in the order its track opens slices: by start, longest first, then position.
     index = np.arange(n)
     opened = np.empty(n, dtype=np.int64)
     opened[np.lexsort((index, -ends, starts, lay.of))] = index
     instant = ends == starts
     slices = np.flatnonzero(~instant)
-    reads = np.fromiter(sorted(in_flows), dtype=np.int64, count=len(in_flows))
+    reads = arrows.readers
     counter_at, counter_uuid, counter_values = counters
-    record = np.concatenate([index, slices, reads, np.arange(len(counter_at))])
+    # The event arrays are as narrow as they may be: a trace may hold tens of millions of events.
+    positions = np.int32 if max(n, len(counter_at)) < 2**31 else np.int64
+    record = np.concatenate([index, slices, reads, np.arange(len(counter_at))]).astype(positions)
     kind = np.concatenate([np.where(instant, _INSTANT, _BEGIN), np.full(len(slices), _END),
-                           np.full(len(reads), _READ), np.full(len(counter_at), _COUNTER)])
+                           np.full(len(reads), _READ), np.full(len(counter_at), _COUNTER)]).astype(np.int8)
     at = np.concatenate([starts, ends[slices], ends[reads], counter_at])
     events = len(record) - len(counter_at)
     # At one time on one track, slices open outermost first (ENDs at one time close alike).
@@ -262,7 +266,6 @@ def _events(records, starts, ends, lay: Layout, pairs, strings: _Strings, t0: in
                         uuid, kind, at))
     steps = np.diff(at[order], prepend=t0)
 
-    rows = records.tolist()
     collector, record_keys = strings.collector, strings.record_keys
     names = {op_flags: _varint(strings.names[slice_name(*op_flags)]) for op_flags in strings.kinds}
     read = _varint(strings.names[READ])
@@ -274,8 +277,8 @@ def _events(records, starts, ends, lay: Layout, pairs, strings: _Strings, t0: in
     keys = {op_flags: (_KEY[iids[0]], _KEY[iids[1]], _true(iids[2]) if len(iids) > 2 else b"")
             for op_flags, iids in record_keys.items()}
     varint, small, long = _varint, _SMALL, _SMALLEST_LONG
-    for i, k, track, step in zip(record[order].tolist(), kind[order].tolist(), uuid[order].tolist(),
-                                 steps.tolist()):
+    for i, k, track, step, (op, flags, cid, arg, nbytes), flowing in _in_chunks(
+            records, record, kind, uuid, steps, order, arrows, progress):
         if k == _COUNTER:
             yield pb.TracePacket(timestamp=step, trusted_packet_sequence_id=SEQUENCE, sequence_flags=_NEEDS_STATE,
                                  track_event=pb.TrackEvent(type=pb.TrackEvent.TYPE_COUNTER, track_uuid=track,
@@ -287,9 +290,8 @@ def _events(records, starts, ends, lay: Layout, pairs, strings: _Strings, t0: in
             yield b"\x40" + step + end_of[track]
         else:
             if k == _READ:
-                event = _INSTANT_EVENT + read + tracks[track] + _flow_ids(_TERMINATING_FLOW, in_flows[i])
+                event = _INSTANT_EVENT + read + tracks[track] + _flow_ids(_TERMINATING_FLOW, arrows.ending(i))
             else:
-                op, flags, cid, _, arg, nbytes, _, _ = rows[i]
                 arg_key, nbytes_key, error = keys[op, flags]
                 arg = small[arg] if arg < long else varint(arg)
                 nbytes = small[nbytes] if nbytes < long else varint(nbytes)
@@ -297,8 +299,29 @@ def _events(records, starts, ends, lay: Layout, pairs, strings: _Strings, t0: in
                     collector[cid], b"\x22", small[3 + len(arg)], arg_key, arg,
                     b"\x22", small[3 + len(nbytes)], nbytes_key, nbytes, error,
                     _BEGIN_EVENT if k == _BEGIN else _INSTANT_EVENT, names[op, flags], tracks[track],
-                    _flow_ids(_FLOW, out_flows[i]) if i in out_flows else b""))
+                    _flow_ids(_FLOW, arrows.starting(i)) if flowing else b""))
             yield b"\x40" + step + _ON_SEQUENCE + b"\x5a" + varint(len(event)) + event + _NEEDS_STATE_FLAG
+
+
+def _in_chunks(records, record, kind, uuid, steps, order, arrows: FlowIds, progress, size: int = 1 << 16):
+    """(i, kind, track, step, (op, flags, collector, arg, nbytes) of record i, whether it starts a
+    flow) of each event in `order`, made a chunk at a time from the numpy columns, so that the
+    Python values of only one chunk exist at once; `progress(n, total)` (if given) is told of each
+    chunk's n events, of `total`."""
+    fields = [records[f] for f in ("op", "flags", "collector", "arg", "nbytes")]
+    for lo in range(0, len(order), size):
+        chunk = order[lo:lo + size]
+        which, kinds = record[chunk], kind[chunk]
+        if len(records):
+            of_record = np.where(kinds < _COUNTER, which, 0)
+            values = zip(*(f[of_record].tolist() for f in fields))
+            flowing = (arrows.starts(of_record) & (kinds < _READ)).tolist()
+        else:   # counters alone
+            values, flowing = itertools.repeat((0,) * 5), itertools.repeat(False)
+        yield from zip(which.tolist(), kinds.tolist(), uuid[chunk].tolist(), steps[lo:lo + size].tolist(), values,
+                       flowing)
+        if progress is not None:
+            progress(len(chunk), len(order))
 
 
 # The protobuf wire format of the TrackEvent packets, written by hand: they are nearly all of a

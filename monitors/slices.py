@@ -55,10 +55,10 @@ def record_args(op: int, flags: int, arg: int, nbytes: int) -> dict:
     return args
 
 
-def flows(records: np.ndarray, catalogue: Catalogue) -> list[tuple[int, int]]:
-    """Every flow of `records`, as (from, to) record positions: each tuple's move to its observes
+def flows(records: np.ndarray, catalogue: Catalogue) -> FlowIds:
+    """Every flow of `records`, from and to record positions: each tuple's move to its observes
     (`tuple_flows`), then each MPI message's send to its receive (eventspace.mpi.matching)."""
-    return tuple_flows(records, catalogue) + message_pairs(records, catalogue)
+    return FlowIds(tuple_flows(records, catalogue) + message_pairs(records, catalogue), len(records))
 
 
 def tuple_flows(records: np.ndarray, catalogue: Catalogue) -> list[tuple[int, int]]:
@@ -117,12 +117,41 @@ def tuple_flows(records: np.ndarray, catalogue: Catalogue) -> list[tuple[int, in
     return list(zip(movers[order].tolist(), observes[order].tolist()))
 
 
-def flows_by_record(pairs: list[tuple[int, int]]) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
-    """Flow ids (1, 2, ... in the order of `pairs`) by record position: those each move starts,
-    and those that end where each observe returned."""
-    out_flows: dict[int, list[int]] = {}
-    in_flows: dict[int, list[int]] = {}
-    for fid, (move, observe) in enumerate(pairs, 1):
-        out_flows.setdefault(move, []).append(fid)
-        in_flows.setdefault(observe, []).append(fid)
-    return out_flows, in_flows
+class FlowIds:
+    """Flow ids (1, 2, ... in the order of `pairs`, (from, to) record positions) by record position:
+    those each move (send) starts, and those that end where each observe (receive) returned. Held
+    as numpy arrays, a few integers a record, not a Python list per record (a trace may hold
+    millions)."""
+
+    def __init__(self, pairs, records: int):
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self.count = len(pairs)
+        ids = np.arange(1, len(pairs) + 1, dtype=np.int64)
+        self._out = self._index(pairs[:, 0], ids, records)
+        self._in = self._index(pairs[:, 1], ids, records)
+
+    @staticmethod
+    def _index(ends: np.ndarray, ids: np.ndarray, records: int):
+        order = np.argsort(ends, kind="stable")
+        count = np.bincount(ends, minlength=records).astype(np.int64)
+        at = np.concatenate([[0], np.cumsum(count)[:-1]]) if records else count
+        return ids[order], at, count
+
+    def starting(self, i: int) -> list[int]:
+        """The flows record `i` starts (a move's to the observes that read its tuple)."""
+        ids, at, count = self._out
+        return ids[at[i]:at[i] + count[i]].tolist()
+
+    def ending(self, i: int) -> list[int]:
+        """The flows that end where record `i` (an observe, a receive) returned."""
+        ids, at, count = self._in
+        return ids[at[i]:at[i] + count[i]].tolist()
+
+    def starts(self, records: np.ndarray) -> np.ndarray:
+        """Whether each of the record positions `records` starts a flow."""
+        return self._out[2][records] > 0
+
+    @property
+    def readers(self) -> np.ndarray:
+        """The positions of the records where flows end, in order."""
+        return np.flatnonzero(self._in[2])

@@ -63,10 +63,9 @@ class StacksMon(ScopeMon):
         self.threads = sorted({x.thread for x in self.scope.entries if x.thread}, key=order.index)
 
     def read(self) -> StacksReport:
-        states, missing = self.scope.thread_states(stacks=True, depth=self.depth)
-        marks, late = self.scope.in_flight_marks(skip=missing)
-        missing |= late
-        doing = self._in_flight(marks)
+        look = self.scope.look(marks=True, threads=True, stacks=True, depth=self.depth)
+        states, missing = look.threads, look.missing
+        doing = self._in_flight(look.marks)
         node_of = {t.name: t.node for t in self.scope.pathmap.threads}
         groups: dict[tuple[str, ...], StackGroup] = {}
         failed = {}

@@ -10,6 +10,8 @@ from eventspace.catalogue import Catalogue, Entry
 
 UNKNOWN_NODE = "(unknown)"
 
+_CHUNK = 1 << 16   # intervals laid out at a time
+
 # Display order of the kinds of track inside one node.
 _KIND_ORDER = {"thread": 0, "element": 1, "tree": 2, "stage": 3, "collector": 4}
 
@@ -52,24 +54,29 @@ def layout(records: np.ndarray, catalogue: Catalogue, starts, ends) -> Layout:
     must nest or not overlap: an event that would overlap another partially goes on the first
     overflow lane where it nests (`lanes`). Deterministic: the same input gives the same layout.
     """
-    starts = [int(s) for s in starts]
-    ends = [int(e) for e in ends]
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
     home = _thread_nodes(catalogue.entries)
     node_rank: dict[str, int] = {}
     for entry in catalogue.entries:
         node_rank.setdefault(home[entry.thread] if entry.thread else entry.node, len(node_rank))
 
-    base_of: dict[int, Track] = {}
+    # Each record's base track, by its collector: numpy columns, not a list per record.
+    cids = np.unique(records["collector"]) if len(records) else np.empty(0, dtype=np.uint32)
+    bases: list[Track] = []
+    base_code: dict[Track, int] = {}
     first_seen: dict[Track, int] = {}
-    for cid in sorted({int(c) for c in records["collector"]}) if len(records) else ():
-        entry = _entry(catalogue, cid)
-        base = _base_track(entry, cid, home)
-        base_of[cid] = base
+    code_of = np.empty(len(cids), dtype=np.int64)
+    for k, cid in enumerate(cids.tolist()):
+        base = _base_track(_entry(catalogue, cid), cid, home)
+        if base not in base_code:
+            base_code[base] = len(bases)
+            bases.append(base)
         first_seen.setdefault(base, cid)
-
-    groups: dict[Track, list[int]] = {}
-    for i, cid in enumerate(records["collector"].tolist()):
-        groups.setdefault(base_of[cid], []).append(i)
+        code_of[k] = base_code[base]
+    group = code_of[np.searchsorted(cids, records["collector"])] if len(records) else np.empty(0, dtype=np.int64)
+    by_group = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[by_group], np.arange(len(bases) + 1))
 
     def order(track: Track):
         node = node_rank.get(track.node, len(node_rank))
@@ -77,9 +84,10 @@ def layout(records: np.ndarray, catalogue: Catalogue, starts, ends) -> Layout:
 
     tracks: list[Track] = []
     of = np.zeros(len(records), dtype=np.int64)
-    for base in sorted(groups, key=order):
-        members = groups[base]
-        lane_of = lanes([starts[i] for i in members], [ends[i] for i in members])
+    for base in sorted(bases, key=order):
+        k = base_code[base]
+        members = by_group[bounds[k]:bounds[k + 1]]
+        lane_of = lanes(starts[members], ends[members])
         first = len(tracks)
         tracks.extend(Track(base.node, base.kind, base.name, base.thread, lane)
                       for lane in range(int(lane_of.max()) + 1))
@@ -100,21 +108,26 @@ def lanes(starts, ends) -> np.ndarray:
     not overlap (touching ends do not overlap). Intervals are taken by start, longest first, then
     by position; each goes on the lowest lane where it fits inside the innermost open interval
     (or where none is open). A nesting input stays in lane 0."""
-    order = sorted(range(len(starts)), key=lambda i: (starts[i], -ends[i], i))
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    order = np.lexsort((np.arange(len(starts)), -ends, starts))
     stacks: list[list[int]] = []   # per lane: ends of the open intervals, outermost first
     out = np.zeros(len(starts), dtype=np.int64)
-    for i in order:
-        start, end = starts[i], ends[i]
-        for lane, stack in enumerate(stacks):
-            while stack and stack[-1] <= start:
-                stack.pop()
-            if not stack or stack[-1] >= end:
-                break
-        else:
-            lane, stack = len(stacks), []
-            stacks.append(stack)
-        stack.append(end)
-        out[i] = lane
+    for lo in range(0, len(order), _CHUNK):   # the Python values of one chunk at a time
+        chunk = order[lo:lo + _CHUNK]
+        placed = []
+        for start, end in zip(starts[chunk].tolist(), ends[chunk].tolist()):
+            for lane, stack in enumerate(stacks):
+                while stack and stack[-1] <= start:
+                    stack.pop()
+                if not stack or stack[-1] >= end:
+                    break
+            else:
+                lane, stack = len(stacks), []
+                stacks.append(stack)
+            stack.append(end)
+            placed.append(lane)
+        out[chunk] = placed
     return out
 
 

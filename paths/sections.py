@@ -15,12 +15,16 @@ if TYPE_CHECKING:
 
 # Each trace element's discard threshold (tuples) when the instrument section names none.
 DEFAULT_KEEP = 200
+# The most a node's clock may be shifted either way (ns; 146 years): collectors add the offset to
+# their clock's reading (below 2^62) in 64 bits (eventspace/_collector.c holds the same bound).
+MAX_CLOCK_OFFSET_NS = 1 << 62
 
 
 @dataclass(frozen=True)
 class Node:
     """A node server process: where it listens (port 0: a free one, picked at start) and the
-    cluster it belongs to. `clock_offset_ns` shifts its clock, to test clock synchronisation."""
+    cluster it belongs to. `clock_offset_ns` shifts its clock, to test clock synchronisation (at
+    most MAX_CLOCK_OFFSET_NS either way)."""
 
     name: str
     host: str = "127.0.0.1"

@@ -98,10 +98,10 @@ def count_in_c(compiled) -> bool:
         capsule = MPI.__pyx_capi__["PyMPIStatus_Get"]
         library = ctypes.CDLL(MPI.__file__, mode=os.RTLD_NOLOAD)
         get_count = ctypes.cast(library.MPI_Get_count, ctypes.c_void_p).value
-        byte, size = MPI._handleof(MPI.BYTE), MPI._sizeof(MPI.Datatype)
+        byte, size, status_size = MPI._handleof(MPI.BYTE), MPI._sizeof(MPI.Datatype), MPI._sizeof(MPI.Status)
     except (AttributeError, KeyError, OSError, TypeError):
         return False
-    return compiled.use_mpi_status(capsule, get_count or 0, byte, size, *status_offsets(capsule))
+    return compiled.use_mpi_status(capsule, get_count or 0, byte, size, *status_offsets(capsule), status_size)
 
 
 def status_offsets(capsule) -> tuple[int, int]:

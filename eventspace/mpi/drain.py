@@ -9,6 +9,7 @@ import pastset
 
 from .. import trace
 from ..archive import Archive
+from ..ignored import Ignored, decoded
 
 TAKE = "eventspace.mpi.take"   # hosted on every rank: (most bytes) -> [records bytes, records lost]
 TAKE_BYTES = 4 << 20           # records one take returns at most (a reply well under any frame limit)
@@ -90,6 +91,8 @@ class ArchiveWriter:
         self.interval = interval
         self.tuples = 0
         self.lost = 0
+        self.ignored = Ignored()   # records taken that no collector wrote (eventspace.ignored), by reason
+        self._told: set[str] = set()
         self._mutex = threading.Lock()   # held around a round of takes (the thread's, or close's)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="eventspace-mpi-archive", daemon=True)
@@ -103,17 +106,21 @@ class ArchiveWriter:
                 continue   # a rank gone: the job is ending (MPI ends it); close() says what was kept
 
     def round(self) -> int:
-        """Take everything every rank has now; records appended."""
+        """Take everything every rank has now; records appended. A rank's rings may hold what
+        anyone wrote into them: what no collector could have written is left out (counted in
+        `ignored`, and said once on the `eventspace.ignored` logger), so that the rest is kept."""
         appended = 0
         with self._mutex:
             for client in self.clients.values():
                 while True:
                     data, lost = client.call(TAKE, TAKE_BYTES, timeout=30)
                     if data or lost:
-                        appended += self.archive.append(data, discarded=lost)
+                        records = decoded(data, self.archive.catalogue, self.ignored, from_rings=True)
+                        appended += self.archive.append(records, discarded=lost)
                         self.lost += lost
                     if len(data) < TAKE_BYTES:
                         break
+            self.ignored.tell(self._told, f"archive {self.archive.path}")
         self.tuples += appended
         return appended
 

@@ -26,7 +26,7 @@ def test_the_scale_layout_is_64_nodes_1024_threads_and_over_16000_trace_elements
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)   # its own waits: 180 s to come up, 300 s to run, 60 s for the heartbeat to end
+@pytest.mark.timeout(720)   # its own waits: 180 s up, 120 s for the stacks, 300 s to run, 60 s to end
 def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalled_thread_is_flagged(tmp_path):
     thread, at_step, seconds = STALL
     runner = subprocess.Popen(
@@ -42,6 +42,9 @@ def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalle
                                           run_file.path, "--interval", "1", "--json"],
                                          stdout=beats_out, stderr=subprocess.STDOUT, text=True,
                                          env={**os.environ, "COLUMNS": "400"})  # its last line unwrapped
+        # Every thread's stack, on 64 nodes: identical ones merged, none deeper than asked.
+        shown = subprocess.run([sys.executable, "-m", "eventspace.cli", "stack", "--run", run_file.path, "--json",
+                                "--depth", "6"], capture_output=True, text=True, timeout=120)
         out, err = runner.communicate(timeout=300)
         assert runner.returncode == 0, err[-3000:]
         heartbeat.wait(timeout=60)
@@ -50,6 +53,11 @@ def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalle
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+    assert shown.returncode == 0, shown.stderr
+    stacks = json.loads(shown.stdout)
+    seen = sum(len(g["threads"]) for g in stacks["groups"]) + len(stacks["ended"])
+    assert seen == 1024 - sum(16 for _ in stacks["not_answering"] + stacks["gone"])
+    assert len(stacks["groups"]) < 64 and all(len(g["stack"]) <= 6 for g in stacks["groups"])
     watched = beats_file.read_text()
     summary = json.loads(out)
     assert (summary["threads"], summary["nodes"], summary["steps"]) == (1024, 64, STEPS)

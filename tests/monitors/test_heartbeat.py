@@ -128,3 +128,27 @@ def test_a_straggler_computing_is_told_from_a_stalled_one_and_says_where(tmp_pat
                 if ("time.sleep(until" if how == "sleep" else "x += 1") in text)
     assert beat["T2"].where.startswith("programs.py:") and beat["T2"].where.endswith("in straggler"), beat["T2"]
     assert abs(int(beat["T2"].where.split(":")[1].split()[0]) - line) <= 1, (beat["T2"].where, line)
+
+
+def test_eventspace_stack_names_a_node_whose_gil_a_c_call_holds_and_prints_the_rest(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    pm = pathmap_for(ring_app(4), TWO_NODES, name="gil")
+    pm = dataclasses.replace(pm, instrument=Instrument(collectors=(Selector(trees=("count",)),))).validate()
+    with launch(pm, run_dir=tmp_path, env=ENV) as run:
+        run.start("programs:holds_gil", {"thread": "T2", "seconds": 8})   # T2 is on node B
+        time.sleep(2.0)   # into its C call (a second after it starts)
+        started = time.monotonic()
+        shown = subprocess.run([sys.executable, "-m", "eventspace.cli", "stack", "--run", run.run_file.path, "--json",
+                                "--timeout", "1"], capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - started
+        run.wait(timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert report["not_answering"] == ["B"] and report["gone"] == [], json.dumps(report)
+    shown_threads = {t for g in report["groups"] for t in g["threads"]}
+    assert shown_threads == {"T0", "T1"}   # node A's threads, waiting in the allreduce
+    assert all(g["where"].startswith("programs.py:") for g in report["groups"])
+    assert took < 30, took   # named after its timeout, not waited for

@@ -46,9 +46,11 @@ MONITORS = [["monitor", "heartbeat"], ["monitor", "colop", "--tree", "count"], [
 @pytest.mark.parametrize("command", MONITORS, ids=" ".join)
 def test_a_monitor_prints_json_lines_and_a_last_one_that_says_how_it_ended(ring, command):
     run, tmp_path = ring
-    lines = json_lines(eventspace(*command, "--run", run.name, "--json", "--interval", "0.3", "--duration", "1.5",
-                                  cwd=tmp_path))
-    *frames, last = lines
+    done = eventspace(*command, "--run", run.name, "--json", "--interval", "0.3", "--duration", "1.5", cwd=tmp_path)
+    # The first thing it says, before its scope is built, is that it found the run (stderr under --json).
+    kind = command[1] if command[0] == "monitor" else command[0]
+    assert done.stderr.splitlines()[0].startswith(f"{kind}: watching run {run.name} (3 nodes"), done.stderr
+    *frames, last = json_lines(done)
     assert frames and all(isinstance(frame, dict) and "ended" not in frame for frame in frames)
     assert last["ended"] is False and last["run"] == run.name and last["why"] is None
 

@@ -99,3 +99,28 @@ def test_a_rank_blocked_in_its_first_call_with_a_tag_nobody_sends_yet_is_waiting
     assert (r0["status"], r0["waiting_in"]) == ("waiting", "Recv from r1 tag 99 on comm 0"), seen[-1]
     assert r0["where"] == at("comm.recv(source=1, tag=99)")[4:]
     assert not any(beat["deadlock"] for beat in seen)   # rank 1 is free: it will send
+
+
+def test_eventspace_stack_merges_identical_stacks_and_says_what_each_rank_is_in(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    job = start(tmp_path, 4, "stacks", "waits.py", "collective")
+    try:
+        until_live("stacks", job)
+        time.sleep(0.5)   # past the Barrier: r0, r1, r3 in the Allreduce, r2 in its receive
+        shown = subprocess.run([sys.executable, "-m", "eventspace.cli", "stack", "--run", "stacks", "--json"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    finally:
+        stop(job)
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    groups = {tuple(g["threads"]): g for g in report["groups"]}
+    assert set(groups) == {("r0", "r1", "r3"), ("r2",)}   # one group per distinct stack
+    allreduce, receive = groups[("r0", "r1", "r3")], groups[("r2",)]
+    assert allreduce["where"] == at("comm.allreduce(r)")[4:] and allreduce["stack"][-1] == allreduce["where"]
+    assert allreduce["in_flight"] == {r: "MPI_Allreduce on comm 0, round 1" for r in ("r0", "r1", "r3")}
+    assert receive["where"] == at("comm.recv(source=0, tag=5)")[4:]
+    assert receive["in_flight"] == {"r2": "MPI_Recv from r0 tag 5 on comm 0"}
+    assert report["not_answering"] == report["gone"] == []

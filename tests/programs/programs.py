@@ -2,7 +2,10 @@
 
 import time
 
+import numpy as np
+
 from paths import Wrapper
+from paths import operation as op
 
 
 def ring(ctx):
@@ -95,6 +98,29 @@ class Count(Wrapper):
         return self.next(code, args)
 
 
+class NumpyIndices(Wrapper):
+    """A user wrapper type (`type: programs:NumpyIndices`): hands back the index a move got, and
+    the one an observe read, as numpy integers, as code built on numpy may."""
+
+    def __call__(self, code, args):
+        result = self.next(code, args)
+        if code == op.MOVE:
+            return np.int64(result)
+        if code == op.OBSERVE:
+            return np.int64(result[0]), result[1]
+        return result
+
+
+def numpy_moves(ctx):
+    """`rounds` times (1 by default): move `(numpy.int64(i),)` three times into elements `s` and
+    `w`, and observe `w`'s back; what each returned in the last round, as plain ints."""
+    s, w = ctx.path("s"), ctx.path("w")
+    for _ in range(int(ctx.args.get("rounds", 1))):
+        moved = [int(s.move((np.int64(i),))) for i in range(3)] + [int(w.move((np.int64(i),))) for i in range(3)]
+        seen = [[int(v) for v in w.observe(index)] for index in moved[3:]]
+    return {"moved": moved, "seen": seen}
+
+
 def double_items(result):
     """A convert function: a (start, items) batch with every item's first field doubled (other
     results, such as a move's index, pass unchanged)."""
@@ -172,3 +198,15 @@ def straggler(ctx):
                     x += 1
         ctx.allreduce(step, "sum", tree="count", timeout=60)
     return step
+
+
+def holds_gil(ctx):
+    """`thread` calls C for `seconds`, a second after it starts, without releasing the GIL (ctypes.PyDLL:
+    the GIL stays held), so that nothing else of its process runs Python meanwhile; the others wait for
+    it in an allreduce."""
+    import ctypes
+
+    if ctx.thread == ctx.args.get("thread", "T2"):
+        time.sleep(1.0)   # the launcher's start has its answer from every node first
+        ctypes.PyDLL(None).sleep(int(ctx.args.get("seconds", 8)))
+    return ctx.allreduce(1, "sum", tree="count", timeout=60)
