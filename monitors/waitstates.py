@@ -678,7 +678,8 @@ def archive_waits(archive, top: int = 10) -> WaitReport:
     per_rank = tuple(hosts.get(f"r{r}", f"r{r}") for r in range(ranks))
     one = len(set(per_rank)) <= 1
     states = WaitStates(catalogue, ClockBounds(per_rank, {h: 0 if one else None for h in set(per_rank)}), top=top)
-    states.add(archive.records())
+    for _, records in archive.batches():   # what waits for its other end is kept between batches
+        states.add(records)
     states.finish()
     return states.report()
 

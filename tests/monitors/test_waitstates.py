@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from eventspace import trace
 from eventspace.mpi import encoding as e
 from monitors.render import waitstates_tables
 from monitors.waitstates import ClockBounds, WaitStates
@@ -336,3 +337,25 @@ def test_the_monitor_refuses_a_run_without_mpi_collectors_in_one_line(tmp_path):
     assert shown.returncode == 2
     assert shown.stderr.splitlines()[-1] == ("eventspace monitor: run nompi has no MPI collectors: wait states are "
                                              "found in MPI programs' records (`eventspace mpirun`)")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0x0100, 0x0152), st.sampled_from([0, e.REQUEST, e.FREED | e.REQUEST, e.EMPTY, 1]),
+                          st.integers(0, 12), st.sampled_from([0, 1, 2, 3, 9, 2**21, e.PEER_ANY, e.PEER_NONE]),
+                          st.one_of(st.integers(0, 3), st.integers(0, 2**32 - 1)), st.integers(0, 50),
+                          st.one_of(st.integers(0, 1000), st.integers(0, 2**63 - 1))),
+                max_size=60),
+       st.integers(min_value=0, max_value=60))
+def test_forged_records_never_break_the_analysis(rows, cut):
+    """Anyone who may write a trace element may write anything into it: whatever the records say,
+    the analysis reports (what it cannot use it leaves out or keeps waiting), and never raises."""
+    run = MpiTrace(3, comms=[(1, (0, 2))])
+    records = np.array([(op, flags, cid, peer, arg, 8, start, start + length)
+                        for op, flags, cid, peer, arg, length, start in rows], dtype=trace.DTYPE)
+    states = WaitStates(run.catalogue)
+    states.add(records[:cut])
+    states.add(records[cut:])
+    states.finish()
+    report = states.report()
+    assert report.records == len(records) and report.complete
+    assert all(p.waiting_ns >= 0 and p.uncertain_ns >= 0 for p in report.patterns)
