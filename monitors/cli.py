@@ -324,7 +324,7 @@ def _matrix(args) -> int:
                   "them (an archive, `eventspace mpirun --archive`, keeps every message)")
     _show_matrix(args, mon.matrix, table=False)
     messages, nbytes = int(mon.matrix.messages.sum()), int(mon.matrix.nbytes.sum())
-    watch.finish(f"{messages:,} messages, {nbytes:,} bytes" + _account_line(account, "records"),
+    watch.finish(f"{messages:,} messages, {nbytes:,} bytes" + _account_line(account, watch, "records"),
                  {"messages": messages, "bytes": nbytes, "records": _account_figures(account)})
     return 0
 
@@ -339,8 +339,15 @@ def _account(scope):
         return None
 
 
-def _account_line(account, what: str = "events") -> str:
-    return f"; {account.line(what)}" if account is not None else ""
+def _account_line(account, watch, what: str = "events") -> str:
+    """`; N events made in its view: ...`; `as of its last pull` when the run ended without the final read
+    (its nodes stopped before this monitor read what they wrote last: `made` counts what it saw)."""
+    if account is None:
+        return ""
+    from .watch import PROGRAM_ENDED
+
+    final = watch.why is None or watch.why == PROGRAM_ENDED
+    return f"; {account.line(what)}" + ("" if final else ", as of its last pull (the run ended before a final read)")
 
 
 def _account_figures(account) -> dict | None:
@@ -421,7 +428,7 @@ def _waits(args) -> int:
                 report = mon.report()
             account = _account(mon.scope)
     _show_waits(args, report, table=False)
-    watch.finish(_waits_line(report) + _account_line(account, "records"),
+    watch.finish(_waits_line(report) + _account_line(account, watch, "records"),
                  {"waiting_ns": report.waiting_ns, "mpi_ns": report.mpi_ns,
                   "patterns": {p.key: p.waiting_ns for p in report.patterns}, "complete": report.complete,
                   "records": _account_figures(account)})
@@ -558,7 +565,7 @@ def _getevent(args) -> int:
     lost = [f"node {node} {'gone' if gone else 'not answering'} since {time.strftime('%H:%M:%S', time.localtime(since))}"
             for node, (gone, since) in sorted(mon.lost.items(), key=lambda item: (item[1][1], item[0]))]
     summary = (f"{mon.stats.tuples:,} events streamed in {mon.stats.pulls} pulls, "
-               f"{mon.stats.discarded:,} discarded before they were read" + _account_line(account)
+               f"{mon.stats.discarded:,} discarded before they were read" + _account_line(account, watch)
                + (f"; wrote {out}" if out else "") + "".join(f"; {line}" for line in lost))
     watch.finish(summary, {"events": mon.stats.tuples, "pulls": mon.stats.pulls, "discarded": mon.stats.discarded,
                            "account": _account_figures(account), "out": str(out) if out else None,
@@ -597,7 +604,7 @@ def _colop(args) -> int:
     if report is not None and report.open is not None and report.open.open_for_s >= args.interval:
         summary += (f"; round {report.open.round} was open at the last look, waiting for "
                     f"{', '.join(report.open.waiting_for) or 'no member'}")
-    watch.finish(summary + _account_line(account), {"tree": mon.tree, "rounds": report.rounds if report else 0,
+    watch.finish(summary + _account_line(account, watch), {"tree": mon.tree, "rounds": report.rounds if report else 0,
                                                      "account": _account_figures(account)})
     return 0
 
@@ -623,7 +630,7 @@ def _classes(args) -> int:
             watch.loop(mon.poll, show)
             account = _account(mon.scope)
     last = f", the last: {len(shown[-1].classes)} classes" if shown else ""
-    watch.finish(f"{len(shown)} pulls{last}" + _account_line(account),
+    watch.finish(f"{len(shown)} pulls{last}" + _account_line(account, watch),
                  {"pulls": len(shown), "account": _account_figures(account)})
     return 0
 
