@@ -87,7 +87,7 @@ class Rank:
         pathmap = run_pathmap(self.name, self.hosts, self.clusters, self.comms, options.instrument, options.keep)
         self.node = NodeServer(pathmap, node_name(self.rank))
         # The thread rK is the one that imported MPI: the program's (its stack is what `eventspace stack` shows).
-        self.node.host_thread(node_name(self.rank), threading.current_thread().ident)
+        self.node.host_thread(node_name(self.rank), threading.get_ident(), threading.get_native_id())
         self.space = NodeSpace.of(self.node)
         self.drain = Drain(active=options.archive is not None)
         self.node.server.host(ADOPT, self._adopt)
