@@ -29,9 +29,10 @@ class Expression:
     """A boolean expression over named fields, e.g. `op == 1 and t_end - t_start > 5000`.
 
     The language: field names, numbers, strings, bytes, True/False/None, arithmetic
-    (+ - * / // %), bitwise and (&, to test flag bits), comparisons (== != < <= > >=,
-    chained), `in` / `not in` a literal tuple or list, and `and`, `or`, `not`. Anything else
-    is an ExpressionError at construction, naming the offending part and its column.
+    (+ - * / // %) on numbers (a string or bytes literal is only compared), bitwise and (&, to
+    test flag bits), comparisons (== != < <= > >=, chained), `in` / `not in` a literal tuple or
+    list, and `and`, `or`, `not`. Anything else is an ExpressionError at construction, naming the
+    offending part and its column.
 
     `symbols` names the values of some fields: {field: {name: value}}. Where such a field is
     compared with a name, bare or quoted (`op == move`, `op == "move"`, `op in (move, observe)`),
@@ -140,6 +141,7 @@ class Expression:
                 return lambda r: np.logical_or.reduce([p(r) for p in parts])
             return lambda r: any(p(r) for p in parts)
         if isinstance(node, ast.UnaryOp):
+            self._numbers(node, node.operand)
             inner = c(node.operand)
             if isinstance(node.op, ast.Not):
                 return (lambda r: np.logical_not(inner(r))) if vector else (lambda r: not inner(r))
@@ -152,11 +154,20 @@ class Expression:
             fn = _ARITH.get(type(node.op))
             if fn is None:
                 self._fail(node, "this operator is not allowed")
+            self._numbers(node, node.left, node.right)
             left, right = c(node.left), c(node.right)
             return lambda r: fn(left(r), right(r))
         if isinstance(node, ast.Compare):
             return self._compare(node, vector)
         self._fail(node, f"{type(node).__name__.lower()} is not allowed")
+
+    def _numbers(self, node, *operands) -> None:
+        """Arithmetic takes numbers: a string or bytes literal is compared, never computed with
+        (`"x" * 3_000_000_000` would build a 3 GB string at the first evaluation)."""
+        for operand in operands:
+            if isinstance(operand, ast.Constant) and isinstance(operand.value, (str, bytes)):
+                self._fail(operand, f"arithmetic takes numbers, not {operand.value[:20]!r}; strings and bytes "
+                                    "may only be compared")
 
     def _compare(self, node, vector):
         operands = [self._compile(node.left, vector)]
