@@ -383,7 +383,10 @@ class GatherJoin:
                 parts.append(pulled.records)
                 out.merge(pulled)
             records = trace.concat(parts)
-            out.records = self.apply(records)
+            try:
+                out.records = self.apply(records)
+            except ValueError as exc:   # a stage that cannot be computed on these records (a filter's)
+                raise BadArgument(f"scope join {spec.key!r}: {exc}") from None
             out.add_level(spec.level, time.perf_counter() - started, len(out.records), 0)
             return out
 

@@ -350,3 +350,20 @@ def test_under_curve_a_client_whose_key_was_taken_away_places_no_join(tmp_path, 
         monkeypatch.setenv(pastset.security.KEYS_ENV, str(keys))
         with EventScope(run, "all", tree="per-node", placement="near", stages=["reduce:max_t_end@thread"]) as scope:
             assert scope.installed() and len(scope.pull().records)
+
+
+@pytest.mark.parametrize("where", ["t_end + -1 > 0", "t_end < 'x'", "t_end * 1" + "0" * 30 + " > 1"])
+def test_a_filter_that_cannot_be_computed_on_records_is_one_clear_error(run, where):
+    """Attack: a filter that parses but fails on trace records (a negative number added to an unsigned
+    field, a field ordered against text, a number past 64 bits): the pull's answer was a Python
+    exception's (`hosted call a deferred call failed: OverflowError`), or the join is refused."""
+    wire = spec(run, stages=[f"filter:{where}"])
+    try:
+        run.client("A").call(INSTALL, wire, 10.0)
+    except pastset.BadArgument as exc:
+        assert "64-bit" in str(exc), exc
+        return
+    with pytest.raises(pastset.BadArgument) as refused:
+        run.client("A").call(PULL, wire["key"], timeout=10)
+    assert f"filter {where!r}: cannot be computed" in str(refused.value), refused.value
+    run.client("A").call("eventspace.scope.remove", wire["key"])
