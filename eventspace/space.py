@@ -240,12 +240,13 @@ class NodeSpace:
             self._owned[join.owner] = self._owned.get(join.owner, 0) + 1
 
     def _endpoints_for(self, spec: JoinSpec) -> dict[str, str]:
-        """Where the join reaches each node it reads: this node in-process; another where the run
-        says it listens (the launcher's word, else the pathmap's), or where the spec says if the
-        pathmap's security.join_endpoints allows that address."""
+        """Where the join reaches each node of the run (it, and the joins below it in this process,
+        which its rounds pull): this node in-process; another where the run says it listens (the
+        launcher's word, else the pathmap's), or where the spec says if the pathmap's
+        security.join_endpoints allows that address."""
         allowed = self.node.pathmap.security.join_endpoints
         out = {}
-        for name in {*spec.leaves, *(child[0] for child in spec.children)}:
+        for name in (n.name for n in self.node.pathmap.nodes):
             given = spec.endpoints.get(name)
             out[name] = (self.local_endpoint if name == self.node.name else given if given in allowed
                          else self.node.endpoint_of(name))

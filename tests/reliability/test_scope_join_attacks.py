@@ -243,6 +243,18 @@ def test_a_join_reaches_an_address_the_pathmap_allows(tmp_path):
         ctx.destroy(0)
 
 
+def test_the_joins_below_a_join_on_its_node_reach_the_nodes_they_read(run):
+    """A join on A whose child on A reads C: the parent's round asks C for the child (found by the
+    join fuzzer: the round knew only the parent's own nodes, and the pull failed with ServerGone)."""
+    below, above = key_of("below"), key_of("above")
+    run.client("A").call(INSTALL, spec(run, key=below, level=2, children=[["C", "anything", ["C"]]]), 10.0)
+    run.client("A").call(INSTALL, spec(run, key=above, level=1, children=[["A", below, ["A", "C"]]]), 10.0)
+    pulled = Pulled.from_wire(run.client("A").call(PULL, above, timeout=10))
+    assert pulled.missing == {"C"} and len(pulled.records)   # C has no join `anything`
+    for key in (below, above):
+        run.client("A").call("eventspace.scope.remove", key)
+
+
 def test_a_join_cannot_be_its_own_child(run):
     key = key_of("self")
     assert_refused(run, "A", spec(run, key=key, children=[["A", key, ["A"]]]), match="own child")
