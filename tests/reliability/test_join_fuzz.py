@@ -46,6 +46,9 @@ UNREACHABLE = ["tcp://127.0.0.1:1", "tcp://10.255.255.1:9", "tcp://[::1]:2", "ip
                "tcp://127.0.0.1:99999", ""]
 
 
+_PLACED = object()   # Fuzzer.pull's default: a join it placed
+
+
 class Fuzzer:
     """Draws requests for node A of a three-node run (A, B, C) from a seeded random source."""
 
@@ -222,10 +225,10 @@ class Fuzzer:
             return "cursors", [CURSORS, [key]]
         return "list", [LIST, []]
 
-    def pull(self, key=None) -> list:
-        """A pull's [name, args]: of `key` (one placed, if None), as a monitor (no level) or a join asks."""
+    def pull(self, key=_PLACED) -> list:
+        """A pull's [name, args]: of `key` (by default one placed), as a monitor (no level) or a join asks."""
         r = self.rng
-        key = r.choice(self.placed) if key is None else key
+        key = r.choice(self.placed) if key is _PLACED else key
         return [PULL, [key] if r.random() < 0.5 else [key, self.maybe(lambda: r.randint(-1, 8), self.junk)]]
 
 
