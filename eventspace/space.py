@@ -11,6 +11,7 @@ from pastset import AuthError, BadArgument, Expired, LimitExceeded, PastSetError
 from pastset import Fanout
 from pastset.caller import Caller
 from pastset.deferred import Deferred
+from paths.wrapper import PathsError
 
 from . import compiled, trace
 from .catalogue import Catalogue
@@ -245,11 +246,16 @@ class NodeSpace:
         launcher's word, else the pathmap's), or where the spec says if the pathmap's
         security.join_endpoints allows that address."""
         allowed = self.node.pathmap.security.join_endpoints
+        reads = {*spec.leaves, *(child[0] for child in spec.children)}
         out = {}
         for name in (n.name for n in self.node.pathmap.nodes):
             given = spec.endpoints.get(name)
-            out[name] = (self.local_endpoint if name == self.node.name else given if given in allowed
-                         else self.node.endpoint_of(name))
+            try:
+                out[name] = (self.local_endpoint if name == self.node.name else given if given in allowed
+                             else self.node.endpoint_of(name))
+            except PathsError:
+                if name in reads:   # one it reads itself must be known (a join below it read its own)
+                    raise
         return out
 
     def pull(self, key: str, above: int = -1) -> Deferred:

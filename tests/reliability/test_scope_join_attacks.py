@@ -52,7 +52,7 @@ def spec(run, node="A", **changes) -> dict:
     catalogue = Catalogue(run.pathmap)
     base = dict(key=f"attack-{uuid.uuid4().hex[:8]}/j", level=1, node=node,
                 leaves={node: [e.trace for e in catalogue.on_node(node)]}, children=[], stages=[],
-                mode="latest", concurrency="concurrent", timeout=2.0, endpoints=dict(run.endpoints), cursors={})
+                mode="latest", concurrency="concurrent", timeout=10.0, endpoints=dict(run.endpoints), cursors={})
     base.update(changes)
     return base
 
@@ -212,7 +212,7 @@ def test_a_join_reaches_the_runs_nodes_where_they_listen_never_where_a_caller_sa
         wire = spec(run, leaves={"B": [e.trace for e in catalogue.on_node("B")]},
                     endpoints={**run.endpoints, "B": f"tcp://127.0.0.1:{port}"})
         run.client("A").call(INSTALL, wire, 10.0)
-        pulled = Pulled.from_wire(run.client("A").call(PULL, wire["key"], timeout=10))
+        pulled = Pulled.from_wire(run.client("A").call(PULL, wire["key"], timeout=30))
         assert not trap.poll(200), "the node connected to the address the caller named"
         assert pulled.missing == set() and len(pulled.records) == len(catalogue.on_node("B"))
         run.client("A").call("eventspace.scope.remove", wire["key"])
@@ -236,7 +236,7 @@ def test_a_join_reaches_an_address_the_pathmap_allows(tmp_path):
             wire = spec(run, timeout=0.5, leaves={"B": [e.trace for e in catalogue.on_node("B")]},
                         endpoints={**run.endpoints, "B": address})
             run.client("A").call(INSTALL, wire, 10.0)
-            pulled = Pulled.from_wire(run.client("A").call(PULL, wire["key"], timeout=10))
+            pulled = Pulled.from_wire(run.client("A").call(PULL, wire["key"], timeout=30))
             assert relay.poll(1000), "the join did not ask at the address the pathmap allows"
             assert pulled.missing == {"B"}   # the relay never answers
     finally:
@@ -249,7 +249,7 @@ def test_the_joins_below_a_join_on_its_node_reach_the_nodes_they_read(run):
     below, above = key_of("below"), key_of("above")
     run.client("A").call(INSTALL, spec(run, key=below, level=2, children=[["C", "anything", ["C"]]]), 10.0)
     run.client("A").call(INSTALL, spec(run, key=above, level=1, children=[["A", below, ["A", "C"]]]), 10.0)
-    pulled = Pulled.from_wire(run.client("A").call(PULL, above, timeout=10))
+    pulled = Pulled.from_wire(run.client("A").call(PULL, above, timeout=30))
     assert pulled.missing == {"C"} and len(pulled.records)   # C has no join `anything`
     for key in (below, above):
         run.client("A").call("eventspace.scope.remove", key)
@@ -269,11 +269,11 @@ def test_joins_that_are_each_others_children_do_not_recurse(run):
     client.call(INSTALL, spec(run, key=x, level=1, children=[["A", y, ["A"]]]), 10.0)
     for key in (x, y):
         with pytest.raises(pastset.PastSetError, match="level"):
-            client.call(PULL, key, timeout=10)
+            client.call(PULL, key, timeout=30)
     u, v = key_of("u"), key_of("v")
     run.client("B").call(INSTALL, spec(run, node="B", key=v, level=2, children=[["A", u, ["A"]]]), 10.0)
     client.call(INSTALL, spec(run, key=u, level=1, children=[["B", v, ["B", "A"]]]), 10.0)
-    pulled = Pulled.from_wire(client.call(PULL, u, timeout=10))
+    pulled = Pulled.from_wire(client.call(PULL, u, timeout=30))
     assert pulled.missing == {"A"}   # A refused B's pull of A's join: it is not below B's
     for node, key in (("A", x), ("A", y), ("A", u), ("B", v)):
         run.client(node).call("eventspace.scope.remove", key)
@@ -376,6 +376,6 @@ def test_a_filter_that_cannot_be_computed_on_records_is_one_clear_error(run, whe
         assert "64-bit" in str(exc), exc
         return
     with pytest.raises(pastset.BadArgument) as refused:
-        run.client("A").call(PULL, wire["key"], timeout=10)
+        run.client("A").call(PULL, wire["key"], timeout=30)
     assert f"filter {where!r}: cannot be computed" in str(refused.value), refused.value
     run.client("A").call("eventspace.scope.remove", wire["key"])
