@@ -911,8 +911,15 @@ collect_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         PyErr_SetString(PyExc_TypeError, "a collector takes two positional arguments: (code, args)");
         return NULL;
     }
-    if (!*self->on)
+    if (!*self->on) {
+        /* Rounds are counted while switched off too, so that they stay aligned across members. */
+        long c = PyLong_Check(args[0]) ? PyLong_AsLong(args[0]) : -1;
+        if (c == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (c >= 0 && c < 64 && (self->collectives >> c) & 1)
+            self->rounds++;
         return PyObject_Vectorcall(self->next, args, nargsf, NULL);
+    }
     int64_t t0 = now(self->offset_ns);
     *self->inflight = t0;
     PyObject *result = PyObject_Vectorcall(self->next, args, nargsf, NULL);

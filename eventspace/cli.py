@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from importlib.metadata import entry_points
 
 GROUP = "eventspace.commands"
@@ -12,6 +14,25 @@ GROUP = "eventspace.commands"
 
 class CommandError(Exception):
     """A user-facing failure: printed as one line, exit status 2 (a traceback only with --debug)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `kill` and job managers such as Slurm send), raised where Ctrl-C
+    raises KeyboardInterrupt, so that a command ends as it does on Ctrl-C: its nodes stopped, its
+    files removed. The command then exits with 143 (128 + SIGTERM), as if the signal had ended it."""
+
+
+class _OnSigterm:
+    """The SIGTERM handler of a command: raises Terminated, once (`timeout` signals the process and
+    then its process group: the second must not interrupt the cleanup that the first started)."""
+
+    def __init__(self):
+        self.raised = False
+
+    def __call__(self, signum, frame) -> None:
+        if not self.raised:
+            self.raised = True
+            raise Terminated
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,8 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _OnSigterm()) if main_thread else None
     try:
         return args.func(args) or 0
+    except Terminated:
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # one clear line for the user; the traceback is behind --debug
@@ -61,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"eventspace {args.command}: {_message(exc)}", file=sys.stderr)
         return 2
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _message(exc: Exception) -> str:

@@ -71,6 +71,8 @@ class Collector(Wrapper):
 
         def collect(code, args):
             if not switches[cid]:
+                if code in COLLECTIVES:   # rounds are counted while off too: they stay aligned across members
+                    next(rounds)
                 return nxt(code, args)
             t0 = clock()
             inflight[cid] = t0

@@ -38,7 +38,7 @@ def _scope(args) -> int:
     import json
     import time
 
-    from rich.console import Console
+    from pastset.terminal import console as terminal_console
     from rich.table import Table
 
     from paths import RunFile
@@ -71,7 +71,7 @@ def _scope(args) -> int:
     if args.json:
         print(json.dumps(figures))
         return 0
-    console = Console()
+    console = terminal_console()
     table = Table(title=f"scope over {args.view}: {len(scope.entries)} trace elements, {args.tree}/{args.placement}",
                   show_header=False)
     for key, value in figures.items():
@@ -88,23 +88,41 @@ def _scope(args) -> int:
 
 
 def _ls(args) -> int:
-    from rich.console import Console
     from rich.table import Table
+
+    from pastset.terminal import console
 
     from .catalogue import Catalogue
     from .view import View
 
-    catalogue = Catalogue(_pathmap(args.file))
+    pathmap, run = _pathmap(args.file)
+    catalogue = Catalogue(pathmap)
     entries = View.parse(args.view).select(catalogue) if args.view != "all" else catalogue.entries
-    table = Table(title=f"collectors of {catalogue.pathmap.name}: {len(entries)} of {len(catalogue)}")
-    for column in ("id", "role", "thread", "element / tree", "node", "stage", "trace element"):
-        table.add_column(column, justify="right" if column == "id" else "left",
-                         no_wrap=column not in ("stage", "trace element"))
+    off = _switched_off(run, entries) if run is not None else None
+    table = Table(title=f"collectors of {catalogue.pathmap.name}: {len(entries)} of {len(catalogue)}"
+                        + (f", {len(off)} switched off" if off else ""))
+    columns = ["id", "role", "thread", "element / tree", "node", "stage", "trace element"]
+    for column in columns + (["switch"] if off is not None else []):
+        table.add_column(column, justify="right" if column == "id" else "left")
     for e in entries:
         table.add_row(str(e.id), e.role, e.thread or "-", e.element or e.tree or "-", f"{e.node} ({e.cluster})",
-                      e.stage, f"{e.trace} @ {e.trace_node}")
-    Console().print(table)
+                      e.stage, f"{e.trace} @ {e.trace_node}",
+                      *([] if off is None else ["off" if e.id in off else "on"]))
+    console().print(table)
     return 0
+
+
+def _switched_off(run, entries) -> set[int]:
+    """The collectors among `entries` that the live run's nodes have switched off."""
+    import pastset
+
+    from .hosted import OFF
+
+    off: set[int] = set()
+    for node in sorted({e.node for e in entries}):
+        with pastset.connect(run.endpoints[node]) as client:
+            off.update(client.call(OFF, timeout=10))
+    return off & {e.id for e in entries}
 
 
 def _switch(args) -> int:
@@ -132,11 +150,13 @@ def _switch(args) -> int:
 
 
 def _pathmap(file: str):
-    """A pathmap from a YAML file, or from a live run's run file (or pathmap name)."""
+    """(a pathmap, None) from a YAML file, or (its pathmap, its RunFile) for a live run's run file (or
+    name); RunError (one line) for a run that has ended."""
     from pathlib import Path
 
     from paths import Pathmap, RunFile
 
     if Path(file).suffix in (".yaml", ".yml"):
-        return Pathmap.load(file)
-    return RunFile.find(file).check_live().pathmap()   # RunError (one line) for a run that has ended
+        return Pathmap.load(file), None
+    run = RunFile.find(file).check_live()
+    return run.pathmap(), run

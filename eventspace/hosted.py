@@ -3,6 +3,7 @@
 CLOCK = "eventspace.clock"              # () -> this node's clock, ns
 CLOCK_CHILDREN = "eventspace.clock.children"  # ([nodes], samples, timeout) -> {node: [offset ns, delay ns]} from here
 INFLIGHT = "eventspace.inflight"        # () -> [[collector id, start ns, *mark], ...] of operations under way
+OFF = "eventspace.off"                  # () -> [collector id, ...] of this node's collectors switched off
 INSTALL = "eventspace.scope.install"    # (join spec, lease s) -> None: place a scope join here
 PULL = "eventspace.scope.pull"          # (key[, level of the join that pulls]) -> a placed join's Pulled, as wire data
 REMOVE = "eventspace.scope.remove"      # (key) -> its stream cursors: the join is gone

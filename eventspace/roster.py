@@ -68,6 +68,10 @@ class ActiveScope:
     bytes_per_s: float = 0.0
     busy: float = 0.0
 
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self.entry), "tuples_per_s": self.tuples_per_s, "bytes_per_s": self.bytes_per_s,
+                "busy": self.busy}
+
 
 def monitor_name() -> str:
     """`host:pid` of this process."""

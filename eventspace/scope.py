@@ -13,6 +13,8 @@ from queue import SimpleQueue
 import numpy as np
 
 from paths import Pathmap, RunFile, Shape
+from paths.node import THREADS
+from paths.stack import DEPTH, ThreadState
 from paths.shapes import LayoutJoin as TreeJoin
 from paths.shapes import Member, lay_out
 import pastset
@@ -20,7 +22,7 @@ from pastset import Fanout, PastSetError
 
 from .catalogue import Catalogue
 from .gather import CONCURRENCY, MODES, GatherJoin, JoinLimits, JoinSpec, Pulled
-from .hosted import CURSORS, INFLIGHT, INSTALL, REMOVE, RENEW
+from .hosted import CURSORS, INFLIGHT, INSTALL, OFF, REMOVE, RENEW
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
 from .space import Mark
 from .stages import ScopeStage, check_tree
@@ -92,6 +94,34 @@ class ScopeStats:
         return self.pulls / self.seconds if self.seconds else 0.0
 
 
+@dataclass(frozen=True)
+class Account:
+    """A stream scope's view, in records: `made` by its collectors as of the last pull, `before`
+    those the rings had dropped before the scope was made (never readable), `read` delivered to
+    the scope's caller (None where stages transform records: then not comparable), `discarded`
+    dropped by the rings after that, before a pull could read them. Nothing lost unseen:
+    `before + read + discarded == made`."""
+
+    made: int
+    before: int
+    read: int | None
+    discarded: int
+
+    @property
+    def reconciles(self) -> bool:
+        return self.read is not None and self.before + self.read + self.discarded == self.made
+
+    def line(self, what: str = "events") -> str:
+        """`160,024 events made in the view: 152,674 read, 92 discarded before they were read, 7,258 made
+        before the monitor attached`."""
+        read = "" if self.read is None else f"{self.read:,} read, "
+        return (f"{self.made:,} {what} made in its view: {read}{self.discarded:,} discarded before they were "
+                f"read, {self.before:,} made before it attached")
+
+    def as_dict(self) -> dict:
+        return {"made": self.made, "read": self.read, "discarded": self.discarded, "before": self.before}
+
+
 @dataclass
 class Pull:
     """One pull's result: `records` (a trace.DTYPE array, or dicts after convert:records),
@@ -141,6 +171,7 @@ class EventScope:
                  max_rate: float | None = None, timeout: float = 2.0, lease: float = 10.0,
                  clock_offsets: dict[str, int] | None = None, name: str = "scope", pipeline: int = 1):
         self.name = name
+        self._snapshot = _snapshot_of(run)   # the run's pathmap snapshot and its version: to follow it as it grows
         self.pathmap, self.endpoints = resolve(run)
         self.catalogue = Catalogue(self.pathmap)
         self.view = View.parse(view)
@@ -167,6 +198,7 @@ class EventScope:
         # each ring holds when the scope is made (its first pull delivers that backlog), and
         # counts as discarded only what the rings drop after that.
         self._cursors: dict[str, int] = self._ring_starts() if mode == "stream" else {}
+        self._starts = dict(self._cursors)   # what the rings had dropped before the scope was made
         self._mutex = threading.Lock()      # held while the tree is pulled, swapped or renewed
         self._closed = False
         self._installed: list[tuple[str, str]] = []   # (node, key) of near joins
@@ -264,6 +296,58 @@ class EventScope:
             starts.update((f"{node}/{name}", start) for name, (start, _) in zip(mine, held))
         return starts
 
+    def follow(self) -> bool:
+        """Take in the collectors that the run's pathmap has gained since the scope was made (an MPI
+        run's new communicators) and that the view selects; whether there were any. Costs one stat of
+        the run's pathmap snapshot while it has not changed; `pull` calls it first. In stream mode
+        the new collectors' records are read from their first (nothing of them came before)."""
+        if self._snapshot is None:
+            return False
+        path, seen = self._snapshot
+        try:
+            changed = _version(path)
+        except OSError:
+            return False   # the run ended: its snapshot is gone
+        if changed == seen:
+            return False
+        self._snapshot = (path, changed)
+        try:
+            pathmap = Pathmap.load(path)
+        except (OSError, ValueError, PastSetError):
+            return False   # caught while being rewritten (never half-written: the next look reads it)
+        catalogue = Catalogue(pathmap)
+        if catalogue.entries[:len(self.catalogue.entries)] != self.catalogue.entries:
+            return False   # not grown but replaced: not the run this scope was made for
+        entries = self.view.select(catalogue)
+        known = {e.id for e in self.entries}
+        new = [e for e in entries if e.id not in known]
+        if not new:
+            return False
+        with self._mutex:
+            self._drain()
+            self._cursors = self._collect_cursors()
+            if self.mode == "stream":
+                self._cursors.update((f"{e.trace_node}/{e.trace}", 0) for e in new)
+                self._starts.update((f"{e.trace_node}/{e.trace}", 0) for e in new)
+            old_installed = self._installed
+            self.pathmap, self.catalogue, self.entries = pathmap, catalogue, entries
+            self._generation += 1
+            self._build()
+            self._remove(old_installed)
+        return True
+
+    def account(self) -> Account:
+        """Stream mode: what the view's collectors made, as of the last pull, and what became of it
+        (Account). A pull reads up to each ring's end, so after a final pull that the collectors did
+        not write behind (the program had ended), `made` is all they made. ScopeError in other modes."""
+        if self.mode != "stream":
+            raise ScopeError("account() needs a stream scope: latest and backlog modes read no cursors")
+        with self._mutex:
+            cursors = self._collect_cursors()
+        return Account(made=sum(cursors.values()), before=sum(self._starts.values()),
+                       read=self._stats.tuples if not self.settings.stages else None,
+                       discarded=self._stats.discarded)
+
     def _build(self) -> None:
         specs = self.plan()
         self._specs = specs
@@ -325,6 +409,7 @@ class EventScope:
         until the rate allows another pull."""
         if self._closed:
             raise ScopeError("the scope is closed")
+        self.follow()
         with self._mutex:
             rate = self.settings.max_rate
             if rate:
@@ -449,19 +534,55 @@ class EventScope:
         return {row[0]: Mark(*row[1:7]) if len(row) == 7 else Mark(row[1], 0, 0, 0, 0, 0) for row in rows}, missing
 
     def _in_flight_rows(self, skip=()) -> tuple[list[list[int]], set[str]]:
+        mine = {e.id for e in self.entries}
+        rows, missing = self._ask_collector_nodes(INFLIGHT, skip)
+        return [row for row in rows if row[0] in mine], missing
+
+    def switched_off(self, skip=()) -> tuple[set[int], set[str]]:
+        """The view's collectors switched off now (`eventspace space switch`): (their ids, nodes that
+        did not answer). Nodes in `skip` are not asked."""
+        mine = {e.id for e in self.entries}
+        ids, missing = self._ask_collector_nodes(OFF, skip)
+        return {cid for cid in ids if cid in mine}, missing
+
+    def thread_states(self, stacks: bool = True, depth: int = DEPTH, skip=()) -> tuple[dict[str, ThreadState], set[str]]:
+        """Where the view's threads are now, as their own processes see them (paths.stack): ({thread:
+        ThreadState: CPU time, with `stacks` the Python stack, at most `depth` frames; a thread that
+        raised, its error}, nodes that did not answer). A node busy in a C call that holds the GIL
+        cannot answer: it is among the missing after the scope's timeout. Nodes in `skip` are not
+        asked. Nothing is captured until this is called."""
+        threads = {e.thread for e in self.entries if e.thread}
+        node_of = {t.name: t.node for t in self.pathmap.threads}
+        nodes = sorted({node_of[t] for t in threads if t in node_of} - set(skip))
+        with self._mutex:
+            asking = self._fanout.round(self.timeout)
+            replies = [asking.call(node, THREADS, bool(stacks), int(depth)) for node in nodes]
+            missing = asking.wait()
+        states = {}
+        for reply in replies:
+            if reply.ok and isinstance(reply.value, dict):
+                for thread, data in reply.value.items():
+                    if thread in threads:
+                        states[thread] = ThreadState.from_wire(thread, reply.node, data)
+            elif reply.answered:
+                missing.add(reply.node)
+        return states, missing
+
+    def _ask_collector_nodes(self, name: str, skip=()) -> tuple[list, set[str]]:
+        """Hosted call `name` (answered with a list) to every node where a collector of the view runs,
+        but those in `skip`, in one round: (the lists' items, nodes that did not answer)."""
         nodes = sorted({e.node for e in self.entries} - set(skip))
         with self._mutex:
             asking = self._fanout.round(self.timeout)
-            replies = [asking.call(node, INFLIGHT) for node in nodes]
+            replies = [asking.call(node, name) for node in nodes]
             missing = asking.wait()
-        mine = {e.id for e in self.entries}
-        rows = []
+        items = []
         for reply in replies:
             if reply.ok and isinstance(reply.value, list):
-                rows.extend(row for row in reply.value if row[0] in mine)
+                items.extend(reply.value)
             elif reply.answered:
                 missing.add(reply.node)
-        return rows, missing
+        return items, missing
 
     # -- reshaping -------------------------------------------------------------------------------
 
@@ -564,6 +685,29 @@ class EventScope:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _snapshot_of(run) -> tuple[str, int] | None:
+    """(the path of the pathmap snapshot of the run `run` names, its `_version`), or None for a
+    pathmap given as such (nothing to follow)."""
+    if isinstance(run, Pathmap):
+        return None
+    run_file = run.run_file if hasattr(run, "run_file") else run   # a paths.Run holds its RunFile
+    if not isinstance(run_file, RunFile):
+        try:
+            run_file = RunFile.find(os.fspath(run_file))
+        except (PastSetError, TypeError):
+            return None
+    try:
+        return run_file.pathmap_file, _version(run_file.pathmap_file)
+    except OSError:
+        return None
+
+
+def _version(path: str) -> tuple[int, int]:
+    """What tells a rewritten file apart (it is replaced whole: a new inode)."""
+    status = os.stat(path)
+    return status.st_ino, status.st_mtime_ns
 
 
 def resolve(run) -> tuple[Pathmap, dict[str, str]]:

@@ -17,7 +17,7 @@ from . import compiled, trace
 from .catalogue import Catalogue
 from .clock import estimate, monotonic_clock
 from .gather import GatherJoin, JoinLimits, JoinSpec, Pulled
-from .hosted import CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, PULL, REMOVE, RENEW
+from .hosted import CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, OFF, PULL, REMOVE, RENEW
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]
@@ -101,6 +101,7 @@ class NodeSpace:
         self._watcher.start()
         node.server.host(CLOCK, self.clock, inline=True)
         node.server.host(INFLIGHT, self.in_flight, inline=True)
+        node.server.host(OFF, self.switched_off, inline=True)
         # Scope joins placed here by monitors: key -> GatherJoin; each holds a lease. They read this
         # node's trace elements through its in-process name, as they read other nodes' remotely.
         self.local_endpoint = node.server.serve("local://")
@@ -188,6 +189,10 @@ class NodeSpace:
         """Whether collector `cid` collects (True) or only forwards (False)."""
         flag = self._flags.get(cid)
         return flag[0] if flag is not None else bool(self.switches[cid])
+
+    def switched_off(self) -> list[int]:
+        """The ids of this node's collectors (and system sampler) that are switched off, in order."""
+        return sorted(cid for cid in self._enrolled if not self.switch(cid))
 
     def set(self, on: bool, cids=None) -> int:
         """Switch the given collectors of this node (all of them for None); how many were switched."""

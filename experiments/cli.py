@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    from rich.console import Console
+    from pastset.terminal import console as terminal_console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
@@ -58,7 +58,7 @@ def _run(args) -> int:
             print(f"skipping experiment clusters: {problem}")
             names = tuple(n for n in names if n != "clusters")
     out = Path(args.out)
-    console = Console()
+    console = terminal_console()
     started = time.monotonic()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:

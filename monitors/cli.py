@@ -20,6 +20,10 @@ def register(subparsers) -> None:
     hb.add_argument("--placement", default="near", help="near or monitor (default %(default)s)")
     hb.add_argument("--all", action="store_true", help="a row for every thread at every beat, not only "
                                                        "the threads that are not alive")
+    hb.add_argument("--stacks", action="store_true", help="the whole Python stack of every thread that does not "
+                                                          "progress, under the table (identical stacks once)")
+    hb.add_argument("--depth", type=int, default=40, help="frames of a stack at most, the innermost "
+                                                          "(default %(default)s)")
     hb.set_defaults(func=_heartbeat)
 
     ge = monitors.add_parser("getevent", help="stream raw events to a trace file or archive, or print them live")
@@ -53,11 +57,26 @@ def register(subparsers) -> None:
     _matrix_options(mx)
     mx.set_defaults(func=_matrix)
 
-    board = subparsers.add_parser("dashboard", help="a live view of a run: heartbeat, scopes, collectives, cost")
-    _run_options(board, interval=1.0)
-    board.add_argument("--tree", action="append", help="a tree for the collectives panel (repeatable; default: "
-                                                       "every instrumented tree)")
-    board.set_defaults(func=_dashboard)
+    stack = subparsers.add_parser("stack", help="the Python stack of every thread of a live run, identical ones "
+                                                "merged, with the operation each is in")
+    stack.add_argument("--run", required=True, help="the live run: its name (`eventspace runs` lists them) or its "
+                                                    "run file")
+    stack.add_argument("--view", default="all", help="whose threads (default: every thread with a collector)")
+    stack.add_argument("--depth", type=int, default=40, help="frames of a stack at most, the innermost "
+                                                             "(default %(default)s)")
+    stack.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for a node (one in a C call "
+                                                                  "that holds the GIL cannot answer; default "
+                                                                  "%(default)s)")
+    stack.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    stack.set_defaults(func=_stack)
+
+    # The dashboard is a monitor too: `eventspace dashboard` and `eventspace monitor dashboard` are one command.
+    for parsers in (subparsers, monitors):
+        board = parsers.add_parser("dashboard", help="a live view of a run: heartbeat, scopes, collectives, cost")
+        _run_options(board, interval=1.0)
+        board.add_argument("--tree", action="append", help="a tree for the collectives panel (repeatable; default: "
+                                                           "every instrumented tree)")
+        board.set_defaults(func=_dashboard)
 
     demo = subparsers.add_parser("demo", help="the wind tunnel under three monitors and the live dashboard")
     demo.add_argument("--duration", type=float, default=30.0, help="seconds (default %(default)s)")
@@ -65,7 +84,8 @@ def register(subparsers) -> None:
                                                                     "(.pftrace, or .json; default %(default)s)")
     demo.add_argument("--pathmap", default=str(_default_demo_pathmap()), help="the pathmap (default: %(default)s)")
     demo.add_argument("--size", default="small", help="the wind tunnel's size (default %(default)s)")
-    demo.add_argument("--json", action="store_true", help="print the summary as JSON too")
+    demo.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout (the "
+                                                          "dashboard and tables go to stderr)")
     demo.set_defaults(func=_demo)
 
     replay = subparsers.add_parser("replay", help="play an archived run back through the dashboard, as if live")
@@ -113,9 +133,10 @@ def _query(args) -> int:
         sys.stdout.write("\n")
         return 0
 
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from pastset.terminal import console
 
     table = Table(title=f"{len(rows)} row{'s' if len(rows) != 1 else ''}")
     for column in columns:
@@ -123,7 +144,7 @@ def _query(args) -> int:
     for row in rows:
         # Values are data, not markup: "[error]" must print as itself.
         table.add_row(*("NULL" if v is None else escape(str(v)) for v in row))
-    Console().print(table)
+    console().print(table)
     return 0
 
 
@@ -158,14 +179,19 @@ def _export(args) -> int:
         print(f"wrote {args.perfetto}: {phases.count('X')} events on {tracks} tracks, "
               f"{phases.count('s')} flows, {phases.count('C')} counter values")
     if args.otf2:
+        from eventspace import system
+
         from .otf2_export import write_otf2
         anchor = write_otf2(args.otf2, records, catalogue, recorded=recorded)
-        print(f"wrote {anchor}: {len(records)} events")
+        samples, operations = system.split(records)
+        left_out = (f"; left out {len(samples):,} system summary records (metrics, not operations: the Perfetto "
+                    "exports show them)") if len(samples) else ""
+        print(f"wrote {anchor}: {len(operations):,} operations of the archive's {len(records):,} events{left_out}")
     return 0
 
 
 def _replay(args) -> int:
-    from rich.console import Console
+    from pastset.terminal import console as terminal_console
 
     from .archive import Archive
     from .replay import Replay, play
@@ -176,7 +202,7 @@ def _replay(args) -> int:
             for frame in replay.frames():
                 print(json.dumps(frame.as_dict()), flush=True)
             return 0
-        console = Console()
+        console = terminal_console()
         shown = play(replay, console, args.speed)
     console.print(f"replayed {shown} of {replay.count} frames of {args.db} "
                   f"({replay.start:.1f} s to {replay.end:.1f} s of {replay.length:.1f} s recorded)")
@@ -200,41 +226,54 @@ def _archive_matrix(args) -> int:
 
 
 def _matrix(args) -> int:
-    from contextlib import closing
+    from .watch import Watch
+    with Watch(args.run, "matrix", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .matrix import MatrixMon
+        from .render import matrix_tables
 
-    from rich.console import Console
+        with MatrixMon(watch.run_file) as mon:
+            shown = {"messages": -1}
 
-    from .matrix import MatrixMon
-    from .render import matrix_tables
+            def show(matrix):
+                if args.json:
+                    watch.emit(matrix.as_dict() | {"discarded": mon.discarded})
+                elif int(matrix.messages.sum()) != shown["messages"]:   # again only when messages were added
+                    shown["messages"] = int(matrix.messages.sum())
+                    watch.out.print(matrix_tables(matrix))
 
-    console = Console()
-    run_file = live_run(args.run, "matrix")
-    with closing(MatrixMon(run_file)) as mon:
-        shown = {"messages": -1}
-
-        def show(matrix):
-            if args.json:
-                print(json.dumps(matrix.as_dict() | {"discarded": mon.discarded}), flush=True)
-            elif int(matrix.messages.sum()) != shown["messages"]:   # again only when messages were added
-                shown["messages"] = int(matrix.messages.sum())
-                console.print(matrix_tables(matrix))
-
-        why = _loop(args, run_file, mon.poll, show)
-    if why:
-        show(mon.matrix)   # what the last pull brought, before the run's end was seen
+            watch.loop(mon.poll, show)
+            account = _account(mon.scope)
     if mon.discarded:
-        print(f"note: {mon.discarded:,} records were discarded before they were read: the matrix is short of "
-              "them (an archive, `eventspace mpirun --archive`, keeps every message)", file=sys.stderr)
+        watch.say(f"note: {mon.discarded:,} records were discarded before they were read: the matrix is short of "
+                  "them (an archive, `eventspace mpirun --archive`, keeps every message)")
     _show_matrix(args, mon.matrix, table=False)
-    if why:
-        console.print(ended_line(run_file, why, f"{int(mon.matrix.messages.sum()):,} messages, "
-                                                f"{int(mon.matrix.nbytes.sum()):,} bytes"))
+    messages, nbytes = int(mon.matrix.messages.sum()), int(mon.matrix.nbytes.sum())
+    watch.finish(f"{messages:,} messages, {nbytes:,} bytes" + _account_line(account, "records"),
+                 {"messages": messages, "bytes": nbytes, "records": _account_figures(account)})
     return 0
+
+
+def _account(scope):
+    """The scope's Account (eventspace.scope), or None where its nodes can no longer say."""
+    from pastset import PastSetError
+
+    try:
+        return scope.account()
+    except PastSetError:
+        return None
+
+
+def _account_line(account, what: str = "events") -> str:
+    return f"; {account.line(what)}" if account is not None else ""
+
+
+def _account_figures(account) -> dict | None:
+    return account.as_dict() if account is not None else None
 
 
 def _show_matrix(args, matrix, table: bool = True) -> None:
     """The matrix as JSON or tables (unless `table` is False), and its plots if --plot asks."""
-    from rich.console import Console
+    from pastset.terminal import console
 
     from .heatmap import INSTALL_HINT, plotting, write_plots
     from .render import matrix_tables
@@ -243,7 +282,7 @@ def _show_matrix(args, matrix, table: bool = True) -> None:
         if args.json:
             print(json.dumps(matrix.as_dict()))
         else:
-            Console().print(matrix_tables(matrix))
+            console().print(matrix_tables(matrix))
     if args.plot:
         if not plotting():
             print(f"note: no plots: --plot needs matplotlib ({INSTALL_HINT})", file=sys.stderr)
@@ -259,36 +298,45 @@ def _json_value(value):
 
 
 def _dashboard(args) -> int:
+    from .watch import Watch
     from rich.console import Console
     from rich.live import Live
 
-    from paths import attach
-    from paths.runfile import run_ended
+    with Watch(args.run, "dashboard", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from paths import attach
+        from paths.runfile import run_ended
 
-    from .dashboard import Dashboard, render
+        from .dashboard import Dashboard, render
 
-    run_file = live_run(args.run, "dashboard")
-    run = attach(run_file)
-    board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}", trees=args.tree,
-                      ended=lambda: run_ended(run_file))
-    console = Console()
-    try:
-        with Live(render(board.update()), console=console, auto_refresh=False) as view:
-            why = _loop(args, run_file, board.update, lambda state: view.update(render(state), refresh=True))
-    finally:
-        board.close()
-        run.close_clients()
-    if why:
-        if not console.is_terminal:
-            console.line()  # rich ends a live display with a newline only on a terminal
-        console.print(ended_line(run_file, why, board.summary()))
+        run_file = watch.run_file
+        run = attach(run_file)
+        board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}", trees=args.tree,
+                          ended=lambda: run_ended(run_file))
+        try:
+            for note in board.state.notes:
+                watch.say(f"note: {note}")
+            if args.json:
+                watch.loop(board.update, lambda state: watch.emit(state.as_dict()))
+            else:
+                console = Console()   # the terminal's own size: a frame fills it
+                with Live(render(board.update()), console=console, auto_refresh=False) as view:
+                    watch.loop(board.update, lambda state: view.update(render(state), refresh=True))
+                if watch.why and not console.is_terminal:
+                    console.line()  # rich ends a live display with a newline only on a terminal
+        finally:
+            board.close()
+            run.close_clients()
+    watch.finish(board.summary(), board.figures())
     return 0
 
 
 def _demo(args) -> int:
+    from rich.console import Console
+
     from .demo import run_demo
 
-    summary = run_demo(args.duration, args.trace, args.pathmap, args.size)
+    # With --json, stdout carries the summary alone; the dashboard and the tables go to stderr.
+    summary = run_demo(args.duration, args.trace, args.pathmap, args.size, console=Console(stderr=args.json))
     if args.json:
         print(json.dumps(summary))
     return 0
@@ -300,177 +348,151 @@ def _run_options(parser, interval: float) -> None:
     parser.add_argument("--interval", type=float, default=interval, help="seconds between pulls (default %(default)s)")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C "
                                                        "or the run ends)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object per interval")
-
-
-def live_run(run: str, monitor: str):
-    """The run file of a live run; RunError (one clear line) if it is missing or stale. This process
-    is listed as a `monitor` of the run (`eventspace runs`) until it exits."""
-    import atexit
-
-    from paths import RunFile
-
-    run_file = RunFile.find(run).check_live()
-    atexit.register(run_file.attach_monitor(monitor).close)
-    return run_file
-
-
-def ended_line(run_file, why: str, summary: str) -> str:
-    """The one line a monitor ends with when its run ends."""
-    return f"run {run_file.name} ended: {why}; {summary}"
-
-
-def _loop(args, run_file, pull, show) -> str | None:
-    """Every --interval, `show(pull())`, until --duration passes, Ctrl-C, or the run ends.
-
-    The run has ended when `paths.runfile.run_ended` says so (its launcher removed the run file,
-    or every node is gone), checked after every pull, before its result is shown (a pull of a
-    run that has just ended shows nothing worth seeing). Returns why it ended, or None.
-    """
-    from pastset import PastSetError
-    from paths.runfile import run_ended
-
-    deadline = None if args.duration is None else time.monotonic() + args.duration
-    try:
-        while deadline is None or time.monotonic() < deadline:
-            started = time.monotonic()
-            try:
-                result = pull()
-            except PastSetError:
-                why = run_ended(run_file)
-                if why:
-                    return why
-                raise
-            why = run_ended(run_file)
-            if why:
-                return why
-            show(result)
-            time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
-    except KeyboardInterrupt:
-        pass
-    return None
+    parser.add_argument("--json", action="store_true", help="print one JSON object per interval on stdout, and "
+                                                            "a last one that says how it ended; lines for people "
+                                                            "go to stderr")
 
 
 def _heartbeat(args) -> int:
-    from rich.console import Console
+    from .watch import Watch
+    with Watch(args.run, "heartbeat", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .heartbeat import Heartbeat
+        from .render import heartbeat_stacks, heartbeat_summary, heartbeat_table, status_counts
 
-    from .heartbeat import Heartbeat
-    from .render import heartbeat_summary, heartbeat_table, status_counts
-
-    console = Console()
-    run_file = live_run(args.run, "heartbeat")
-    with Heartbeat(run_file, args.view, tree=args.tree, placement=args.placement) as hb:
         shown = []
+        with Heartbeat(watch.run_file, args.view, tree=args.tree, placement=args.placement, stacks=args.stacks,
+                       depth=args.depth) as hb:
+            def show(report):
+                shown.append(report)
+                if args.json:
+                    watch.emit(report.as_dict())
+                    return
+                if args.all:
+                    watch.out.print(heartbeat_table(report, f"heartbeat {time.strftime('%H:%M:%S')}"))
+                else:
+                    watch.out.print(heartbeat_summary(report, time.strftime("%H:%M:%S")))
+                if args.stacks:
+                    watch.out.print(heartbeat_stacks(report))
 
-        def show(report):
-            shown.append(report)
-            if args.json:
-                print(json.dumps(report.as_dict()), flush=True)
-            elif args.all:
-                console.print(heartbeat_table(report, f"heartbeat {time.strftime('%H:%M:%S')}"))
-            else:
-                console.print(heartbeat_summary(report, time.strftime("%H:%M:%S")))
-
-        why = _loop(args, run_file, hb.beat, show)
-    if why:
-        last = (", the last: " + ", ".join(f"{n} {status}" for status, n in status_counts(shown[-1]))
-                if shown else "")
-        console.print(ended_line(run_file, why, f"{len(shown)} beat{'s' if len(shown) != 1 else ''}{last}"))
+            watch.loop(hb.beat, show)
+    last = dict(status_counts(shown[-1])) if shown else {}
+    told = (", the last: " + ", ".join(f"{n} {status}" for status, n in last.items())) if last else ""
+    watch.finish(f"{len(shown)} beat{'s' if len(shown) != 1 else ''}{told}", {"beats": len(shown), "last": last})
     return 0
 
 
 def _getevent(args) -> int:
-    from rich.console import Console
+    from .watch import Watch
+    with Watch(args.run, "getevent", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .getevent import GetEventMon
+        from .render import events_table
 
-    from .getevent import GetEventMon
-    from .render import events_table
+        mon = GetEventMon(watch.run_file, args.view, args.out, tree=args.tree, placement=args.placement)
+        try:
+            def show(records):
+                if args.json:
+                    watch.emit({"events": len(records), "total": mon.stats.tuples,
+                                "discarded": mon.stats.discarded, "rate": mon.stats.rate})
+                elif args.live and len(records):
+                    watch.out.print(events_table(records, mon.catalogue))
+                    watch.out.print(f"[dim]{mon.stats.tuples:,} events, {mon.stats.rate:,.0f} events/s of pulling, "
+                                    f"{mon.stats.discarded:,} discarded before read[/dim]")
 
-    console = Console(stderr=args.json)
-    run_file = live_run(args.run, "getevent")
-    mon = GetEventMon(run_file, args.view, args.out, tree=args.tree, placement=args.placement)
-    why = None
-    try:
-        def show(records):
-            if args.json:
-                print(json.dumps({"events": len(records), "total": mon.stats.tuples,
-                                  "discarded": mon.stats.discarded, "rate": mon.stats.rate}), flush=True)
-            elif args.live and len(records):
-                console.print(events_table(records, mon.catalogue))
-                console.print(f"[dim]{mon.stats.tuples:,} events, {mon.stats.rate:,.0f} events/s of pulling, "
-                              f"{mon.stats.discarded:,} discarded before read[/dim]")
-
-        why = _loop(args, run_file, mon.poll, show)
-    finally:
-        out = mon.close()
+            watch.loop(mon.poll, show)
+            account = _account(mon.scope)
+        finally:
+            mon.scope.close()   # its nodes may stop once this watch detaches; the output is written after
+    out = mon.close()
     lost = [f"node {node} {'gone' if gone else 'not answering'} since {time.strftime('%H:%M:%S', time.localtime(since))}"
             for node, (gone, since) in sorted(mon.lost.items(), key=lambda item: (item[1][1], item[0]))]
     summary = (f"{mon.stats.tuples:,} events streamed in {mon.stats.pulls} pulls, "
-               f"{mon.stats.discarded:,} discarded before they were read" + (f"; wrote {out}" if out else "")
-               + "".join(f"; {line}" for line in lost))
-    console.print(ended_line(run_file, why, summary) if why else summary)
+               f"{mon.stats.discarded:,} discarded before they were read" + _account_line(account)
+               + (f"; wrote {out}" if out else "") + "".join(f"; {line}" for line in lost))
+    watch.finish(summary, {"events": mon.stats.tuples, "pulls": mon.stats.pulls, "discarded": mon.stats.discarded,
+                           "account": _account_figures(account), "out": str(out) if out else None,
+                           "lost": {node: {"gone": gone, "since": since} for node, (gone, since) in mon.lost.items()}})
     return 0
 
 
 def _colop(args) -> int:
-    from rich.console import Console
+    from .watch import Watch
+    with Watch(args.run, "colop", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .colop import ColOpMon
+        from .render import colop_tables, open_round
 
-    from .colop import ColOpMon
-    from .render import colop_tables, open_round
+        with ColOpMon(watch.run_file, args.tree) as mon:
+            shown = {"rounds": -1, "report": None}
 
-    console = Console()
-    run_file = live_run(args.run, "colop")
-    with ColOpMon(run_file, args.tree) as mon:
-        shown = {"rounds": -1, "report": None}
+            def pull():
+                mon.poll()
+                return mon.report()
 
-        def pull():
-            mon.poll()
-            return mon.report()
+            def show(report):
+                shown["report"] = report
+                if args.json:
+                    watch.emit(report.as_dict())
+                    return
+                if report.rounds != shown["rounds"]:  # the tables again only when rounds were added
+                    shown["rounds"] = report.rounds
+                    watch.out.print(colop_tables(report))
+                if report.open is not None and report.open.open_for_s >= args.interval:
+                    watch.out.print(open_round(report))
 
-        def show(report):
-            shown["report"] = report
-            if args.json:
-                print(json.dumps(report.as_dict()), flush=True)
-                return
-            if report.rounds != shown["rounds"]:  # the tables again only when rounds were added
-                shown["rounds"] = report.rounds
-                console.print(colop_tables(report))
-            if report.open is not None and report.open.open_for_s >= args.interval:
-                console.print(open_round(report))
-
-        why = _loop(args, run_file, pull, show)
-    if why:
-        report = shown["report"]
-        summary = f"tree {mon.tree}: {report.rounds if report else 0:,} complete rounds"
-        if report is not None and report.open is not None and report.open.open_for_s >= args.interval:
-            summary += (f"; round {report.open.round} was open at the last look, waiting for "
-                        f"{', '.join(report.open.waiting_for) or 'no member'}")
-        console.print(ended_line(run_file, why, summary))
+            watch.loop(pull, show)
+            account = _account(mon.scope)
+    report = shown["report"]
+    summary = f"tree {mon.tree}: {report.rounds if report else 0:,} complete rounds"
+    if report is not None and report.open is not None and report.open.open_for_s >= args.interval:
+        summary += (f"; round {report.open.round} was open at the last look, waiting for "
+                    f"{', '.join(report.open.waiting_for) or 'no member'}")
+    watch.finish(summary + _account_line(account), {"tree": mon.tree, "rounds": report.rounds if report else 0,
+                                                     "account": _account_figures(account)})
     return 0
 
 
 def _classes(args) -> int:
-    from rich.console import Console
+    from .watch import Watch
     from rich.markup import escape
 
-    from .classes import ClassesMon, describe
+    with Watch(args.run, "classes", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .classes import ClassesMon, describe
 
-    console = Console()
-    run_file = live_run(args.run, "classes")
-    with ClassesMon(run_file, args.view, signature=args.signature, by=args.by, tree=args.tree,
-                    placement=args.placement) as mon:
-        shown = []
+        with ClassesMon(watch.run_file, args.view, signature=args.signature, by=args.by, tree=args.tree,
+                        placement=args.placement) as mon:
+            shown = []
 
-        def show(report):
-            shown.append(report)
-            if args.json:
-                print(json.dumps(report.as_dict()), flush=True)
-            else:
-                console.print(f"{time.strftime('%H:%M:%S')}  {escape(describe(report))}")
+            def show(report):
+                shown.append(report)
+                if args.json:
+                    watch.emit(report.as_dict())
+                else:
+                    watch.out.print(f"{time.strftime('%H:%M:%S')}  {escape(describe(report))}")
 
-        why = _loop(args, run_file, mon.poll, show)
-    if why:
-        last = f", the last: {len(shown[-1].classes)} classes" if shown else ""
-        console.print(ended_line(run_file, why, f"{len(shown)} pulls{last}"))
+            watch.loop(mon.poll, show)
+            account = _account(mon.scope)
+    last = f", the last: {len(shown[-1].classes)} classes" if shown else ""
+    watch.finish(f"{len(shown)} pulls{last}" + _account_line(account),
+                 {"pulls": len(shown), "account": _account_figures(account)})
+    return 0
+
+
+def _stack(args) -> int:
+    from paths import RunFile
+
+    from .render import stacks_view
+    from .stacks import StacksMon
+
+    if not 1 <= args.depth <= 1000:
+        raise ValueError(f"--depth {args.depth}: give a number of frames from 1 to 1000")
+    run_file = RunFile.find(args.run).check_live()
+    with StacksMon(run_file, args.view, depth=args.depth, timeout=args.timeout) as mon:
+        report = mon.read()
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        from pastset.terminal import console
+
+        console(highlight=False).print(stacks_view(report, mon.order))
     return 0
 
 

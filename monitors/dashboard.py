@@ -15,6 +15,7 @@ from rich.text import Text
 from eventspace.roster import ActiveScope, Roster, roster_node
 from eventspace.scope import resolve
 from eventspace.system import NodeSample
+from eventspace.view import ViewError
 from pastset import PastSetError
 
 from .colop import ColOpMon, ColOpReport, instrumented_trees
@@ -43,6 +44,16 @@ class DashboardState:
     notes: list[str] = field(default_factory=list)
     events_per_s: float | None = None   # a replay's: events recorded per second in the interval (None live)
 
+    def as_dict(self) -> dict:
+        """The frame as plain data (a line of `eventspace dashboard --json`)."""
+        return {"title": self.title, "elapsed": self.elapsed,
+                "heartbeat": self.heartbeat.as_dict() if self.heartbeat else None,
+                "colops": [report.as_dict() for report in self.colops],
+                "scopes": [scope.as_dict() for scope in self.scopes],
+                "nodes": [node.as_dict() for node in self.nodes],
+                "cpu_seconds": self.cpu_seconds, "steps": self.steps, "steps_per_s": self.steps_per_s,
+                "notes": list(self.notes), "events_per_s": self.events_per_s}
+
 
 class Dashboard:
     """Runs a heartbeat, a collective-operation monitor per instrumented tree (or the `trees`
@@ -59,18 +70,32 @@ class Dashboard:
         self.ended = ended
         pathmap, endpoints = resolve(run)
         self.roster = Roster(endpoints[roster_node(pathmap)])
-        self.heartbeat = Heartbeat(run) if heartbeat else None
+        self.title = title or "EventSpace"
+        self.state = DashboardState(self.title, 0.0)
+        # A panel whose view selects nothing in this run (an MPI run samples no system summaries; a
+        # run may have no collectors on its threads) says so, and the others go on.
+        self.heartbeat = self._panel(lambda: Heartbeat(run), "no heartbeat: no thread of this run has a collector "
+                                     "(`eventspace pathmap instrument` adds them)") if heartbeat else None
         if not colop:
             trees = []
         elif trees is None:
             trees = instrumented_trees(run)  # none instrumented: nothing to show there
         self.colops = [ColOpMon(run, tree) for tree in trees]
-        self.system = SystemMon(run) if system else None
-        self.title = title or "EventSpace"
+        self.system = self._panel(lambda: SystemMon(run), "no system summaries: the run's nodes sample none (its "
+                                  "pathmap says `system: false`, as an MPI run's does)") if system else None
         self.progress = progress
+        self.reported = False   # whether any thread has reported its progress (an MPI rank never does)
         self._last_step: tuple[float, int] | None = None
         self._scopes_seen: set[str] = set()
-        self.state = DashboardState(self.title, 0.0)
+
+    def _panel(self, make, nothing: str):
+        """The monitor `make()` builds, or None with the note `nothing` when the run has nothing for it
+        (its view selects no collector)."""
+        try:
+            return make()
+        except ViewError:
+            self.state.notes.append(nothing)
+            return None
 
     def update(self, beat: bool = True) -> DashboardState:
         """Pull every monitor once (with `beat`; else only the figures that cost nothing) and
@@ -104,7 +129,8 @@ class Dashboard:
                 progress = self.progress()
             except PastSetError:
                 progress = None
-            if progress is not None:
+            if progress:
+                self.reported = True
                 step = min((p.get("step", 0) for p in progress.values()), default=0)
                 state.steps = step
                 if self._last_step is not None and now > self._last_step[0]:
@@ -123,7 +149,7 @@ class Dashboard:
         """One line of what the dashboard saw."""
         state = self.state
         parts = [f"watched {state.elapsed:.0f} s"]
-        if self.progress is not None:
+        if self.reported:
             parts.append(f"the application reached step {state.steps:,}")
         if state.heartbeat:
             counts = ", ".join(f"{n} {status}" for status, n in status_counts(state.heartbeat))
@@ -132,6 +158,14 @@ class Dashboard:
             parts.append(f"tree {report.tree}: {report.rounds:,} rounds")
         parts.append(f"{len(self._scopes_seen)} scopes seen; monitors' CPU {state.cpu_seconds:.1f} s")
         return "; ".join(parts)
+
+    def figures(self) -> dict:
+        """What `summary` says, as plain data (the last JSON object of `eventspace dashboard --json`)."""
+        state = self.state
+        return {"watched_s": round(state.elapsed, 3), "steps": state.steps if self.reported else None,
+                "heartbeat": dict(status_counts(state.heartbeat)) if state.heartbeat else None,
+                "trees": {report.tree: report.rounds for report in state.colops},
+                "scopes_seen": len(self._scopes_seen), "cpu_seconds": round(state.cpu_seconds, 3)}
 
     def close(self) -> None:
         if self.heartbeat:

@@ -81,6 +81,7 @@ class GetEventMon:
             from .archive import Archive
             try:
                 self._archive = Archive(self.out, self.scope.catalogue)
+                self._archived = self.scope.catalogue   # the catalogue it holds the collectors of
                 entry = self.scope.roster_entry()
                 self._archive.set_meta("scope", json.dumps({
                     "name": entry.name, "monitor": entry.monitor, "view": entry.view, "shape": entry.shape,
@@ -99,6 +100,9 @@ class GetEventMon:
         bytes_before = self.scope.stats().bytes_in
         pulled = self.scope.pull()
         records = pulled.records
+        if self._archive is not None and self._archived is not self.scope.catalogue:
+            self._archive.extend(self.scope.catalogue)   # the run grew (an MPI run's new communicators)
+            self._archived = self.scope.catalogue
         self.stats.pulls += 1
         self.stats.tuples += len(records)
         self.stats.discarded += pulled.discarded

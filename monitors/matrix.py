@@ -11,6 +11,8 @@ from eventspace.mpi import encoding as e
 from eventspace.mpi.matching import message_ends
 from eventspace.scope import EventScope
 
+from .scoped import ScopeMon
+
 # Hop classes, nearest first: how far a message between two ranks travels.
 SAME_HOST, SAME_CLUSTER, ACROSS_CLUSTERS = "same host", "same cluster", "across clusters"
 HOPS = (SAME_HOST, SAME_CLUSTER, ACROSS_CLUSTERS)
@@ -102,7 +104,7 @@ def archive_matrix(archive) -> Matrix:
     return matrix
 
 
-class MatrixMon:
+class MatrixMon(ScopeMon):
     """The matrix of a live MPI run: a stream scope over its ranks' point-to-point collectors
     (those it has when the monitor attaches), counted in at every `poll`. It counts what the
     collectors still keep when it attaches and everything after; `discarded` says how many records
@@ -119,5 +121,3 @@ class MatrixMon:
         self.matrix.add(pulled.records, self.scope.catalogue)
         return self.matrix
 
-    def close(self) -> None:
-        self.scope.close()

@@ -8,25 +8,49 @@ from rich.text import Text
 
 from eventspace import trace
 from eventspace.system import NodeSample
+from pastset.terminal import counted
 
 from .colop import ColOpReport
-from .heartbeat import (ALIVE, GONE, IDLE, NOT_ANSWERING, QUIET, SLOW, STALLED, UNSEEN, WAITING,
-                        HeartbeatReport)
+from .heartbeat import (ALIVE, COMPUTING, FAILED, GONE, IDLE, NOT_ANSWERING, OFF, QUIET, SLOW, STALLED, UNSEEN,
+                        WAITING, HeartbeatReport)
 
 STATUS_STYLE = {ALIVE: "green", WAITING: "yellow", STALLED: "bold red", QUIET: "dim", GONE: "magenta", IDLE: "blue",
-                SLOW: "orange3", NOT_ANSWERING: "bold magenta", UNSEEN: "grey50"}
+                SLOW: "orange3", NOT_ANSWERING: "bold magenta", UNSEEN: "grey50", OFF: "dim cyan", COMPUTING: "cyan",
+                FAILED: "bold white on red"}
+
+
+HEARTBEAT_COLUMNS = ("thread", "node", "status", "still (s)", "waiting in", "where")
 
 
 def heartbeat_table(report: HeartbeatReport, title: str = "heartbeat") -> Table:
-    """One row per thread: node, status (coloured), seconds without progress, what it waits in."""
+    """One row per thread: node, status (coloured), seconds without progress, what it waits in, and
+    where in the program it is (for a thread that does not progress)."""
     table = Table(title=title, title_justify="left")
-    for column in ("thread", "node", "status", "still (s)", "waiting in"):
-        table.add_column(column, justify="right" if column == "still (s)" else "left")
-    for beat in report.threads:
-        table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
-                      f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
+    _heartbeat_rows(table, report.threads)
     table.caption = "; ".join(filter(None, (_lost_nodes(report), deadlock_line(report)))) or None
     return table
+
+
+def _heartbeat_rows(table: Table, beats) -> None:
+    for column in HEARTBEAT_COLUMNS:
+        table.add_column(column, justify="right" if column == "still (s)" else "left")
+    for beat in beats:
+        table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
+                      f"{beat.still_for:.1f}" if beat.still_for else "", Text(beat.waiting_in), Text(beat.where))
+
+
+def heartbeat_stacks(report: HeartbeatReport) -> Group:
+    """The whole stack of every thread that has one in the report (heartbeat --stacks), identical stacks
+    once, with the threads that share them."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for beat in report.threads:
+        if beat.stack:
+            groups.setdefault(beat.stack, []).append(beat.thread)
+    shown = []
+    for frames, threads in groups.items():
+        shown.append(Text(f"{', '.join(threads)}:", style="bold"))
+        shown.extend(Text(f"  {frame}") for frame in frames)
+    return Group(*shown)
 
 
 def deadlock_line(report: HeartbeatReport) -> str:
@@ -64,11 +88,7 @@ def heartbeat_summary(report: HeartbeatReport, clock: str) -> Group:
     if not others:
         return Group(*shown)
     table = Table(box=None, padding=(0, 2), show_header=True)
-    for column in ("thread", "node", "status", "still (s)", "waiting in"):
-        table.add_column(column, justify="right" if column == "still (s)" else "left")
-    for beat in others:
-        table.add_row(beat.thread, beat.node, Text(beat.status, style=STATUS_STYLE[beat.status]),
-                      f"{beat.still_for:.1f}" if beat.still_for else "", beat.waiting_in)
+    _heartbeat_rows(table, others)
     return Group(*shown, table)
 
 
@@ -182,7 +202,7 @@ def matrix_tables(matrix, most: int = 16) -> Group:
     from .matrix import HOPS
 
     total = int(matrix.nbytes.sum())
-    hops = Table(title=f"point-to-point traffic between {matrix.ranks} ranks", title_justify="left")
+    hops = Table(title=f"point-to-point traffic between {counted(matrix.ranks, 'rank')}", title_justify="left")
     for column in ("hop class", "messages", "bytes", "share of bytes"):
         hops.add_column(column, justify="left" if column == "hop class" else "right")
     for hop, messages, nbytes in matrix.by_hop():
@@ -207,3 +227,32 @@ def matrix_tables(matrix, most: int = 16) -> Group:
                                      style=HOP_STYLE[HOPS[classes[s, d]]]) if matrix.messages[s, d] else Text("·", style="dim")
                                 for d in range(matrix.ranks)))
     return Group(hops, hosts, grid)
+
+
+def stacks_view(report, order: list[str]) -> Group:
+    """`eventspace stack`: each group of threads with one stack (the largest first), what each is in,
+    the frames (innermost last); then the threads that failed, and the nodes that did not answer."""
+    from .stacks import group_title
+
+    shown = []
+    for group in report.groups:
+        shown.append(Text(group_title(group, order), style="bold"))
+        ops: dict[str, list[str]] = {}
+        for thread, op in group.in_flight.items():
+            ops.setdefault(op, []).append(thread)
+        for op, threads in ops.items():
+            shown.append(Text(f"  in {op}" + ("" if len(group.threads) == 1 else f" ({', '.join(threads)})"),
+                              style="yellow"))
+        if group.omitted:
+            shown.append(Text(f"  ... {group.omitted} outer frames", style="dim"))
+        shown.extend(Text(f"  {frame}") for frame in group.frames)
+    for thread, failure in report.failed.items():
+        shown.append(Text(f"{thread} failed: {failure}", style=STATUS_STYLE[FAILED]))
+    for node in report.not_answering:
+        shown.append(Text(f"node {node}: not answering (a C call that holds the GIL, or paused)",
+                          style=STATUS_STYLE[NOT_ANSWERING]))
+    for node in report.gone:
+        shown.append(Text(f"node {node}: gone", style=STATUS_STYLE[GONE]))
+    if report.ended:
+        shown.append(Text(f"not running: {', '.join(report.ended)}", style="dim"))
+    return Group(*shown)

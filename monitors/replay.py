@@ -17,7 +17,7 @@ from eventspace.roster import ActiveScope, ScopeEntry
 from .archive import Archive
 from .colop import TREE_ROLES, Rounds
 from .dashboard import DashboardState
-from .heartbeat import Judge
+from .heartbeat import Blocked, Judge
 
 HEARTBEAT_ROLES = ("source", "contribute", "stage")   # what the live heartbeat watches by default
 SLOWEST, FASTEST = 1 / 64, 1024   # speeds `-` and `+` stop at (× recorded time)
@@ -156,7 +156,7 @@ class Replay:
                 code = self._thread[i]
                 if code >= 0 and self.threads[code] not in inside:
                     inside[self.threads[code]] = catalogue[int(self.records["collector"][i])].describe()
-            return inside, set(), set()
+            return Blocked(inside, set(), set())
 
         clock = self.info.clock
         at = clock.realtime(t) / 1e9 if clock is not None else seconds

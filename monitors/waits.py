@@ -52,6 +52,11 @@ class Deadlock:
         """`r0 waits Recv from r1 tag 0 on comm 0`, one per rank."""
         return [f"r{w.rank} waits {w.text}" for w in self.waits]
 
+    def lines_at(self, where: dict[int, str]) -> list[str]:
+        """`lines`, each with where its rank is in the program: `r0 waits Recv from r1 tag 0 on comm 0 at
+        heat.py:88 in exchange` (`where`: {rank: "heat.py:88 in exchange"}; a rank without one as in `lines`)."""
+        return [line + (f" at {where[w.rank]}" if where.get(w.rank) else "") for w, line in zip(self.waits, self.lines)]
+
     @property
     def text(self) -> str:
         """`deadlock: r0 waits Recv from r1 ...; r1 waits Recv from r0 ...`."""

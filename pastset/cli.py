@@ -64,7 +64,7 @@ def _serve(args) -> int:
 
 
 def _stat(args) -> int:
-    from rich.console import Console
+    from .terminal import console
     from rich.markup import escape
     from rich.table import Table
 
@@ -78,7 +78,7 @@ def _stat(args) -> int:
             table.add_row(escape(i.name), escape(i.template), str(i.first), str(i.last), str(i.held),
                           "-" if i.keep is None else str(i.keep),
                           "-" if i.delta is None else str(i.delta), f"{i.nbytes:,}")
-        Console().print(table)
+        console().print(table)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import replace
 from time import monotonic
 
@@ -46,9 +47,11 @@ class Client(transport.Transport):
         self.grace = check_grace(grace)
         self._ctx = zmq.Context()
         self._local = threading.local()
-        # The sockets mutex must be held whenever the set of sockets changes.
+        # The sockets mutex must be held whenever the channels change. A channel is used and closed by
+        # the thread that opened it alone (a ZeroMQ socket is not thread-safe); one whose thread has
+        # ended is dropped with it, or closed by `close`.
         self._sockets_mutex = threading.Lock()
-        self._sockets: set[zmq.Socket] = set()
+        self._channels: weakref.WeakKeyDictionary[Channel, threading.Thread] = weakref.WeakKeyDictionary()
         self._closed = False
         self.name = "?"   # the server's, once it answered
         try:
@@ -115,11 +118,31 @@ class Client(transport.Transport):
         return self._call(p.PING, ())[0]
 
     def close(self) -> None:
-        """Close every socket of this client; calls still waiting raise PastSetError."""
+        """Close this client; returns at once, whatever its other threads are doing.
+
+        Calls that other threads are waiting in raise PastSetError at once, and each of those
+        threads closes its own socket: closing a socket under the thread that uses it crashes or
+        hangs ZeroMQ. The socket of another thread that is not in a call is closed by that thread
+        at its next call (which raises PastSetError), or dropped when the thread ends; until then
+        the client's context ends on a thread of its own.
+        """
+        if self._closed:   # its context ends already (maybe still waiting for another thread)
+            self._drop_channel()
+            return
         self._closed = True
+        here = threading.current_thread()
         with self._sockets_mutex:
-            self._sockets.clear()
-        self._ctx.destroy(linger=0)
+            mine = [c for c, owner in list(self._channels.items()) if owner is here or not owner.is_alive()]
+            for channel in mine:
+                del self._channels[channel]
+            others = len(self._channels)
+        for channel in mine:
+            channel.close()
+        self._local.channel = None
+        if others:
+            threading.Thread(target=self._ctx.term, name="pastset-client-term", daemon=True).start()
+        else:
+            self._ctx.term()
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -130,12 +153,17 @@ class Client(transport.Transport):
     def _channel(self) -> Channel:
         """This thread's socket to the server, opened (and watched) on its first request."""
         channel = getattr(self._local, "channel", None)
+        if self._closed:
+            self._closed_now()
         if channel is None:
-            if self._closed:
-                raise PastSetError(f"client of {self.endpoint} is closed")
-            channel = Channel(self._ctx, self.endpoint, self.security, rcvtimeo=int(self._PING_AFTER * 1000))
+            try:
+                channel = Channel(self._ctx, self.endpoint, self.security, rcvtimeo=int(self._PING_AFTER * 1000))
+            except zmq.ZMQError as exc:
+                if self._closed:   # closed meanwhile: its context is ending
+                    self._closed_now()
+                raise
             with self._sockets_mutex:
-                self._sockets.add(channel.sock)
+                self._channels[channel] = threading.current_thread()
             self._local.channel = channel
             self._local.matcher = Matcher()
         return channel
@@ -170,7 +198,8 @@ class Client(transport.Transport):
             if matched is None:
                 matched = self._wait(channel, matcher, None if sent else frame, op, wait,
                                      gone_after or self._gone_after, grace or self.grace)
-        except zmq.ZMQError as exc:
+        except zmq.ZMQError as exc:   # the context ends: `close` was called
+            self._drop_channel()
             raise PastSetError(f"client of {self.endpoint} is closed ({exc})") from None
         if matched[1]:
             return matched[2]
@@ -187,6 +216,8 @@ class Client(transport.Transport):
         pinging = False
         heard = start  # when the server last showed it is alive
         while True:
+            if self._closed:
+                self._closed_now()
             now = monotonic()
             if deadline is not None and now >= deadline:
                 self._give_up(f"no reply to {p.OP_NAMES[op]} within {wait + self._SLACK:.2f}s")
@@ -229,11 +260,18 @@ class Client(transport.Transport):
     def _drop_channel(self):
         # Close the socket so that requests still queued in it are never delivered later (a
         # server not answering keeps its socket: what it was sent is in its kernel already).
-        channel = self._local.channel
+        channel = getattr(self._local, "channel", None)
+        if channel is None:
+            return
         with self._sockets_mutex:
-            self._sockets.discard(channel.sock)
+            self._channels.pop(channel, None)
         self._local.channel = None
         channel.close()
+
+    def _closed_now(self):
+        """Raise PastSetError for a call on a closed client, closing this thread's socket first."""
+        self._drop_channel()
+        raise PastSetError(f"client of {self.endpoint} is closed")
 
 
 class RemoteElement:

@@ -24,6 +24,7 @@ from .parking import Parked, Parking
 from .security import Security
 from .table import read_once
 from .template import Template
+from .workers import Workers
 
 
 class Endpoint:
@@ -97,7 +98,7 @@ class Endpoint:
 
         self._parking = Parking(self.limits, server.name, self._answer, self._wake, server.element_changed)
         self._lost: list[bytes] = []               # peers a send found disconnected
-        self._executor = None                      # worker threads for hosted calls, made on first use
+        self._workers = Workers(self.limits.max_calls, f"pastset-{server.name}-call")   # for hosted calls
         self._calls = 0                            # hosted calls running
         self._replies: deque = deque()             # (peer, rid, payload) finished by workers
         self._in_flight: list = []                 # (tracker, peer, bytes): big replies ZeroMQ holds
@@ -131,8 +132,7 @@ class Endpoint:
         for _, _, size in self._in_flight:   # dropped with the context below
             self.server.budget.give(size)
         self._in_flight.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._workers.close()
         self._waker.close(linger=0)
         self._destroy()
 
@@ -534,12 +534,8 @@ class Endpoint:
             return result
         if self._calls >= self.limits.max_calls:
             raise LimitExceeded(f"server {self.server.name} already runs {self.limits.max_calls} hosted calls")
-        if self._executor is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._executor = ThreadPoolExecutor(self.limits.max_calls, f"pastset-{self.server.name}-call")
         self._calls += 1
-        self._executor.submit(self._run_call, peer, rid, name, fn, args)
+        self._workers.submit(lambda: self._run_call(peer, rid, name, fn, args))
         return _ANSWERED
 
     def _check_deferred_share(self, peer) -> None:

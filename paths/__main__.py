@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import pastset
 from pastset import PastSetError
@@ -78,8 +79,30 @@ def run_node(pathmap_file: str, node: str | None, bind: str | None = None, launc
         while not server.wait_stopped(0.5):
             pass
     finally:
+        _end_within(STOP_WITHIN, node)
         server.close()
     return 1 if abandoned.is_set() else 0
+
+
+# Seconds a node process takes at most to end once it is stopped (its launcher gone, SIGTERM or
+# SIGINT, a STOP call), whatever its threads are doing: a stage call waiting in an element with no
+# timeout, a client closing under a thread still in a call, a buffer flushing to a node that is
+# gone. Within the five seconds a launcher waits before it terminates a node.
+STOP_WITHIN = 4.0
+
+
+def _end_within(seconds: float, node: str) -> None:
+    """End this process `seconds` from now if it has not ended by itself by then (status 1, one
+    line on stderr, which the launcher keeps in the node's log)."""
+
+    def end() -> None:
+        time.sleep(seconds)
+        print(f"node {node}: still closing {seconds:g} s after it was stopped (threads: "
+              f"{', '.join(t.name for t in threading.enumerate() if t is not threading.current_thread())}); "
+              "ending now", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    threading.Thread(target=end, name=f"paths-{node}-end", daemon=True).start()
 
 
 def _watch_stdin(server: NodeServer, ranks: bool, abandoned: threading.Event) -> None:

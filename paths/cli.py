@@ -11,18 +11,21 @@ import time
 from importlib.metadata import entry_points
 from pathlib import Path as FilePath
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
 
+from pastset.terminal import console as terminal_console
+
 from . import runcommand, runfile
+from .atomicfile import write_atomically
 from .__main__ import add_grace_option
 from .document import PathmapError, listing
 from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
 from .instrument import PRESETS, preset
 from .pathmap import Pathmap
+from .pathmap_yaml import edit_instrument
 from .registry import is_module_name
 from .sections import DEFAULT_KEEP
 
@@ -67,17 +70,20 @@ def register(subparsers) -> None:
     gen.add_argument("-o", "--output", required=True, help="the pathmap file to write")
     gen.set_defaults(func=_generate)
 
-    ins = commands.add_parser("instrument", help="add event collectors to a pathmap (writes its instrument section)")
+    ins = commands.add_parser("instrument", help="add event collectors to a pathmap (edits its instrument section, "
+                                                 "keeping everything else, comments included)")
     ins.add_argument("file", help="a pathmap (YAML)")
-    which = ins.add_mutually_exclusive_group(required=True)
+    which = ins.add_mutually_exclusive_group()
     for choice in PRESETS:
         which.add_argument(f"--{choice}", dest="what", action="store_const", const=choice,
-                           help=_INSTRUMENT_HELP[choice])
+                           help=_INSTRUMENT_HELP[choice] + (" (the default)" if choice == "all" else ""))
     ins.add_argument("--threads", help="only these threads (comma-separated), e.g. T0,T3")
-    ins.add_argument("--keep", type=int, default=DEFAULT_KEEP, help="trace element discard threshold (default %(default)s)")
-    ins.add_argument("--location", default="local", help="where trace elements live: local or a node name")
+    ins.add_argument("--keep", type=int, help=f"trace element discard threshold (default: as the pathmap says, "
+                                               f"else {DEFAULT_KEEP})")
+    ins.add_argument("--location", help="where trace elements live: local or a node name (default: as the pathmap "
+                                        "says, else local)")
     ins.add_argument("-o", "--output", help="write here (default: rewrite FILE)")
-    ins.set_defaults(func=_instrument)
+    ins.set_defaults(func=_instrument, what="all")
 
     node = subparsers.add_parser("node", help="run one node server of a pathmap in the foreground "
                                               "(start one per host with ssh, mpirun or srun)")
@@ -112,7 +118,7 @@ def _validate(args) -> int:
         count = len(exc.problems)
         print(f"{count} problem{'s' if count != 1 else ''} in {args.file}")
         return 1
-    console = Console(highlight=False)
+    console = terminal_console(highlight=False)
     totals = ", ".join(f"{what} {n}" for what, n in pathmap.summary().items())
     console.print(f"ok: {args.file} ({pathmap.name}): {totals}", soft_wrap=True)
     if pathmap.security.keys is not None:
@@ -146,7 +152,7 @@ def _show(args) -> int:
             drawing.children.append(_draw_thread(pathmap, thread.name))
         for tree in pathmap.trees:
             drawing.children.append(_draw_tree(pathmap, tree.name))
-    Console(highlight=False).print(drawing)
+    terminal_console(highlight=False).print(drawing)
     return 0
 
 
@@ -289,13 +295,20 @@ def _node(args) -> int:
 def _instrument(args) -> int:
     pathmap = Pathmap.load(args.file)
     threads = tuple(t.strip() for t in args.threads.split(",") if t.strip()) if args.threads else ()
-    instrument = preset(pathmap, args.what, threads, args.keep, args.location)
-    pathmap = dataclasses.replace(pathmap, instrument=instrument).validate()
-    out = FilePath(args.output or args.file)
+    unknown = [t for t in threads if t not in {th.name for th in pathmap.threads}]
+    if unknown:
+        raise ValueError(f"--threads: no thread {', '.join(map(repr, unknown))} in {args.file}; its threads: "
+                         f"{listing([t.name for t in pathmap.threads])}")
+    before = len(pathmap.collector_points())
+    rules = preset(pathmap, args.what, threads).collectors
     text = FilePath(args.file).read_text(encoding="utf-8")
-    pathmap.dump(out, header=_first_comment_block(text))
-    print(f"wrote {out}: {len(pathmap.collector_points())} collectors "
-          f"({args.what}{', threads ' + ','.join(threads) if threads else ''}, keep {args.keep})")
+    edited = edit_instrument(text, rules, keep=args.keep, location=args.location, clear=args.what == "none")
+    out = FilePath(args.output or args.file)
+    pathmap = Pathmap.loads(edited, source=str(out))   # checked before anything is written
+    write_atomically(out, edited)
+    after = len(pathmap.collector_points())
+    print(f"wrote {out}: {after} collectors ({after - before:+d}: {args.what}"
+          f"{', threads ' + ','.join(threads) if threads else ''}), keep {pathmap.instrument.keep}")
     return 0
 
 
@@ -315,7 +328,7 @@ def _runs(args) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
-    console = Console(highlight=False)
+    console = terminal_console(highlight=False)
     if rows:
         console.print(_runs_table(rows, runfile.run_dir(args.run_dir)))
     else:

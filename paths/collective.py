@@ -123,8 +123,12 @@ class CollectiveJoin(Wrapper):
 
     def close(self) -> None:
         """The node is stopping: every child still waiting for a round is told so at once."""
+        self.abort(f"tree stage {self.id} closed: its node server is stopping")
+
+    def abort(self, why: str) -> None:
+        """Every child waiting for a round, and every later one, raises PathsError(why)."""
         with self._cond:
-            self._broken = f"tree stage {self.id} closed: its node server is stopping"
+            self._broken = why
             self._cond.notify_all()
 
     def _function(self, how):

@@ -19,9 +19,9 @@ import pastset
 from pastset.security import bind_problem
 
 from . import mpiexec as by_mpiexec
-from . import runfile
+from . import rundir, runfile
 from . import snapshot as snapshots
-from .node import INFO, JOIN, LINK, START, STOP
+from .node import ABORT, INFO, JOIN, LINK, START, STOP
 from .pathmap import Pathmap
 from .runfile import RunFile
 from .wrapper import PathsError
@@ -41,14 +41,26 @@ class NodeNotAnswering(NodeDied):
 
 
 class ProgramFailed(PathsError):
-    """An application thread raised; `failures` maps thread -> (error class name, message)."""
+    """An application thread raised; `failures` maps thread -> (error class name, message, where in
+    the program: `worker.py:41 in work`, or ""). The message names each (the first four), the log
+    of its node where the launcher kept one (`logs`: node -> path, with the traceback), and how many
+    other threads were `stopped` because of it."""
 
-    def __init__(self, failures: dict[str, tuple[str, str]], where: dict[str, str]):
+    def __init__(self, failures: dict[str, tuple], nodes: dict[str, str], logs: dict[str, str] | None = None,
+                 stopped: int = 0):
         self.failures = failures
         first = sorted(failures)[:4]
-        lines = [f"thread {t} on node {where.get(t, '?')}: {failures[t][0]}: {failures[t][1]}" for t in first]
+        lines = []
+        for t in first:
+            name, message, *at = failures[t]
+            node = nodes.get(t, "?")
+            line = f"thread {t} on node {node} raised {name}: {message}" + (f" at {at[0]}" if at and at[0] else "")
+            if (logs or {}).get(node):
+                line += f" (traceback in {logs[node]})"
+            lines.append(line)
         more = f" (and {len(failures) - len(first)} more threads)" if len(failures) > len(first) else ""
-        super().__init__("; ".join(lines) + more)
+        others = f"; {stopped} other thread{'s' if stopped != 1 else ''} stopped" if stopped else ""
+        super().__init__("; ".join(lines) + more + others)
 
 
 class Run:
@@ -131,9 +143,13 @@ class Run:
             self.check_nodes()
             for node in sorted(pending):
                 joined = self._call(node, JOIN, 0, patient=True)
-                if joined is not None and not joined["running"]:
+                if joined is not None:
                     outcomes.update(joined["outcomes"])
-                    pending.discard(node)
+                    if not joined["running"]:
+                        pending.discard(node)
+            if pending and any(o[0] == "error" for o in outcomes.values()):
+                self._stop_threads(outcomes, pending)   # the others would wait for it for ever
+                break
             if not pending:
                 break
             if on_poll is not None:
@@ -142,10 +158,31 @@ class Run:
                 raise pastset.Timeout(f"the program still runs on node(s) {', '.join(sorted(pending))} "
                                       f"after {timeout} s")
             time.sleep(poll)
-        failures = {t: (o[1], o[2]) for t, o in outcomes.items() if o[0] != "ok"}
+        failures = {t: tuple(o[1:]) for t, o in outcomes.items() if o[0] == "error"}
         if failures:
-            raise ProgramFailed(failures, self._thread_node)
+            logs = {node: str(path) for node, path in self._logs.items()
+                    if path.exists() and path.stat().st_size}
+            raise ProgramFailed(failures, self._thread_node, logs,
+                                stopped=len(self.pathmap.threads) - len(failures))
         return {t: o[1] for t, o in outcomes.items()}
+
+    # Seconds the threads of a failed run are given to leave what they wait in once it is ended under them.
+    _STOP_THREADS = 2.0
+
+    def _stop_threads(self, outcomes: dict[str, list], pending: set[str]) -> None:
+        """A thread failed while others run: end what they wait in (ABORT, on every node with threads),
+        and take the outcomes of those that end within _STOP_THREADS seconds."""
+        failed = sorted(t for t, o in outcomes.items() if o[0] == "error")
+        first = outcomes[failed[0]]
+        why = f"thread {failed[0]} failed ({first[1]}: {first[2]})"
+        for end in (False, True):   # every node learns why before any ends what its threads wait in
+            for node in self._nodes_with_threads():   # a stage one waits in may be on a node whose threads ended
+                with contextlib.suppress(pastset.PastSetError):
+                    self._call(node, ABORT, why, end)
+        deadline = time.monotonic() + self._STOP_THREADS
+        for node in sorted(pending):
+            with contextlib.suppress(pastset.PastSetError):
+                outcomes.update(self._call(node, JOIN, max(0.0, deadline - time.monotonic()))["outcomes"])
 
     def run(self, program: str, args: dict | None = None, timeout: float | None = None) -> dict[str, object]:
         """`start` then `wait`."""
@@ -215,7 +252,12 @@ class Run:
         self._clients.clear()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop every launched node (asked first, killed if it lingers) and remove the run's own files."""
+        """Stop every launched node (asked first, killed if it lingers) and remove the run's own files.
+        Monitors attached to the run first get their final read (`RunFile.end`: at most
+        runfile.FINAL_READ_GRACE seconds, nothing when none is attached; Ctrl-C cuts it short)."""
+        if any(proc.poll() is None for proc in self._processes.values()):
+            with contextlib.suppress(KeyboardInterrupt):
+                self.run_file.end()
         for node, proc in self._processes.items():
             if proc.poll() is None:
                 with contextlib.suppress(pastset.PastSetError):
@@ -299,7 +341,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
         if mpiexec is not None:
             ranks_log = run_file.log("mpiexec")
             logs = {n.name: ranks_log for n in pathmap.nodes}
-            with open(ranks_log, "wb") as launcher_log:
+            with rundir.open_new(ranks_log) as launcher_log:
                 ranks = subprocess.Popen(
                     by_mpiexec.command(len(pathmap.nodes), list(mpiexec), [*node_command, "--by-rank"]),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=launcher_log, env=node_env)
@@ -307,7 +349,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
             endpoints, pids = _await_ranks(ranks, [n.name for n in pathmap.nodes], ranks_log, start_timeout)
         else:
             for node in pathmap.nodes:
-                with open(logs[node.name], "wb") as node_log:
+                with rundir.open_new(logs[node.name]) as node_log:
                     processes[node.name] = subprocess.Popen(
                         [*(on_host or {}).get(node.name, ()), *node_command, "--node", node.name],
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=node_log, env=node_env,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -11,10 +12,11 @@ from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 
 import pastset
-from pastset import AuthError, PastSetError, TupleServer
+from pastset import AuthError, PastSetError, TupleServer, UnknownElement
 from pastset.security import check_bind
 
 from . import operation as op
+from . import stack
 from .context import Context
 from .instrument import CollectorPoint
 from .pathmap import Pathmap
@@ -28,6 +30,8 @@ START = "paths.start"      # (program, args)                 -> [thread, ...] st
 JOIN = "paths.join"        # (timeout)                       -> {outcomes: {thread: outcome}, running: [thread]}
 INFO = "paths.info"        # ()                              -> {node, pid, threads, endpoint}
 STOP = "paths.stop"        # ()                              -> None; the node's process ends
+THREADS = "paths.threads"  # (stacks, depth)                 -> {thread: ThreadState wire form}
+ABORT = "paths.abort"      # (why, end)                      -> None; what the threads wait in raises
 
 CLOCK_OFFSET_ENV = "EVENTSPACE_CLOCK_OFFSET_NS"
 
@@ -67,6 +71,9 @@ class NodeServer:
         self._clients_mutex = threading.Lock()  # held while _clients changes
         self._threads: dict[str, threading.Thread] = {}
         self._outcomes: dict[str, list] = {}
+        self._failed: dict[str, list] = {}      # thread -> ["class: message", traceback frames] (it raised)
+        self._aborted: str | None = None        # why the threads were stopped (another thread failed)
+        self._program_threads: dict[str, int] = {}   # threads of this process run by others (an MPI rank)
         self._stopped = threading.Event()
         self.services: dict[str, object] = {}
         self.progress: dict[str, dict] = {}                        # thread -> what it last reported
@@ -246,6 +253,8 @@ class NodeServer:
         self.server.host(JOIN, self.join)
         self.server.host(INFO, self.info)
         self.server.host(STOP, self.request_stop)
+        self.server.host(THREADS, self.threads, inline=True)
+        self.server.host(ABORT, self.abort)
 
     def link(self, endpoints: dict) -> None:
         """Learn where the other nodes listen (the launcher's resolved endpoints)."""
@@ -275,7 +284,7 @@ class NodeServer:
                              "every node finds the module)") from None
         except (LookupError, AttributeError) as exc:
             raise PathsError(f"node {self.name}: {exc}") from None
-        self._threads, self._outcomes = {}, {}
+        self._threads, self._outcomes, self._failed, self._aborted = {}, {}, {}, None
         self.progress.clear()
         for thread in self.pathmap.threads_on(self.name):
             ctx = Context(self, thread.name, dict(args or {}))
@@ -293,13 +302,55 @@ class NodeServer:
                 raise TypeError(f"its result, a {type(result).__name__}, cannot travel the wire (msgpack)")
             self._outcomes[ctx.thread] = ["ok", result]
         except BaseException as exc:  # the launcher must hear of every failure, by thread
+            if self._aborted is not None and (isinstance(exc, UnknownElement) or str(exc) == self._aborted):
+                # What it waited in was ended under it (ABORT): not a failure of its own.
+                self._outcomes[ctx.thread] = ["stopped", self._aborted]
+                return
             if not isinstance(exc, PastSetError):
                 traceback.print_exc()
-            self._outcomes[ctx.thread] = ["error", type(exc).__name__, str(exc)]
+            frames = stack.traceback_frames(exc.__traceback__)
+            self._failed[ctx.thread] = [f"{type(exc).__name__}: {exc}", [f.wire() for f in frames]]
+            self._outcomes[ctx.thread] = ["error", type(exc).__name__, str(exc), stack.where(frames)]
 
     def thread_ids(self) -> dict[str, int]:
         """{thread: its operating-system thread id} of this node's application threads now running."""
         return {name: th.native_id for name, th in list(self._threads.items()) if th.is_alive()}
+
+    def host_thread(self, thread: str, ident: int) -> None:
+        """Thread `thread` of the pathmap is this process's thread `ident` (a Python thread ident),
+        started by someone else: an MPI rank's program runs in its main thread."""
+        self._program_threads[thread] = ident
+
+    def threads(self, stacks: bool = True, depth: int = stack.DEPTH) -> dict[str, list]:
+        """Where this node's application threads are, now: {thread: ThreadState's wire form} (see
+        paths.stack: CPU time, the stack with `stacks`, at most `depth` frames, and for a thread
+        that ended by raising, its error and traceback). Costs nothing until asked."""
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 1000:
+            raise PathsError(f"depth must be a whole number of frames from 1 to 1000, got {depth!r}")
+        idents = {name: th.ident for name, th in list(self._threads.items()) if th.is_alive()}
+        idents.update(self._program_threads)
+        out = stack.read_threads(idents, bool(stacks), depth)
+        for thread, (failure, frames) in list(self._failed.items()):
+            out[thread] = [-1, frames if stacks else [], 0, failure, None]
+        for thread, outcome in list(self._outcomes.items()):
+            if outcome[0] == "stopped":
+                out[thread] = [-1, [], 0, None, outcome[1]]
+        return out
+
+    def abort(self, why: str, end: bool = True) -> None:
+        """Another thread of the run failed: every operation this node's threads wait in raises (the
+        tree stages they wait in break, the elements they wait on are deleted) and they end, their
+        outcome ["stopped", why]. Trace elements stay, for the monitors' final read. With `end`
+        False, the node only learns why (a launcher tells every node before any ends a wait, so that
+        a thread released by another node's abort is known as stopped, not failed)."""
+        self._aborted = str(why)[:1000]
+        if not end:
+            return
+        for stage in self.stages.values():
+            stage.abort(self._aborted)
+        for spec in self.pathmap.elements_on(self.name):
+            with contextlib.suppress(PastSetError):
+                self.server.delete(spec.name)
 
     def join(self, timeout: float | None = None) -> dict:
         """Wait up to `timeout` seconds for this node's threads to end.
@@ -333,8 +384,8 @@ class NodeServer:
             close = getattr(service, "close", None)
             if close is not None:
                 close()
-        # Application threads still running may be inside a client call: closing its sockets
-        # under them can hang, and the process is about to end, which closes them anyway.
+        # Application threads still running may be inside a client call, which closing would end
+        # with an error of their own; the process is about to end, which closes the sockets anyway.
         if not any(th.is_alive() for th in self._threads.values()):
             with self._clients_mutex:
                 for client in self._clients.values():

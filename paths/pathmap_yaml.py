@@ -263,3 +263,64 @@ def write(pm, header: str | None = None) -> str:
             lines += ["", f"# {_SECTION_COMMENTS[section]}"]
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def edit_instrument(text: str, add: tuple[Selector, ...] = (), *, keep: int | None = None,
+                    location: str | None = None, clear: bool = False) -> str:
+    """The pathmap YAML `text` with its instrument section edited in place, and everything else as it
+    was, comments included: the rules `add` appended to its collectors (a rule it already has is not
+    repeated; `clear` removes every rule first), and `keep`, `location` set where given (else left as
+    written). The caller checks the result (Pathmap.loads)."""
+    from io import StringIO
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 4096   # lines stay as long as they were
+    offset = _dash_offset(text)   # block lists indented as the file indents them
+    rt.indent(mapping=2, sequence=2 + offset, offset=offset)
+    doc = rt.load(text)
+    if not isinstance(doc, dict):
+        raise ValueError("the pathmap is not a YAML mapping")
+    section = doc.get("instrument")
+    if not isinstance(section, dict):
+        section = doc["instrument"] = CommentedMap()
+    if keep is not None:
+        section["keep"] = keep
+    if location is not None:
+        section["location"] = location
+    rules = section.get("collectors")
+    if clear or not isinstance(rules, list):
+        rules = section["collectors"] = CommentedSeq()
+        rules.fa.set_flow_style()
+    have = [_rule_key(rule) for rule in rules if isinstance(rule, dict)]
+    for selector in add:
+        rule = CommentedMap((k, list(getattr(selector, k))) for k in _SELECTOR_KEYS if getattr(selector, k))
+        rule.fa.set_flow_style()
+        if _rule_key(rule) not in have:
+            rules.append(rule)
+            have.append(_rule_key(rule))
+    out = StringIO()
+    rt.dump(doc, out)
+    return out.getvalue()
+
+
+def _dash_offset(text: str) -> int:
+    """How far a block list's dashes stand in from the key that holds it in `text` (0 as PyYAML writes
+    them, 2 as people often do), from the first such list."""
+    previous = None
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.startswith("- ") and previous is not None and previous.rstrip().endswith(":"):
+            return max(0, (len(line) - len(stripped)) - (len(previous) - len(previous.lstrip())))
+        previous = line
+    return 0
+
+
+def _rule_key(rule: dict) -> tuple:
+    """A collectors rule as a comparable value: its keys with their names, in order of key."""
+    return tuple(sorted((str(k), tuple(map(str, v)) if isinstance(v, list) else (str(v),)) for k, v in rule.items()))

@@ -14,6 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from pastset.terminal import console as terminal_console
+
 from .__main__ import add_grace_option
 from .execution import Execution, execute, slowest
 from .pathmap import Pathmap
@@ -65,14 +67,12 @@ def _run(args) -> int:
 
 
 def _launch(args) -> int:
-    import signal
     import time
 
     from .launch import NodeDied, launch
 
     mpiexec = mpiexec_args(args)
-    console = Console(stderr=True)
-    signal.signal(signal.SIGTERM, _interrupt)   # stopped by a job manager: as Ctrl-C
+    console = terminal_console(stderr=True)
     started = time.monotonic()
     with launch(args.pathmap, run_dir=args.run_dir, path=args.path, grace=args.grace, mpiexec=mpiexec) as run:
         how = " as MPI ranks" if mpiexec is not None else ""
@@ -91,10 +91,6 @@ def _launch(args) -> int:
         stopping = time.monotonic()
     console.print(f"run {run.name}: stopped its {len(run.endpoints)} nodes in {time.monotonic() - stopping:.1f} s")
     return 0
-
-
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt
 
 
 def add_run_options(parser, example: str) -> None:
@@ -135,7 +131,7 @@ class ProgressBar:
     bar, done/total `unit`, elapsed time. `console` is where the summary goes after it."""
 
     def __init__(self, args, label: str, unit: str, total: int | None = None):
-        self.console = Console(stderr=args.json)
+        self.console = terminal_console(stderr=args.json)
         self._progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                                   TimeElapsedColumn(), console=self.console, disable=args.json)
         self._task = self._progress.add_task(unit, total=total)

@@ -14,6 +14,7 @@ import pickle
 from dataclasses import replace
 from pathlib import Path as FilePath
 
+from . import rundir
 from .document import Origin
 from .pathmap import Pathmap
 from .wrapper import PathsError
@@ -25,18 +26,15 @@ def checked_file(snapshot: str | os.PathLike) -> FilePath:
 
 
 def write(pathmap: Pathmap, snapshot: str | os.PathLike, header: str) -> str:
-    """Write `pathmap` (validated) as the YAML snapshot at `snapshot`, and its checked form beside it
-    (readable by this user alone); returns the checked file's digest, for the nodes' command line."""
-    FilePath(snapshot).write_text(pathmap.dumps(header=header))
+    """Write `pathmap` (validated) as the YAML snapshot at `snapshot`, and its checked form beside it,
+    each replacing what is there, never written through a link (`paths.rundir.replace`: readable by
+    this user alone); returns the checked file's digest, for the nodes' command line."""
+    rundir.replace(snapshot, pathmap.dumps(header=header).encode())
     # Without the line of every key (a node's problems name keys, not lines): 20 MB less per node.
     checked = replace(pathmap, origin=Origin(pathmap.origin.source))
     checked.collector_points()  # found here, once for every node: it travels in the pickle
     data = pickle.dumps(checked, protocol=pickle.HIGHEST_PROTOCOL)
-    target = checked_file(snapshot)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
-        out.write(data)
-    tmp.replace(target)
+    rundir.replace(checked_file(snapshot), data)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -44,14 +42,12 @@ def load(snapshot: str | os.PathLike, digest: str, own: bool = False) -> Pathmap
     """The checked pathmap kept beside the snapshot at `snapshot`, if its sha256 is `digest`;
     PathsError if it is missing or is not the file the launcher wrote. With `own` (a digest read
     from a file, not given by the launcher itself), only if the file and its directory belong to
-    this user and nobody else may write them: the same trust as the user's own code."""
+    this user, nobody else may write the file, and its directory may be trusted
+    (`paths.rundir.trust_problem`): the same trust as the user's own code."""
     path = checked_file(snapshot)
     try:
-        if own:
-            for where in (path, path.parent):
-                status = where.stat()
-                if status.st_uid != os.getuid() or status.st_mode & 0o022:
-                    raise PathsError(f"the checked pathmap {path} is not this user's alone: not loaded")
+        if own and (not rundir.own_file(path) or path.stat().st_mode & 0o022 or rundir.trust_problem(path.parent)):
+            raise PathsError(f"the checked pathmap {path} is not this user's alone: not loaded")
         data = path.read_bytes()
     except OSError as exc:
         raise PathsError(f"cannot read the checked pathmap {path}: {exc.strerror} (the run's launcher writes "
@@ -70,6 +66,6 @@ def load(snapshot: str | os.PathLike, digest: str, own: bool = False) -> Pathmap
 
 
 def remove(snapshot: str | os.PathLike) -> None:
-    """Remove the snapshot at `snapshot` and its checked pathmap."""
-    for done in (FilePath(snapshot), checked_file(snapshot)):
-        done.unlink(missing_ok=True)
+    """Remove the snapshot at `snapshot` and its checked pathmap, if they are this user's."""
+    for done in (snapshot, checked_file(snapshot)):
+        rundir.remove(done)

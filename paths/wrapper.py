@@ -58,6 +58,10 @@ class Wrapper:
     def close(self) -> None:
         """Release what the stage holds (flush buffers); called when its node stops."""
 
+    def abort(self, why: str) -> None:
+        """The run is stopping because `why` (a thread failed): a stage where threads wait (a tree's
+        join) lets them go at once, each raising PathsError(why)."""
+
     def __repr__(self):
         return f"<{type(self).__name__} {self.id}>"
 

@@ -99,11 +99,12 @@ ENDS_WITHIN = 30
 
 
 def start_monitor(command, run, *extra):
-    """`eventspace COMMAND --run RUN_FILE ...` in its own process, its output in one pipe."""
-    env = {**os.environ, "COLUMNS": "400"}  # rich wraps at 80 columns in a pipe otherwise
+    """`eventspace COMMAND --run RUN_FILE ...` in its own process, its output in one pipe; with --json,
+    stdout alone (JSON lines only: the lines for people go to stderr, kept in `proc.stderr`)."""
+    json_lines = "--json" in (*command, *extra)
     return subprocess.Popen([sys.executable, "-m", "eventspace.cli", *command, "--run", run.run_file.path,
-                             "--interval", "0.3", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                             "--interval", "0.3", *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE if json_lines else subprocess.STDOUT, text=True)
 
 
 def read_until(proc, words, timeout=60.0) -> str:
@@ -139,14 +140,15 @@ def finish(proc) -> tuple[int, list[str]]:
     """Exit status and the lines printed, once the process ended by itself within ENDS_WITHIN s
     (it is killed and the test fails if not: a monitor that never ends must not hang the suite)."""
     try:
-        out, _ = proc.communicate(timeout=ENDS_WITHIN)
+        out, err = proc.communicate(timeout=ENDS_WITHIN)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, _ = proc.communicate()
+        out, err = proc.communicate()
         out = proc.__dict__.get("unread", "") + out
         raise AssertionError(f"the monitor did not end within {ENDS_WITHIN} s after its run did; "
-                             f"it printed: {out[-2000:]!r}") from None
+                             f"it printed: {out[-2000:]!r} {(err or '')[-1000:]!r}") from None
     out = proc.__dict__.get("unread", "") + out  # what read_until read past its line
+    proc.people = [line for line in (err or "").splitlines() if line.strip()]   # stderr, if apart (--json)
     return proc.returncode, [line for line in out.splitlines() if line.strip()]
 
 

@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(summary))
         return 0
-    print(f"wind tunnel on {summary['ranks']} MPI ranks: 8 matrices of {n} x {2 * n}, {summary['steps']} steps "
+    ranks = summary["ranks"]
+    print(f"wind tunnel on {ranks} MPI rank{'s' if ranks != 1 else ''}: 8 matrices of {n} x {2 * n}, {summary['steps']} steps "
           f"in {summary['wall_seconds']:.2f} s ({summary['steps_per_second']:.1f} steps/s)")
     print(f"particles {summary['particles']:,} (conserved); grid sha256 {summary['grid_sha256']}")
     print("\n".join(picture))

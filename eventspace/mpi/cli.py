@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from .launch import EXTRA_HINT, UsageError, add_options, mpi4py_installed, parse
@@ -43,9 +46,9 @@ def find_mpiexec(given: str | None = None) -> str:
     return found
 
 
-def command(args) -> list[str]:
-    """The mpiexec command line for parsed `eventspace mpirun` arguments. UsageError, or
-    LookupError (naming the extra) when mpiexec or mpi4py is missing."""
+def command(args) -> tuple[list[str], str]:
+    """The mpiexec command line for parsed `eventspace mpirun` arguments, and the name the run asks
+    for. UsageError, or LookupError (naming the extra) when mpiexec or mpi4py is missing."""
     program = ["-m", *args.module] if args.module else list(args.program)
     if args.ranks < 1:
         raise UsageError(f"-n {args.ranks}: give at least one rank")
@@ -62,12 +65,34 @@ def command(args) -> list[str]:
     mpiexec = find_mpiexec(args.mpiexec)
     if not mpi4py_installed():
         raise LookupError(f"mpi4py is not installed for {sys.executable}; {EXTRA_HINT}")
-    return [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "eventspace.mpi", *ours, *program]
+    return ([mpiexec, "-n", str(args.ranks), sys.executable, "-m", "eventspace.mpi", *ours, *program],
+            options.name or options.default_name)
 
 
 def _mpirun(args) -> int:
-    cmd = command(args)
+    """Run the job under mpiexec to its end, whichever end it comes to, and then remove its run file
+    if rank 0 could not (MPI's abort, a rank killed, a second Ctrl-C end rank 0 with SIGKILL).
+
+    mpiexec is a child that has this process's stdin, stdout and stderr; its exit status is the
+    command's (128 + N if signal N ended it). Ctrl-C reaches mpiexec from the terminal as it reaches
+    this process, which waits on; SIGTERM and SIGHUP sent to this process alone are passed on.
+    """
+    from paths import runfile
+
+    cmd, name = command(args)
     sys.stdout.flush()
     sys.stderr.flush()
-    # Replaced, not a child: stdin, signals and the exit status are mpiexec's own.
-    os.execv(cmd[0], cmd)
+    started = time.time()
+    # Handlers in Python, not SIG_IGN: mpiexec starts with the default ones (exec resets them).
+    signal.signal(signal.SIGINT, lambda *_: None)
+    job = subprocess.Popen(cmd)
+    for forwarded in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(forwarded, lambda signum, _: job.send_signal(signum))
+    status = job.wait()
+    try:
+        removed = runfile.remove_ended(name, started)
+    except runfile.RunError:   # a run directory the ranks refused: they said so
+        removed = []
+    for run in removed:
+        print(f"eventspace mpirun: removed the run file of {run.name}: its ranks have ended", file=sys.stderr)
+    return status if status >= 0 else 128 - status

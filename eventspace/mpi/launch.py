@@ -203,10 +203,15 @@ class Monitor:
         live = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
         rank = mpi.COMM_WORLD.Get_rank() if live else None
         if exc is not None:
+            from paths.stack import traceback_frames, where
+
             traceback.print_exception(type(exc), exc, _program_frames(exc.__traceback__))
             who = f"rank {rank}" if rank is not None else "the program"
-            print(f"eventspace.mpi: {who} raised {type(exc).__name__}: {exc}; aborting the MPI job",
-                  file=sys.stderr, flush=True)
+            at = where(traceback_frames(exc.__traceback__))
+            print(f"eventspace.mpi: {who} raised {type(exc).__name__}: {exc}{f' at {at}' if at else ''}; "
+                  "aborting the MPI job", file=sys.stderr, flush=True)
+        if self.rank is not None:
+            self.rank.abandon()   # rank 0's run file goes now: MPI's abort ends the other ranks with SIGKILL
         if live:
             _abort_job(mpi, status)   # it flushes both streams first
         raise SystemExit(status)

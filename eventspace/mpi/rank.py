@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import os
@@ -12,6 +13,7 @@ import threading
 
 import pastset
 from pastset import AuthError, BadArgument, LimitExceeded
+from pastset.terminal import counted
 from paths import NodeServer, PathmapError, RunError
 from paths.wrapper import PathsError
 
@@ -89,6 +91,8 @@ class Rank:
         self.comms = [Communicator(0, tuple(range(self.size)), "COMM_WORLD")]
         pathmap = run_pathmap(self.name, self.hosts, self.clusters, self.comms, options.instrument, options.keep)
         self.node = NodeServer(pathmap, node_name(self.rank))
+        # The thread rK is the one that imported MPI: the program's (its stack is what `eventspace stack` shows).
+        self.node.host_thread(node_name(self.rank), threading.current_thread().ident)
         self.space = NodeSpace.of(self.node)
         self.drain = Drain(active=options.archive is not None)
         self.node.server.host(ADOPT, self.for_ranks(self._adopt))
@@ -165,7 +169,7 @@ class Rank:
     def _register(self, pids: dict[str, int]) -> None:
         self.registration.ready(self.node.pathmap, self.comms, self.endpoints, pids)
         hosts = len(set(self.hosts))
-        say(f"run {self.name}: {self.size} ranks on {hosts} host{'s' if hosts > 1 else ''}; "
+        say(f"run {self.name}: {counted(self.size, 'rank')} on {counted(hosts, 'host')}; "
             f"run file {self.registration.path}")
         if self.options.archive is not None:
             archive = self._archive
@@ -289,6 +293,12 @@ class Rank:
 
     # -- finishing -----------------------------------------------------------------------------
 
+    def abandon(self) -> None:
+        """The run ends on this rank without the others (an exception, Ctrl-C), before MPI's abort:
+        rank 0 removes the run's files now (not collective; the node goes with the process)."""
+        if self.registration is not None and not self.finished:
+            self.registration.remove()
+
     def finish(self) -> None:
         """The run's end, on every rank (collective; once): rank 0 writes the rest of the archive
         and removes the run file, then every node stops."""
@@ -297,11 +307,15 @@ class Rank:
         self.finished = True
         written = self.private.gather(sum(ring.last() for ring in self.rings), root=0)
         if self.rank == 0:
+            # Every rank's program has ended, and every node still serves (the others wait in the
+            # Barrier below, which releases the GIL): the monitors attached read the rest.
+            with contextlib.suppress(OSError):
+                self.registration.run_file.end()
             try:
                 if self.writer is not None:
                     self.writer.close()
-                    say(f"archive {self.options.archive}: {self.writer.tuples:,} events from {self.size} "
-                        f"ranks, {self.writer.lost:,} discarded")
+                    say(f"archive {self.options.archive}: {counted(self.writer.tuples, 'event')} from "
+                        f"{counted(self.size, 'rank')}, {self.writer.lost:,} discarded")
                 if not sum(written):
                     say("no MPI calls were collected" + (" (--instrument none)" if self.options.instrument == "none"
                                                          else ""))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path as FilePath
-
-from paths import Pathmap, runfile
+from paths import Pathmap, rundir, runfile
 
 from .generate import Communicator
 
@@ -33,10 +31,8 @@ class Registration:
         lines = [f"Snapshot of MPI run {pathmap.name}, written by eventspace.mpi while it runs.",
                  "Communicators (element and tree commC; members are world ranks in communicator order):"]
         lines += [f"  comm{c.id}: {c.how}, members {list(c.members)}" for c in comms]
-        snapshot = FilePath(self.run_file.pathmap_file)
-        tmp = snapshot.with_name(f".{snapshot.name}.tmp")
-        tmp.write_text(pathmap.dumps(header="\n".join(lines)))
-        tmp.replace(snapshot)   # a monitor reading it never sees half a file
+        # A monitor reading it never sees half a file, and a link planted there is replaced, not followed.
+        rundir.replace(self.run_file.pathmap_file, pathmap.dumps(header="\n".join(lines)).encode())
 
     def remove(self) -> None:
         self.run_file.unregister()

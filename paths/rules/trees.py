@@ -126,6 +126,9 @@ def _check_tree_stage(c: Checker, tree: Tree, sid: str, join_type: str | None) -
         if have is None:
             c.add(("stages", sid, "params"), f"a join needs fan_in, the contributions it waits "
                                              f"for each round; add params: {{fan_in: {want}}}")
+        elif isinstance(have, bool) or not isinstance(have, int):
+            c.add(("stages", sid, "params", "fan_in"), f"fan_in must be a whole number (the contributions the "
+                  f"join waits for each round), not {have!r}; tree {tree.name} brings it {want}: write fan_in: {want}")
         elif have != want:
             c.add(("stages", sid, "params", "fan_in"), f"fan_in is {have!r}, but tree "
                   f"{tree.name} brings it {want} contributions each round; set fan_in: {want}")

@@ -26,6 +26,7 @@ def test_the_scale_layout_is_64_nodes_1024_threads_and_over_16000_trace_elements
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)   # its own waits: 180 s to come up, 300 s to run, 60 s for the heartbeat to end
 def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalled_thread_is_flagged(tmp_path):
     thread, at_step, seconds = STALL
     runner = subprocess.Popen(
@@ -53,7 +54,9 @@ def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalle
     summary = json.loads(out)
     assert (summary["threads"], summary["nodes"], summary["steps"]) == (1024, 64, STEPS)
     assert summary["grid_sha256"] == grid_sha256(reference_run(N, STEPS, SEED))
-    beats = [json.loads(line) for line in watched.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in watched.splitlines() if line.startswith("{")]
+    assert lines[-1]["ended"] and lines[-1]["why"] == "its program ended"   # its last JSON line: how it ended
+    beats = lines[:-1]
     statuses = [{b["thread"]: b["status"] for b in beat["threads"]} for beat in beats]
     assert statuses and all(len(s) == 1024 for s in statuses), watched[-2000:]
     flagged_at = [i for i, s in enumerate(statuses) if s[thread] == STALLED]

@@ -274,9 +274,13 @@ def test_clock_offsets_are_estimated_within_a_millisecond(tmp_path, scheme):
     with launch(pm, run_dir=tmp_path, env=ENV) as run:
         estimates = clock.synchronise(pm, run.endpoints)
         assert sorted(estimates) == sorted(offsets)
+        # Within a millisecond here; never beyond half the round trip of the sample kept (NTP's bound),
+        # which a loaded machine widens.
         for node, truth in offsets.items():
-            assert abs(estimates[node].offset_ns - truth) < 1_000_000, (node, estimates[node])
-        assert abs(clock.relative_to(estimates, "B")["C"] - (-100_000_000)) < 2_000_000
+            bound = max(1_000_000, estimates[node].delay_ns / 2)
+            assert abs(estimates[node].offset_ns - truth) <= bound, (node, estimates[node])
+        bound = max(2_000_000, (estimates["B"].delay_ns + estimates["C"].delay_ns) / 2)
+        assert abs(clock.relative_to(estimates, "B")["C"] - (-100_000_000)) <= bound
         run.run("programs:ring", {"steps": 3}, timeout=60)
         corrected = {n: e.offset_ns for n, e in estimates.items()}
         with EventScope(run, "all", mode="backlog", clock_offsets=corrected) as scope:

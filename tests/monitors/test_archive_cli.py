@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from pftrace_decode import decode
@@ -115,7 +116,7 @@ def test_export_otf2(db, tmp_path, capsys, records):
     otf2 = pytest.importorskip("otf2")
     out = tmp_path / "otf2"
     assert main(["archive", "export", str(db), "--otf2", str(out)]) == 0
-    assert f"{len(records)} events" in capsys.readouterr().out
+    assert f"{len(records):,} operations" in capsys.readouterr().out
     assert (out / "traces.otf2").exists()
     # The clock properties say when the archive's events were recorded, not when they were exported.
     with Archive.open(db) as archive:
@@ -140,3 +141,20 @@ def test_export_of_an_archive_that_does_not_say_when_it_was_recorded(db, tmp_pat
         assert reader.definitions.clock_properties.realtime_timestamp == otf2.Undefined.TIMESTAMP.value
     clocks = decode(tmp_path / "t.pftrace").clocks.clocks
     assert pb.BUILTIN_CLOCK_REALTIME not in {c.clock_id for c in clocks}
+
+
+def test_export_otf2_says_what_it_wrote_and_what_it_left_out(tmp_path, capsys, records, catalogue):
+    pytest.importorskip("otf2")
+    from eventspace import trace
+
+    samples = np.zeros(3, dtype=trace.DTYPE)   # system summary records: metrics, which OTF2 regions cannot hold
+    samples["op"], samples["flags"] = 64, trace.SYSTEM
+    samples["collector"] = catalogue.system[0].id
+    samples["t_start"], samples["t_end"] = records["t_start"].min(), records["t_start"].min() + 100
+    db = tmp_path / "with-samples.db"
+    with Archive(db, catalogue) as archive:
+        archive.append(np.concatenate([records, samples]))
+    assert main(["archive", "export", str(db), "--otf2", str(tmp_path / "otf2")]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(records):,} operations of the archive's {len(records) + 3:,} events" in out
+    assert "left out 3 system summary records" in out

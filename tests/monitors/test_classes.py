@@ -99,7 +99,8 @@ def test_the_classes_command_prints_the_classes_live_and_as_json(uneven):
     proc = start_monitor(["monitor", "classes"], uneven, "--duration", "2", "--json", "--signature", "durations")
     status, lines = finish(proc)
     assert status == 0
-    reports = [json.loads(line) for line in lines]
+    *reports, end = [json.loads(line) for line in lines]
+    assert end["ended"] is False and end["pulls"] == len(reports)
     assert reports and all(r["signature"] == "durations" and r["members"] == [f"T{i}" for i in range(6)]
                            for r in reports)
     assert sorted(m for c in reports[-1]["classes"] for m in c["members"]) == [f"T{i}" for i in range(6)]

@@ -12,6 +12,7 @@ from runs import gone
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)   # its own wait: 240 s for the demo
 def test_the_demo_runs_end_to_end_and_writes_a_native_perfetto_trace(tmp_path):
     trace = tmp_path / "demo-trace.pftrace"   # the default, as `make demo` writes it
     runs = tmp_path / "runs"
@@ -19,7 +20,7 @@ def test_the_demo_runs_end_to_end_and_writes_a_native_perfetto_trace(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=240,
                           env={**os.environ, "COLUMNS": "120", "EVENTSPACE_RUN_DIR": str(runs)})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    (summary,) = [json.loads(line) for line in proc.stdout.splitlines()]   # --json: stdout is the summary alone
     assert summary["threads"] == 16 and summary["nodes"] == 4 and summary["steps"] > 0
     assert [p["tree"] for p in summary["phases"]] == ["flat/monitor", "kary:2/near"]
     assert all(p["observe_rate"] > 0 and p["steps_per_s"] > 0 for p in summary["phases"])
@@ -31,7 +32,7 @@ def test_the_demo_runs_end_to_end_and_writes_a_native_perfetto_trace(tmp_path):
     assert len([s for s in decoded.slices if s.name != "read"]) + len(decoded.counters) == summary["events"]
     assert len({name for _, _, name, _ in decoded.threads.values()} & {f"T{i}" for i in range(16)}) == 16
     assert decoded.flow_starts and set(decoded.flow_starts) == set(decoded.flow_ends)
-    assert "demo summary" in proc.stdout and "ui.perfetto.dev" in proc.stdout
+    assert "demo summary" in proc.stderr and "ui.perfetto.dev" in proc.stderr
     # The run file was announced; nothing left running, no run file left behind.
     assert f"run windtunnel-4node: run file {runs / 'windtunnel-4node.json'}" in proc.stderr
     assert not list(runs.glob("*.json")) and not list(runs.glob("*.yaml"))

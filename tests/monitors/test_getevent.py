@@ -98,7 +98,8 @@ def test_getevent_cli_writes_an_archive(live, tmp_path, capsys):
     out = tmp_path / "cli.sqlite"
     assert main(["monitor", "getevent", "--run", live.run_file.path, "--out", str(out), "--duration", "0.5",
                  "--interval", "0.1", "--json"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    *lines, end = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines and lines[-1]["total"] == sum(line["events"] for line in lines)
+    assert end["ended"] is False and end["events"] == lines[-1]["total"]   # the last line: how it ended
     with Archive.open(out) as archive:
         assert len(archive) == lines[-1]["total"]

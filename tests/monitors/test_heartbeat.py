@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from monitors.heartbeat import ALIVE, GONE, IDLE, STALLED, UNSEEN, WAITING, Heartbeat, Judge
+from monitors.heartbeat import ALIVE, GONE, IDLE, STALLED, UNSEEN, WAITING, Blocked, Heartbeat, Judge
 from paths import Instrument, Pathmap, Selector, launch
-from runs import ENV, REPO, THREE_NODES, pathmap_for, ring_app
+from runs import ENV, PROGRAMS, REPO, THREE_NODES, TWO_NODES, pathmap_for, ring_app
 
 INTERVAL = 0.25
 
@@ -92,12 +92,39 @@ def test_threads_that_all_stopped_are_idle_though_a_node_went_while_the_beat_ask
     question of who waits: the threads left are idle, not stalled (1,024 threads were flagged so)."""
     judge = Judge(["T0", "T1", "T2", "T3"], {"T0": "A", "T1": "A", "T2": "B", "T3": "B"})
     newest = {"T0": 10, "T1": 11, "T2": 12, "T3": 13}
-    judge.judge(newest, 0.0, lambda missing: ({}, set(), set()))
+    judge.judge(newest, 0.0, lambda missing: Blocked({}, set(), set()))
     for now in (1.0, 2.0):
-        report = judge.judge(newest, now, lambda missing: ({}, {"B"}, {"B"}))
+        report = judge.judge(newest, now, lambda missing: Blocked({}, {"B"}, {"B"}))
         assert {b.thread: b.status for b in report.threads} == {"T0": IDLE, "T1": IDLE, "T2": GONE, "T3": GONE}
     # One thread stopped while the others wait on it is still flagged, as before.
-    judge.judge({**newest, "T1": 12}, 3.0, lambda missing: ({"T1": "observe x"}, set(), set()))
+    judge.judge({**newest, "T1": 12}, 3.0, lambda missing: Blocked({"T1": "observe x"}, set(), set()))
     for now in (4.0, 5.0):
-        report = judge.judge({**newest, "T1": 12}, now, lambda missing: ({"T1": "observe x"}, {"B"}, {"B"}))
+        report = judge.judge({**newest, "T1": 12}, now, lambda missing: Blocked({"T1": "observe x"}, {"B"}, {"B"}))
     assert {b.thread: b.status for b in report.threads} == {"T0": STALLED, "T1": WAITING, "T2": GONE, "T3": GONE}
+
+
+@pytest.mark.parametrize("how, status", [("compute", "computing"), ("sleep", "stalled")])
+def test_a_straggler_computing_is_told_from_a_stalled_one_and_says_where(tmp_path, how, status):
+    """A thread that holds the others up computing uses the CPU: `computing`, not `stalled`; one asleep
+    uses none: `stalled`. Either way its row says where in the program it is, and the others wait."""
+    from monitors.heartbeat import COMPUTING
+
+    pm = pathmap_for(ring_app(4), TWO_NODES, name=f"straggler-{how}")
+    pm = dataclasses.replace(pm, instrument=Instrument(collectors=(Selector(trees=("count",)),))).validate()
+    with launch(pm, run_dir=tmp_path, env=ENV) as run:
+        with Heartbeat(run.run_file) as hb:
+            run.start("programs:straggler", {"thread": "T2", "how": how, "seconds": 30})
+            deadline = time.monotonic() + 25
+            seen = []
+            while True:   # a beat every 0.3 s, as the command's --interval would, until T2 is judged
+                beat = {b.thread: b for b in hb.beat().threads}
+                seen.append(beat["T2"].status)
+                if beat["T2"].status == status and all(beat[t].status == WAITING for t in ("T0", "T1", "T3")):
+                    break
+                assert time.monotonic() < deadline, ({t: b.status for t, b in beat.items()}, seen)
+                time.sleep(0.3)
+    assert (COMPUTING in seen) == (how == "compute"), seen   # never called computing while asleep
+    line = next(i for i, text in enumerate((PROGRAMS / "programs.py").read_text().splitlines(), 1)
+                if ("time.sleep(until" if how == "sleep" else "x += 1") in text)
+    assert beat["T2"].where.startswith("programs.py:") and beat["T2"].where.endswith("in straggler"), beat["T2"]
+    assert abs(int(beat["T2"].where.split(":")[1].split()[0]) - line) <= 1, (beat["T2"].where, line)

@@ -13,14 +13,14 @@ import pytest
 
 from paths import Instrument, Selector, launch
 from paths.runfile import run_ended
-from runs import ENV, THREE_NODES, finish, pathmap_for, read_until, ring_app, start_monitor
+from runs import ENDS_WITHIN, ENV, THREE_NODES, finish, pathmap_for, read_until, ring_app, start_monitor
 
 
-def ring(name):
+def ring(name, keep=100):
     """Six threads on nodes A, B, C passing a token and running an allreduce (`count`) and a
     barrier (`step`) every step; every source and every tree point collected."""
     pm = pathmap_for(ring_app(6), THREE_NODES, rule="block", shape="kary:2", name=name)
-    return dataclasses.replace(pm, instrument=Instrument(keep=100, collectors=(
+    return dataclasses.replace(pm, instrument=Instrument(keep=keep, collectors=(
         Selector(at=("source",)), Selector(trees=("count", "step"))))).validate()
 
 
@@ -36,8 +36,9 @@ def end_run(run, how):
             proc.wait(10)
 
 
-# A launcher stops the nodes before it removes the run file: a monitor may see either first.
-REASONS = {"stop": ("its launcher removed the run file", "every node is gone"), "kill": ("every node is gone",)}
+# A launcher that stops its run waits, its nodes still serving, for the final read of every monitor
+# attached: the monitor sees the program's end. Nodes killed under it end the run all the same.
+REASONS = {"stop": ("its program ended",), "kill": ("every node is gone",)}
 
 SLOW = pytest.mark.slow
 CASES = [
@@ -73,6 +74,10 @@ def test_a_monitor_ends_with_one_line_when_its_run_ends(tmp_path, command, how, 
                 proc.kill()
                 proc.wait()
     assert code == 0, "\n".join(line[-300:] for line in lines[-30:])
+    if "--json" in command:   # stdout: JSON lines, the last saying how the run ended; the line for people apart
+        last = json.loads(lines[-1])
+        assert last["ended"] and last["why"] in REASONS[how], last
+        lines = proc.people
     assert any(lines[-1].startswith(f"run {name} ended: {why}; ") for why in REASONS[how]), lines[-5:]
 
 
@@ -114,3 +119,37 @@ def test_eventspace_scope_stops_pulling_a_run_that_ended(tmp_path):
                 proc.wait()
     figures = json.loads(lines[-1])
     assert code == 0 and figures["ended"] == "every node is gone" and 0 < figures["pulls"] < 100000
+
+
+def test_monitors_read_what_a_run_made_last_before_its_nodes_stop(tmp_path):
+    """The launcher waits for the final read of every monitor attached: colop counts every round the
+    program made, and the dashboard shows the step it ended at, though both pull only every 5 s."""
+    def attach(command, run):
+        return subprocess.Popen([sys.executable, "-m", "eventspace.cli", *command, "--run", run.run_file.path,
+                                 "--json", "--interval", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    with launch(ring("last", keep=20_000), run_dir=tmp_path, env=ENV) as run:   # nothing discarded
+        monitors = [attach(["monitor", "colop", "--tree", "count"], run), attach(["dashboard"], run)]
+        try:
+            for proc in monitors:
+                json.loads(proc.stdout.readline())   # attached, and pulled once
+            steps = set(run.run("programs:ring_forever", {"stop_after": 1.5, "pause": 0.002}).values())
+            run.stop()
+            ended = [finish_json(proc) for proc in monitors]
+        finally:
+            for proc in monitors:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+    (steps,) = steps
+    colop, board = (lines[-1] for lines in ended)
+    assert colop["ended"] and board["ended"] and colop["why"] == board["why"] == "its program ended"
+    assert colop["rounds"] == steps + 1      # an allreduce per step, and the one that said stop
+    assert board["steps"] == steps and board["trees"]["count"] == steps + 1
+
+
+def finish_json(proc) -> list[dict]:
+    """The JSON lines a monitor printed on stdout (nothing else is there), once it ended by itself."""
+    out, err = proc.communicate(timeout=ENDS_WITHIN)
+    assert proc.returncode == 0, err
+    return [json.loads(line) for line in out.splitlines()]

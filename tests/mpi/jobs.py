@@ -89,7 +89,10 @@ def stop(job: subprocess.Popen) -> None:
 
 
 def monitor(*args, cwd) -> list[dict]:
-    """`eventspace monitor ARGS --json`: one object per interval."""
+    """`eventspace monitor ARGS --json`: one object per interval (the last line, which says how the
+    monitor ended, left out)."""
     result = run([sys.executable, "-m", "eventspace.cli", "monitor", *map(str, args), "--json"], cwd, timeout=60)
     assert result.returncode == 0, result.stderr
-    return [json.loads(line) for line in result.stdout.splitlines()]
+    *frames, end = [json.loads(line) for line in result.stdout.splitlines()]
+    assert "ended" in end and all("ended" not in frame for frame in frames), end
+    return frames

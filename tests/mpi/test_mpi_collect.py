@@ -135,6 +135,7 @@ def test_every_call_of_a_known_program_is_one_exact_record(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(360)   # its own wait: 300 s for the job
 def test_a_tight_loop_of_100000_sends_loses_nothing(tmp_path):
     archive = tmp_path / "sends.sqlite"
     result = mpirun("-n", 2, "--archive", archive, "sends.py", 100_000, cwd=tmp_path, timeout=300)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from pathlib import Path
 
-from jobs import PROGRAMS, mpirun, ours, plain, requires_mpi, run
+import pytest
+from jobs import MPIEXEC, PROGRAMS, mpirun, ours, plain, requires_mpi, run, start, stop, until_live
+
+from paths.runfile import run_dir
 
 pytestmark = requires_mpi
 
@@ -29,7 +35,8 @@ def test_an_exception_on_one_rank_aborts_the_job_naming_it(tmp_path):
     result = mpirun("-n", 3, "fails.py", cwd=tmp_path, timeout=60)
     assert result.returncode != 0
     named = [line for line in ours(result.stderr) if "raised" in line]
-    assert named == ["eventspace.mpi: rank 1 raised ZeroDivisionError: rank 1 divides by zero; aborting the MPI job"]
+    assert named == ["eventspace.mpi: rank 1 raised ZeroDivisionError: rank 1 divides by zero at fails.py:7 in "
+                     "<module>; aborting the MPI job"]
     assert "Traceback" in result.stderr and 'fails.py", line 7' in result.stderr
     assert "MPI_Abort" in result.stderr   # the ordinary MPI abort ended the others
 
@@ -80,3 +87,45 @@ def test_a_bad_topology_is_one_clear_error_before_any_rank_starts(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith(f"eventspace mpirun: {topology}:2: clusters.rack1:")
     assert result.stdout == ""
+
+
+def test_one_rank_is_one_rank(tmp_path):
+    result = mpirun("-n", 1, "--name", "solo", "--archive", tmp_path / "solo.sqlite", "output.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    said = "\n".join(ours(result.stderr))
+    assert "run solo: 1 rank on 1 host;" in said and "from 1 rank," in said and "1 ranks" not in said
+
+# -- the run file, however the run ends -------------------------------------------------------------------------
+
+def test_a_run_aborted_by_an_exception_on_another_rank_leaves_no_run_file(tmp_path):
+    result = mpirun("-n", 3, "--name", "aborted", "fails.py", cwd=tmp_path, timeout=60)
+    assert result.returncode != 0
+    assert not list(run_dir().glob("aborted*")), "MPI's abort ended rank 0, and its run file stayed"
+    assert "eventspace mpirun: removed the run file of aborted: its ranks have ended" in result.stderr
+
+
+def test_a_rank_0_that_raises_removes_its_run_file_before_it_aborts_under_any_launcher(tmp_path):
+    program = tmp_path / "root_fails.py"
+    program.write_text("from mpi4py import MPI\n"
+                       "if MPI.COMM_WORLD.Get_rank() == 0:\n    raise ValueError('rank 0 gives up')\n"
+                       "MPI.COMM_WORLD.Barrier()\n")
+    result = run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "eventspace.mpi", "--name", "root-fails",
+                  str(program)], tmp_path, timeout=60)
+    assert result.returncode != 0 and "rank 0 raised ValueError: rank 0 gives up" in result.stderr
+    assert not list(run_dir().glob("root-fails*"))
+
+
+@pytest.mark.parametrize("ending", ["ctrl-c", "kill-rank-0", "kill-rank-1"])
+def test_a_run_ended_by_ctrl_c_or_a_rank_killed_leaves_no_run_file(tmp_path, ending):
+    name = f"ended-{ending}"
+    job = start(tmp_path, 2, name, "live.py", tmp_path / "stop")
+    try:
+        run_file = until_live(name, job)
+        if ending == "ctrl-c":
+            os.killpg(job.pid, signal.SIGINT)      # the terminal's Ctrl-C reaches the whole job
+        else:
+            os.kill(run_file.pids[f"r{ending[-1]}"], signal.SIGKILL)
+        job.communicate(timeout=60)
+    finally:
+        stop(job)
+    assert not Path(run_file.path).exists() and not Path(run_file.pathmap_file).exists()

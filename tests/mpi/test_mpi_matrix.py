@@ -82,7 +82,9 @@ def test_the_live_matrix_counts_what_the_program_sends_after_it_attached(tmp_pat
         done.touch()
         out, err = monitor.communicate(timeout=60)
         assert monitor.returncode == 0, err
-        assert out.splitlines()[-1].startswith("run traffic ended: ")
+        end = json.loads(out.splitlines()[-1])   # the last JSON line says how it ended; people read stderr
+        assert end["ended"] and end["messages"] == sum(map(sum, expected["messages"]))
+        assert err.splitlines()[-1].startswith("run traffic ended: its program ended; ")
         job.communicate(timeout=60)
         assert job.returncode == 0
     finally:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jobs import monitor, requires_mpi, start, stop, until_live
+from jobs import PROGRAMS, monitor, requires_mpi, start, stop, until_live
 
 pytestmark = requires_mpi
 
@@ -23,6 +23,13 @@ def waiting_in(beat) -> dict[str, str]:
     return {t["thread"]: t["waiting_in"] for t in beat["threads"] if t["status"] == "waiting"}
 
 
+def at(call: str) -> str:
+    """` at waits.py:N in <module>`: where in tests/mpi/programs/waits.py the first line holding `call` is."""
+    lines = (PROGRAMS / "waits.py").read_text().splitlines()
+    number = next(i for i, text in enumerate(lines, 1) if call in text)
+    return f" at waits.py:{number} in <module>"
+
+
 @pytest.mark.parametrize("mode", ["p2p", "p2p-buffer", "p2p-request"])
 def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(tmp_path, mode):
     name = f"dead-{mode}"   # a run name of its own: the other case's run file may outlive its kill
@@ -36,8 +43,10 @@ def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(t
     found = [i for i, beat in enumerate(seen) if beat["deadlock"]]
     assert found and found[0] <= 2, seen   # the third beat at the latest
     call = "Wait for Irecv" if mode == "p2p-request" else "Recv"   # a Wait names the request it waits for
-    assert seen[found[0]]["deadlock"] == [f"r0 waits {call} from r1 tag 0 on comm 0",
-                                          f"r1 waits {call} from r0 tag 0 on comm 0"]
+    line = {"p2p": "comm.recv(source=1 - r", "p2p-buffer": "comm.Recv(", "p2p-request": "comm.Irecv("}[mode]
+    assert seen[found[0]]["deadlock"] == [f"r0 waits {call} from r1 tag 0 on comm 0{at(line)}",
+                                          f"r1 waits {call} from r0 tag 0 on comm 0{at(line)}"]
+    assert {t["thread"]: t["where"] for t in seen[-1]["threads"]} == {"r0": at(line)[4:], "r1": at(line)[4:]}
     assert waiting_in(seen[-1]) == {"r0": f"{call} from r1 tag 0 on comm 0", "r1": f"{call} from r0 tag 0 on comm 0"}
 
 
@@ -49,8 +58,8 @@ def test_a_collective_waiting_on_a_rank_that_waits_on_it_is_a_deadlock(tmp_path)
         seen = beats("dead-coll", tmp_path, 4)
     finally:
         stop(job)
-    assert seen[-1]["deadlock"] == ["r0 waits Allreduce on comm 0, round 1, waiting for r2",
-                                    "r2 waits Recv from r0 tag 5 on comm 0"]
+    assert seen[-1]["deadlock"] == [f"r0 waits Allreduce on comm 0, round 1, waiting for r2{at('comm.allreduce(r)')}",
+                                    f"r2 waits Recv from r0 tag 5 on comm 0{at('comm.recv(source=0, tag=5)')}"]
     assert waiting_in(seen[-1]) == {"r0": "Allreduce on comm 0, round 1, waiting for r2",
                                     "r1": "Allreduce on comm 0, round 1, waiting for r2",
                                     "r2": "Recv from r0 tag 5 on comm 0"}
@@ -72,3 +81,21 @@ def test_a_late_rank_is_named_and_is_no_deadlock(tmp_path):
     assert waiting_in(seen[-1]) == {"r0": "Allreduce on comm 0, round 1, waiting for r2",
                                     "r1": "Allreduce on comm 0, round 1, waiting for r2"}
     assert sorted(out.split("\n")[:-1]) == ["0 done", "1 done", "2 done"]
+
+
+def test_a_rank_blocked_in_its_first_call_with_a_tag_nobody_sends_yet_is_waiting_and_says_where(tmp_path):
+    release = tmp_path / "release"
+    job = start(tmp_path, 2, "first", "waits.py", "first", release)
+    try:
+        until_live("first", job)
+        time.sleep(0.5)   # rank 0 is in its receive (its first MPI call: no record of it yet)
+        seen = beats("first", tmp_path, 3)
+        release.touch()
+        out, err = job.communicate(timeout=60)
+    finally:
+        stop(job)
+    assert job.returncode == 0, err
+    r0 = next(t for t in seen[-1]["threads"] if t["thread"] == "r0")
+    assert (r0["status"], r0["waiting_in"]) == ("waiting", "Recv from r1 tag 99 on comm 0"), seen[-1]
+    assert r0["where"] == at("comm.recv(source=1, tag=99)")[4:]
+    assert not any(beat["deadlock"] for beat in seen)   # rank 1 is free: it will send

@@ -154,6 +154,55 @@ def test_a_closed_client_refuses_calls(endpoint):
         c.ping()
 
 
+# Threads of one client wait in observes that nothing answers; the client is closed under them, five
+# times over. Run in a process of its own: a close that takes the threads' sockets from under them
+# aborts the interpreter inside ZeroMQ, or hangs in terminating its context.
+CLOSING = """\
+import threading, time
+import pastset
+server = pastset.TupleServer("closing")
+endpoint = server.serve("tcp://127.0.0.1:0")
+element = server.enter("never", ["int"])
+for round in range(5):
+    client = pastset.connect(endpoint)
+    remote = client.element("never")
+    failures = []
+
+    def wait():
+        try:
+            remote.observe(index=1_000_000)
+        except pastset.PastSetError as exc:
+            failures.append(str(exc))
+
+    waiters = [threading.Thread(target=wait) for _ in range(4)]
+    received = server.traffic()[0]
+    for waiter in waiters:
+        waiter.start()
+    # Closed at once, or once the threads have pinged the silent server (each waits differently then).
+    pinged = received + (4 if round % 2 == 0 else 12)
+    deadline = time.monotonic() + 30
+    while element.parked < 4 or server.traffic()[0] < pinged:
+        assert time.monotonic() < deadline, "the observes were not parked"
+        time.sleep(0.01)
+    started = time.monotonic()
+    client.close()
+    took = time.monotonic() - started
+    for waiter in waiters:
+        waiter.join(30)
+    assert not any(waiter.is_alive() for waiter in waiters), "a thread still waits in a closed client"
+    assert len(failures) == 4 and all("closed" in failure for failure in failures), failures
+    print(f"{took:.3f}", flush=True)
+"""
+
+
+def test_closing_a_client_under_threads_waiting_in_it_ends_their_calls_and_returns_soon():
+    result = subprocess.run([sys.executable, "-c", CLOSING], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    took = [float(line) for line in result.stdout.split()]
+    print(f"close took {max(took):.2f} s at most")
+    assert len(took) == 5 and max(took) < 10
+
+
 # -- servers that are gone -------------------------------------------------------------------------------------
 
 

@@ -6,6 +6,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -80,7 +82,8 @@ def test_a_thread_that_fails_ends_the_run_with_one_line_naming_it(capsys):
                  "--arg", "rounds=many"])
     assert code == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[-1].startswith("eventspace run: thread T0 on node A: ValueError: invalid literal for int()")
+    assert err[-1].startswith("eventspace run: thread T0 on node A raised ValueError: invalid literal for int()")
+    assert "at squares.py:" in err[-1] and "in main (traceback in " in err[-1]
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -140,3 +143,42 @@ def test_eventspace_node_imports_programs_from_path(tmp_path):
             proc.wait(20)
             proc.stdout.close()
             proc.stderr.close()
+
+
+def test_a_thread_that_raises_ends_the_run_at_once_naming_it_and_leaves_nothing_running(tmp_path):
+    """T1 raises in round 3 while the other threads wait for it in an allreduce: the run ends with
+    exit status 2 and one line naming the thread, its error, where it raised and its node's log; the
+    others are stopped (not left waiting for ever), and no node process remains."""
+    from runs import PROGRAMS, TWO_NODES, pathmap_for, ring_app
+
+    pm = tmp_path / "fails.yaml"
+    pathmap_for(ring_app(4), TWO_NODES, name="fails").dump(pm)
+    runs = tmp_path / "runs"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "eventspace.cli", "run", "programs:fails_in_round", "--pathmap",
+                           str(pm), "--path", str(PROGRAMS), "--run-dir", str(runs), "--arg", "thread=T1",
+                           "--arg", "round=3"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("eventspace run:")]
+    line_no = next(i for i, text in enumerate((PROGRAMS / "programs.py").read_text().splitlines(), 1)
+                   if "return step / 0" in text)
+    assert "thread T1 on node A raised ZeroDivisionError: division by zero" in line, line
+    assert f"at programs.py:{line_no} in fails_in_round" in line and "3 other threads stopped" in line, line
+    log = re.search(r"traceback in (\S+)\)", line).group(1)
+    assert "ZeroDivisionError" in open(log).read()
+    assert took < 60, took   # not the allreduce's 600 s timeout
+    assert not list(runs.glob("*.json")) and not processes_mentioning(str(runs))
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs of live processes whose command line holds `text` (a run's node processes name its
+    pathmap snapshot, in the run directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found

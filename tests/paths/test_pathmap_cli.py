@@ -146,9 +146,65 @@ def test_instrument_ends_is_all_and_a_collector_in_front_of_every_element(capsys
     target.write_text((pathmaps_dir / "windtunnel-2node.yaml").read_text())
     roles = {}
     for what in ("all", "sinks", "ends"):
+        target.write_text((pathmaps_dir / "windtunnel-2node.yaml").read_text())   # each added to no collectors
         code, _, _ = run(capsys, "pathmap", "instrument", str(target), f"--{what}")
         assert code == 0
         roles[what] = Counter(p.role for p in Pathmap.load(target).collector_points())
     pm = Pathmap.load(target)
     assert roles["ends"] == roles["all"] + roles["sinks"]
     assert roles["ends"]["sink"] == len({p.stages[-1] for p in pm.paths}) and roles["ends"]["source"] == len(pm.paths)
+
+
+HAND_WRITTEN = """\
+# My pipeline: T0 hands work to T1 (comments like this one stay).
+name: mine
+nodes:
+  A: {host: 127.0.0.1, port: 0}   # the only node
+threads:
+  T0: {node: A}
+  T1: {node: A}
+elements:
+  work: {node: A, template: [int], delta: 4}
+stages:
+  work/element: {type: element, node: A, params: {element: work}}
+paths:
+  T0/work: {thread: T0, element: work, stages: [work/element]}
+  T1/work: {thread: T1, element: work, stages: [work/element]}
+instrument:
+  keep: 1000            # long rings: T1 is slow
+  collectors:
+    - {at: [sink]}      # what reaches the element
+"""
+
+
+def test_instrument_adds_collectors_and_keeps_what_it_does_not_change(capsys, tmp_path):
+    """The README's `eventspace pathmap instrument my.yaml --threads T0,T3 --keep 500` runs as written (no
+    preset named: every path and tree point of those threads), and an edit keeps the user's own rules,
+    a hand-set keep it was not asked to change, and every comment."""
+    target = tmp_path / "mine.yaml"
+    target.write_text(HAND_WRITTEN)
+    code, printed, err = run(capsys, "pathmap", "instrument", str(target), "--threads", "T0")
+    assert code == 0, err
+    text = target.read_text()
+    for line in HAND_WRITTEN.splitlines():
+        if "#" in line:
+            assert line in text   # every comment, where it was
+    pm = Pathmap.load(target)
+    assert pm.instrument.keep == 1000
+    assert {(p.role, p.thread) for p in pm.collector_points()} == {("sink", None), ("source", "T0")}
+    code, printed, err = run(capsys, "pathmap", "instrument", str(target), "--threads", "T0", "--keep", "500")
+    assert code == 0 and Pathmap.load(target).instrument.keep == 500
+    assert target.read_text().count("{at: [source], threads: [T0]}") == 1   # a rule it has is not repeated
+    code, _, err = run(capsys, "pathmap", "instrument", str(target), "--threads", "T9")
+    assert code == 2 and "no thread 'T9'" in err and Pathmap.load(target).instrument.keep == 500   # intact
+
+
+def test_the_readmes_instrument_example_runs_as_written(capsys, tmp_path, inputs_dir):
+    my = tmp_path / "my.yaml"
+    assert run(capsys, "pathmap", "generate", "--app", str(inputs_dir / "toy-app.yaml"), "--cluster",
+               str(inputs_dir / "toy-cluster.yaml"), "--mapping", "round-robin", "--tree-shape", "kary:2",
+               "-o", str(my))[0] == 0
+    code, printed, err = run(capsys, "pathmap", "instrument", str(my), "--threads", "T0,T3", "--keep", "500")
+    assert code == 0, err
+    pm = Pathmap.load(my)
+    assert pm.instrument.keep == 500 and {p.thread for p in pm.collector_points()} == {"T0", "T3"}

@@ -113,6 +113,8 @@ CASES = {
                                       ["enters the tree at sum/root on node A"]),
     "fan_in does not match": ("params: {fan_in: 2}}", "params: {fan_in: 3}}", "stages.sum/root.params.fan_in",
                               0, ["set fan_in: 2"]),
+    "fan_in is not a number": ("params: {fan_in: 2}}", "params: {fan_in: '2'}}", "stages.sum/root.params.fan_in",
+                               0, ["must be a whole number", "not '2'", "write fan_in: 2"]),
     "unknown tree kind": ("kind: allreduce", "kind: allreduse", "trees.sum.kind", 0, ["did you mean 'allreduce'"]),
     "unknown tree shape": ("shape: flat", "shape: kary:1", "trees.sum.shape", 0, ["at least 2"]),
     "instrument names an unknown thread": ("- {at: [source, sink]}", "- {at: [source], threads: [T9]}",

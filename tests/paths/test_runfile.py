@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from paths import RunError, RunFile, launch
-from paths.runfile import live_runs, prune, register, run_dir
+from paths.runfile import live_runs, prune, register, run_dir, run_ended
 from runs import ENV, REPO, TWO_NODES, gone, pathmap_for, ring_app
 
 def eventspace(*argv, cwd, timeout=60, **kwargs):
@@ -194,3 +194,31 @@ def test_prune_keeps_runs_of_other_hosts_and_of_live_launchers(tmp_path):
     assert prune(tmp_path) == []
     assert {r.name for r in live_runs(tmp_path)} == {"here", "far"}
     assert other.owner.alive() is None
+
+
+def test_eventspace_runs_keeps_every_name_whole_when_piped(tmp_path):
+    """Written to a pipe (as to grep or a file), a table is as wide as its cells: rich would give it 80
+    columns and cut a run's name ("wor") or fold its pathmap's path."""
+    runs = tmp_path / "runs"
+    name = "workers-of-a-pipeline-whose-name-does-not-fit-in-eighty-columns-at-all"
+    source = str(tmp_path.joinpath(*["deeper"] * 12, "pipeline.yaml"))
+    run = register(name, runs, source=source)
+    run.ready({"A": "tcp://127.0.0.1:1"}, {"A": os.getpid()})
+    try:
+        for env in ({**os.environ, "COLUMNS": "80"}, {k: v for k, v in os.environ.items() if k != "COLUMNS"}):
+            out = eventspace("runs", "--run-dir", str(runs), cwd=tmp_path, env=env)
+            assert out.returncode == 0, out.stderr
+            assert name in out.stdout and os.path.relpath(source, tmp_path) in out.stdout, out.stdout
+    finally:
+        run.unregister()
+
+
+def test_a_run_whose_nodes_and_launcher_are_gone_is_removed_by_the_monitor_that_sees_it_end(tmp_path):
+    """As an MPI run killed with `kill -9` (rank 0 is its launcher) leaves it under mpiexec."""
+    script = (f"import os; from paths.runfile import register; "
+              f"register('killed', {str(tmp_path)!r}).ready({{'r0': 'tcp://127.0.0.1:1'}}, {{'r0': os.getpid()}})")
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    run = RunFile.find("killed", tmp_path)
+    assert run.owner.alive() is False and gone(run.pids["r0"])
+    assert run_ended(run) == "every node is gone, and its launcher: its run file was removed"
+    assert not Path(run.path).exists() and not Path(run.pathmap_file).exists()

@@ -78,6 +78,7 @@ def ring_forever(ctx):
         inn.observe(timeout=30)
         ctx.barrier(tree="step", timeout=30)
         steps += 1
+        ctx.report(step=steps)
         time.sleep(pause)
     return steps
 
@@ -144,3 +145,30 @@ def uneven(ctx):
         steps += 1
         time.sleep(float(ctx.args.get("pause", 0.005)))
     return steps
+
+
+def fails_in_round(ctx):
+    """Every thread joins an allreduce each round; `thread` raises ZeroDivisionError in round `round`,
+    so that the others wait for it there (and would for ever, were they not stopped)."""
+    for step in range(int(ctx.args.get("rounds", 10))):
+        if ctx.thread == ctx.args.get("thread", "T1") and step == int(ctx.args.get("round", 3)):
+            return step / 0
+        ctx.allreduce(step, "sum", tree="count", timeout=600)
+        ctx.report(step=step + 1)
+    return "done"
+
+
+def straggler(ctx):
+    """Rounds of an allreduce; in round 2 `thread` holds the others up for `seconds`, computing in a loop
+    (`how: compute`) or sleeping (`how: sleep`)."""
+    for step in range(4):
+        if ctx.thread == ctx.args.get("thread", "T2") and step == 2:
+            until = time.monotonic() + float(ctx.args.get("seconds", 8))
+            if ctx.args.get("how") == "sleep":
+                time.sleep(until - time.monotonic())
+            else:
+                x = 0
+                while time.monotonic() < until:
+                    x += 1
+        ctx.allreduce(step, "sum", tree="count", timeout=60)
+    return step

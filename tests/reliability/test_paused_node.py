@@ -174,6 +174,7 @@ def _grid(results: dict) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)   # its own waits: 60 s to reach step 20, 300 s for the run
 def test_a_node_paused_for_5s_mid_run_and_resumed_ends_with_the_reference_grid(tmp_path):
     """SIGSTOP node B of a wind-tunnel run for 5 s, then SIGCONT: the run completes, grid as the reference."""
     steps = 1500

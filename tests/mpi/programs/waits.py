@@ -5,7 +5,9 @@ p2p-buffer  the same with buffer receives (Recv; both run compiled where the col
 p2p-request the same with posted receives completed by Wait (compiled too);
 collective  ranks 0 and 1 enter an Allreduce, rank 2 receives from rank 0 (tag 5): a deadlock;
 late        ranks 0 and 1 enter an Allreduce that rank 2 joins once the file named by the second
-            argument exists: no deadlock, only a late rank.
+            argument exists: no deadlock, only a late rank;
+first       rank 0's first MPI call is a receive from rank 1 with tag 99, which rank 1 sends once the
+            file named by the second argument exists (no Barrier before: rank 0 has no record yet).
 """
 
 import os
@@ -17,6 +19,15 @@ from mpi4py import MPI
 comm = MPI.COMM_WORLD
 r = comm.Get_rank()
 mode = sys.argv[1]
+if mode == "first":
+    if r == 0:
+        comm.recv(source=1, tag=99)
+    elif r == 1:
+        while not os.path.exists(sys.argv[2]):
+            time.sleep(0.05)
+        comm.send("late", dest=0, tag=99)
+    sys.stdout.write(f"{r} done\n")
+    sys.exit(0)
 comm.Barrier()
 if mode == "p2p":
     comm.recv(source=1 - r, tag=0)

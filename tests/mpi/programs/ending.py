@@ -1,0 +1,29 @@
+"""Known calls at the very end of a run: once the file named by the first argument exists, the ranks
+make a communicator (a Dup: monitors attached before it must follow the run as it grows), rank 0
+sends COUNT 1-byte messages to rank 1 on it, every rank makes ROUNDS allreduces on COMM_WORLD, then
+one Gather, and the program ends at once (what the monitors must still read). COUNT and ROUNDS are
+the next arguments."""
+
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+go, count, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+comm = MPI.COMM_WORLD
+while not os.path.exists(go):
+    time.sleep(0.02)
+comm.Barrier()
+pair = comm.Dup()
+one = np.zeros(1, np.uint8)
+if pair.Get_rank() == 0:
+    for _ in range(count):
+        pair.Send(one, 1, 0)
+elif pair.Get_rank() == 1:
+    for _ in range(count):
+        pair.Recv(one, 0, 0)
+for _ in range(rounds):
+    comm.allreduce(1)
+comm.gather(comm.Get_rank(), root=0)
