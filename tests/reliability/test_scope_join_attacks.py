@@ -339,7 +339,7 @@ def test_pulls_against_an_endpoint_that_never_answers_do_not_take_the_monitors_s
 
 # -- under CURVE, only an authorised client places joins ------------------------------------------
 
-def test_under_curve_a_client_whose_key_was_taken_away_places_no_join(tmp_path, monkeypatch):
+def test_under_curve_a_client_whose_key_was_taken_away_places_no_join(tmp_path):
     """A second client key is authorised when the run starts, then removed from authorized_clients/:
     its connection stays up (CURVE checks a key once, at the handshake), but it can no longer place
     joins; the run's own key still can."""
@@ -359,9 +359,12 @@ def test_under_curve_a_client_whose_key_was_taken_away_places_no_join(tmp_path, 
             with pytest.raises(pastset.AuthError, match="authorized_clients"):
                 intruder.call(INSTALL, spec(run), 10.0)
             assert intruder.call(LIST) == []
-        monkeypatch.setenv(pastset.security.KEYS_ENV, str(keys))
-        with EventScope(run, "all", tree="per-node", placement="near", stages=["reduce:max_t_end@thread"]) as scope:
-            assert scope.installed() and len(scope.pull().records)
+        pastset.security.use(pastset.Security.load(keys))   # the run's own keys for this process's scope
+        try:
+            with EventScope(run, "all", tree="per-node", placement="near", stages=["reduce:max_t_end@thread"]) as scope:
+                assert scope.installed() and len(scope.pull().records)
+        finally:
+            pastset.security.use(None)
 
 
 @pytest.mark.parametrize("where", ["t_end + -1 > 0", "t_end < 'x'", "t_end * 1" + "0" * 30 + " > 1"])
