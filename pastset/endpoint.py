@@ -16,6 +16,7 @@ import zmq
 
 from . import protocol as p
 from .budget import release_freed
+from .caller import Caller
 from .checks import check_index, check_timeout
 from .deferred import Deferred, waited
 from .element import FIND, MOVE, OBSERVE, WOULD_BLOCK, Element
@@ -39,6 +40,10 @@ class Endpoint:
     Shares, so that one client cannot take what the others need (a client here is one
     connection, a ROUTER peer: `pastset.Client` opens one per thread):
     - Parked requests: see `pastset.parking.Parking`.
+    - Deferred calls (inline hosted calls waiting on other servers): a client may have
+      `Limits.max_deferred_per_client` on their way, and the endpoint `Limits.max_calls` in all,
+      of which the last tenth is kept for clients with fewer than `FEW_DEFERRED` (a monitor's pull
+      is one at a time); as for parked requests, the refused get LimitExceeded at once.
     - Replies: one reply is at most `Limits.max_reply` bytes. A batch read whose reply would
       be bigger is refused before anything is read, from the sizes of what it names (an
       element named twice is read once, but sent twice). Every reply is counted in the memory
@@ -81,6 +86,10 @@ class Endpoint:
         except AuthError:
             self._ctx.destroy(linger=0)
             raise
+        # Under CURVE a request's frame carries the key its client authenticated with (a hosted
+        # call may ask, see Caller): frames are received as zmq.Frames then, the last one kept.
+        self._recv = sock.recv_multipart if self._auth is None else self._recv_keyed
+        self._request: zmq.Frame | None = None
         try:
             self.endpoint = _bind(sock, bind)
         except zmq.ZMQError as exc:
@@ -117,6 +126,7 @@ class Endpoint:
         # Deferred answers of inline hosted calls, by (peer, rid), and the sockets of theirs this
         # loop polls beside its own (see pastset.deferred).
         self._deferred: dict[tuple, Deferred] = {}
+        self._deferred_of: dict[bytes, int] = {}   # peer -> how many of them are its
         self._watched: dict[zmq.Socket, Deferred] = {}
         self._sockets_of: dict[Deferred, list] = {}
         self._poller = zmq.Poller()
@@ -157,8 +167,7 @@ class Endpoint:
     def _run(self):
         parking = self._parking
         parking.loop_ident = threading.get_ident()
-        sock = self._sock
-        recv, handle = sock.recv_multipart, self._handle
+        recv, handle = self._recv, self._handle
         while not self._stopping:
             try:
                 frames = recv() if not self._deferred else self._poll_deferred()
@@ -190,7 +199,19 @@ class Endpoint:
         for deferred in self._deferred.values():
             self._unwatch(deferred)
         self._deferred.clear()
-        sock.close(linger=0)
+        self._deferred_of.clear()
+        self._sock.close(linger=0)
+
+    def _recv_keyed(self, flags=0) -> list[bytes]:
+        """A request's frames, its last one kept for the CURVE key of its client (see _caller)."""
+        frames = self._sock.recv_multipart(flags, copy=False)
+        self._request = frames[-1]
+        return [f.bytes for f in frames]
+
+    def _caller(self, peer) -> Caller:
+        """Who sent the request being handled: its connection, and under CURVE its key."""
+        key = self._request.get("User-Id") if self._request is not None else None
+        return Caller((self._serial, peer), key)
 
     # -- deferred answers: hosted calls that wait on other servers, carried by this loop ---------
 
@@ -199,6 +220,7 @@ class Endpoint:
             self._deliver_deferred(peer, rid, deferred)
             return
         self._deferred[(peer, rid)] = deferred
+        self._deferred_of[peer] = self._deferred_of.get(peer, 0) + 1
         self._watch(deferred)
 
     def _watch(self, deferred: Deferred) -> None:
@@ -236,7 +258,7 @@ class Endpoint:
                 deferred = self._watched.get(s)
                 if deferred is not None and not deferred.done:
                     _step(deferred, deferred.readable, s)
-        return self._sock.recv_multipart(zmq.NOBLOCK) if request else None
+        return self._recv(zmq.NOBLOCK) if request else None
 
     def _settle_deferred(self) -> None:
         """Give each deferred answer its tick, send those done, and poll the sockets each uses now."""
@@ -246,6 +268,12 @@ class Endpoint:
                 _step(deferred, deferred.tick)
             if deferred.done:
                 del self._deferred[key]
+                peer = key[0]
+                left = self._deferred_of[peer] - 1
+                if left:
+                    self._deferred_of[peer] = left
+                else:
+                    del self._deferred_of[peer]
                 self._unwatch(deferred)
                 self._deliver_deferred(*key, deferred)
             else:
@@ -619,12 +647,11 @@ class Endpoint:
         return read_once(keys, lambda k: k[0].read_range(k[1], hi))
 
     def _op_call(self, peer, rid, name, args):
-        fn, inline = self.server.hosted(name)
+        fn, inline = self.server.hosted(name, self._caller(peer))
         if not isinstance(args, list):
             raise BadArgument("call takes a name and a list of arguments")
         if inline:
-            if len(self._deferred) >= self.limits.max_calls:
-                raise LimitExceeded(f"server {self.server.name} already carries {self.limits.max_calls} deferred calls")
+            self._check_deferred_share(peer)
             result = fn(*args)
             if isinstance(result, Deferred):
                 self._defer(peer, rid, result)
@@ -635,6 +662,22 @@ class Endpoint:
         self._calls += 1
         self._workers.submit(lambda: self._run_call(peer, rid, name, fn, args))
         return _ANSWERED
+
+    def _check_deferred_share(self, peer) -> None:
+        """LimitExceeded unless `peer` may have one more deferred call on its way (see the class)."""
+        limits = self.limits
+        held = self._deferred_of.get(peer, 0)
+        if held >= limits.max_deferred_per_client:
+            raise LimitExceeded(
+                f"this client (one connection) already has {held} calls waiting on other servers at server "
+                f"{self.server.name}, its share (Limits.max_deferred_per_client = "
+                f"{limits.max_deferred_per_client}); wait for their answers before asking more")
+        reserve = 0 if held < FEW_DEFERRED else limits.max_calls // 10
+        if len(self._deferred) >= limits.max_calls - reserve:
+            kept = f", the last {reserve} of them kept for clients with fewer than {FEW_DEFERRED}" if reserve else ""
+            raise LimitExceeded(
+                f"server {self.server.name} already carries {len(self._deferred)} calls waiting on other servers "
+                f"(Limits.max_calls = {limits.max_calls}{kept}); try again later, or raise the limit")
 
     def _run_call(self, peer, rid, name, fn, args):
         """On a worker thread: run the hosted callable, hand the reply to the loop."""
@@ -713,6 +756,8 @@ class Endpoint:
 
 
 _ANSWERED = object()
+# Clients with fewer deferred calls on their way than this may use the reserve of Limits.max_calls.
+FEW_DEFERRED = 4
 _ENDPOINTS = itertools.count()
 # A reply this big is sent from the buffer it was packed in (see _pack_read), and a client may leave at
 # most _BIG_UNREAD of them unread: one it reads, and one it asked for next (ZeroMQ tells it sent the

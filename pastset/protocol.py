@@ -69,8 +69,9 @@ class Limits:
     unread; past either, or past the budget, a request is answered with LimitExceeded.
 
     Shares: one client (one connection; `pastset.Client` opens one per thread) may park
-    `max_parked_per_client` blocked requests and create `max_elements_per_client` elements; the
-    last tenth of `max_parked` is kept for clients with few parked. See `TupleServer`.
+    `max_parked_per_client` blocked requests, have `max_deferred_per_client` hosted calls waiting on
+    other servers, and create `max_elements_per_client` elements; the last tenth of `max_parked`, and
+    of `max_calls` for deferred calls, is kept for clients with few of them. See `TupleServer`.
 
     The defaults hold the repository's workloads with room to spare. The largest: the paper layout
     (pathmaps/windtunnel-paper.yaml) puts 1,841 trace rings of 201 x 36 bytes (13 MB) and 840 border-
@@ -87,7 +88,9 @@ class Limits:
     max_parked: int = 10_000              # blocked requests parked at once, per server
     max_parked_per_client: int = 1_000    # of them, parked by one client (connection)
     max_batch: int = 100_000              # elements named in one latest_many
-    max_calls: int = 512                  # hosted calls running at once (each holds a worker thread)
+    max_calls: int = 512                  # hosted calls running at once (each holds a worker thread), and
+                                          # deferred calls carried at once (see TupleServer.host)
+    max_deferred_per_client: int = 32     # of those deferred, made by one client (connection)
     max_ring: int = 64 * 1024 * 1024      # bytes one bounded binary ring allocates (record size x slots)
     max_memory: int = 1024 * 1024 * 1024  # bytes the server holds for elements and replies (see above)
     max_reply: int = 64 * 1024 * 1024     # bytes in one reply frame

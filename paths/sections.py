@@ -181,9 +181,15 @@ class Liveness:
 class SecuritySpec:
     """CURVE for the run: `keys` is a key directory (`eventspace keys generate DIR`) that every
     node serves and connects with; None: the process's keys ($EVENTSPACE_KEYS), or plaintext.
-    A relative `keys` in a pathmap file is read relative to the file's folder."""
+    A relative `keys` in a pathmap file is read relative to the file's folder.
+
+    `join_endpoints`: addresses (`tcp://HOST:PORT`, `ipc://PATH`) at which a scope join placed on
+    one of the run's nodes may reach another node when the monitor that places it says so (a
+    relay, another interface). Without them a node reaches the others only where the run says
+    they listen, whatever a client names (see eventspace.space.NodeSpace.install)."""
 
     keys: str | None = None
+    join_endpoints: tuple[str, ...] = ()
 
     def load(self) -> pastset.Security:
         """The keys to serve and connect with: the directory's, else the process's

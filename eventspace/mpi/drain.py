@@ -11,7 +11,7 @@ from .. import trace
 from ..archive import Archive
 from ..ignored import Ignored, decoded
 
-TAKE = "eventspace.mpi.take"   # hosted on every rank: (most bytes) -> [records bytes, records lost]
+TAKE = "eventspace.mpi.take"   # hosted on every rank: (the run's token, most bytes) -> [records bytes, records lost]
 TAKE_BYTES = 4 << 20           # records one take returns at most (a reply well under any frame limit)
 NEVER = [1 << 62]              # the bound of a ring nobody drains: no append reaches it
 
@@ -83,11 +83,13 @@ class Drain:
 class ArchiveWriter:
     """On rank 0: takes every rank's records (the hosted TAKE) every `interval` seconds and at
     `close`, and appends them to the run's archive. Ranks whose node does not answer are left
-    out of that round (their records wait on their node for the next)."""
+    out of that round (their records wait on their node for the next). `token` is the run's, which
+    the ranks host TAKE for (eventspace.mpi.rank.Rank.for_ranks)."""
 
-    def __init__(self, archive: Archive, clients: dict[str, pastset.Client], interval: float = 0.1):
+    def __init__(self, archive: Archive, clients: dict[str, pastset.Client], token: str, interval: float = 0.1):
         self.archive = archive
         self.clients = clients
+        self.token = token
         self.interval = interval
         self.tuples = 0
         self.lost = 0
@@ -113,7 +115,7 @@ class ArchiveWriter:
         with self._mutex:
             for client in self.clients.values():
                 while True:
-                    data, lost = client.call(TAKE, TAKE_BYTES, timeout=30)
+                    data, lost = client.call(TAKE, self.token, TAKE_BYTES, timeout=30)
                     if data or lost:
                         records = decoded(data, self.archive.catalogue, self.ignored, from_rings=True)
                         appended += self.archive.append(records, discarded=lost)

@@ -6,13 +6,15 @@ from dataclasses import dataclass
 
 INSTRUMENT = ("all", "p2p", "collectives", "none")
 DEFAULT_KEEP = 4096   # records per trace element: a monitor's stream pulls miss less of a busy rank
+MAX_COMMUNICATORS = 256   # communicators a run traces (each one declared makes the next one dearer)
 
 
 @dataclass(frozen=True)
 class Options:
     """How to monitor the run: its name (None: `default_name`, or a free variant of it), an
     archive to write every event into, what to collect (all, p2p, collectives, none), a topology
-    file, each trace element's `keep`, and whether to serve plaintext on non-loopback addresses."""
+    file, each trace element's `keep`, whether to serve plaintext on non-loopback addresses, and how
+    many communicators to trace at most (COMM_WORLD and the first ones the program makes)."""
 
     default_name: str
     name: str | None = None
@@ -21,3 +23,4 @@ class Options:
     topology: str | None = None
     keep: int = DEFAULT_KEEP
     insecure: bool = False
+    max_communicators: int = MAX_COMMUNICATORS

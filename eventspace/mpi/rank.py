@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import os
+import secrets
 import socket
 import sys
 import threading
 
 import pastset
+from pastset import AuthError, BadArgument, LimitExceeded
 from pastset.terminal import counted
 from paths import NodeServer, PathmapError, RunError
 from paths.wrapper import PathsError
@@ -25,9 +28,11 @@ from .generate import Communicator, collector_ids, node_name, run_pathmap
 from .registry import Registration
 from .topology import Topology
 
-ADOPT = "eventspace.mpi.adopt"      # hosted on every rank: ([id, members, how]) -> None
-DECLARE = "eventspace.mpi.declare"  # hosted on rank 0: (members, how) -> the new communicator's id
+# Hosted for the run's own ranks, whose calls give the run's token first (see Rank.for_ranks):
+ADOPT = "eventspace.mpi.adopt"      # on every rank: (token, [id, members, how]) -> None
+DECLARE = "eventspace.mpi.declare"  # on rank 0: (token, members, how) -> the new communicator's id
 PREFIX = "eventspace.mpi:"
+MAX_HOW = 256             # characters of how a communicator was made
 
 
 def say(text: str) -> None:
@@ -82,7 +87,7 @@ class Rank:
         decision = self.private.bcast(decision, root=0)
         if decision[0] == "refused":
             raise Refused(decision[1])
-        _, self.name, self.clusters = decision
+        _, self.name, self.clusters, self.token = decision
         self.comms = [Communicator(0, tuple(range(self.size)), "COMM_WORLD")]
         pathmap = run_pathmap(self.name, self.hosts, self.clusters, self.comms, options.instrument, options.keep)
         self.node = NodeServer(pathmap, node_name(self.rank))
@@ -90,10 +95,10 @@ class Rank:
         self.node.host_thread(node_name(self.rank), threading.get_ident(), threading.get_native_id())
         self.space = NodeSpace.of(self.node)
         self.drain = Drain(active=options.archive is not None)
-        self.node.server.host(ADOPT, self._adopt)
-        self.node.server.host(TAKE, self.drain.take)
+        self.node.server.host(ADOPT, self.for_ranks(self._adopt))
+        self.node.server.host(TAKE, self.for_ranks(self.drain.take))
         if self.rank == 0:
-            self.node.server.host(DECLARE, self._declare)
+            self.node.server.host(DECLARE, self.for_ranks(self._declare))
         endpoint = self._serve()
         endpoints = self.private.allgather(endpoint)
         failed = [(r, ep[1]) for r, ep in enumerate(endpoints) if isinstance(ep, tuple)]
@@ -113,7 +118,8 @@ class Rank:
     # -- starting ------------------------------------------------------------------------------
 
     def _decide(self) -> tuple:
-        """Rank 0: ("ok", name, host -> cluster), or ("refused", why); opens the archive."""
+        """Rank 0: ("ok", name, host -> cluster, the run's token), or ("refused", why); opens the
+        archive. The token goes to the other ranks over MPI, never through a node's endpoint."""
         o = self.options
         try:
             topology = Topology.load(o.topology) if o.topology else Topology()
@@ -132,7 +138,19 @@ class Rank:
                 self.registration.remove()
                 self.registration = None
             return ("refused", str(exc))
-        return ("ok", name, clusters)
+        return ("ok", name, clusters, secrets.token_hex(16))
+
+    def for_ranks(self, fn):
+        """`fn`, to host for the run's own ranks only: their calls give the run's token first (shared
+        over MPI at start); any other caller of the node gets AuthError, and `fn` never runs."""
+        token, name = self.token, self.name
+
+        def hosted(given=None, *args):
+            if not (isinstance(given, str) and hmac.compare_digest(given, token)):
+                raise AuthError(f"only the ranks of MPI run {name} may make this call on its nodes")
+            return fn(*args)
+
+        return hosted
 
     def _serve(self):
         """This node's endpoint (an address the other ranks reach), or ("error", why)."""
@@ -162,7 +180,7 @@ class Rank:
             archive.set_meta("clusters", json.dumps({node_name(r): self.clusters[h] for r, h in enumerate(self.hosts)}))
             self._archive_communicators(archive)
             clients = {node: self.node.client(node) for node in self.endpoints}
-            self.writer = ArchiveWriter(archive, clients)
+            self.writer = ArchiveWriter(archive, clients, self.token)
 
     # -- communicators -------------------------------------------------------------------------
 
@@ -223,14 +241,15 @@ class Rank:
         """Rank 0 gives the communicator an id and every node its collectors; the id."""
         if self.rank == 0:
             return self._declare(list(members), how)
-        return self.node.client(node_name(0)).call(DECLARE, list(members), how, timeout=60)
+        return self.node.client(node_name(0)).call(DECLARE, self.token, list(members), how, timeout=60)
 
     def _declare(self, members: list, how: str) -> int:
         with self._declare_lock:
-            wire = [len(self.comms), list(members), str(how)]
+            wire = [len(self.comms), members, how]
+            self._communicator(wire)   # refused here, before any rank takes it
             for node in self.endpoints:
                 if node != self.node.name:
-                    self.node.client(node).call(ADOPT, wire, timeout=60)
+                    self.node.client(node).call(ADOPT, self.token, wire, timeout=60)
             self._adopt(wire)
             self.registration.update(self.node.pathmap, self.comms)
             if self.writer is not None:
@@ -245,14 +264,32 @@ class Rank:
     def _adopt(self, wire: list) -> None:
         """Take communicator [id, members, how] into this node's pathmap (every node, in id order)."""
         with self._adopt_lock:
-            comm = Communicator(int(wire[0]), tuple(int(m) for m in wire[1]), str(wire[2]))
-            if comm.id != len(self.comms):
-                raise PathsError(f"node {self.node.name}: communicator {comm.id} declared out of order "
-                                 f"(it knows {len(self.comms)})")
+            comm = self._communicator(wire)
             comms = [*self.comms, comm]
             o = self.options
             self.space.adopt(run_pathmap(self.name, self.hosts, self.clusters, comms, o.instrument, o.keep))
             self.comms = comms
+
+    def _communicator(self, wire) -> Communicator:
+        """The communicator [id, members, how] declares, the next one of the run: at most
+        `Options.max_communicators` in all (LimitExceeded), its members distinct world ranks, `how` a
+        short text (BadArgument)."""
+        if not (isinstance(wire, list) and len(wire) == 3 and type(wire[0]) is int and isinstance(wire[1], list)
+                and isinstance(wire[2], str)):
+            raise BadArgument(f"node {self.node.name}: a communicator is [id, members, how], got {wire!r:.80}")
+        cid, members, how = wire
+        if cid != len(self.comms):
+            raise PathsError(f"node {self.node.name}: communicator {cid} declared out of order "
+                             f"(it knows {len(self.comms)})")
+        most = self.options.max_communicators
+        if cid >= most:
+            raise LimitExceeded(f"run {self.name} traces {most} communicators at most (--max-communicators); "
+                                "later ones run untraced")
+        if (not 1 <= len(members) <= self.size or len(set(members)) != len(members)
+                or not all(type(m) is int and 0 <= m < self.size for m in members) or len(how) > MAX_HOW):
+            raise BadArgument(f"node {self.node.name}: communicator {cid} must have distinct world ranks from 0 to "
+                              f"{self.size - 1} as members and say how it was made in at most {MAX_HOW} characters")
+        return Communicator(cid, tuple(members), how)
 
     # -- finishing -----------------------------------------------------------------------------
 
