@@ -15,6 +15,14 @@ must end with the same grid (the instrumentation changes nothing but time).
 Targets (issue 17): slowdown <= 1.04 for small (median of >= 6 pairs: `--repeat 6`), <= 1.02 for
 medium and large. Node processes run the compiled collector unless EVENTSPACE_PURE=1 is set.
 
+`--compare switch` is the figure to quote for the collectors (issue 37): ONE launch of the
+instrumented pathmap, its collectors switched on and off at run time (`eventspace space switch`,
+applied within milliseconds) between the runs of each A B B A pair, so that nothing differs between
+A and B but the collection: the same processes, the same placement of threads, the same warm caches
+(the relaunch comparison above moves by ±0.1 on a 2-core machine from one launch to the next). A
+switched-off collector still forwards each operation (one call more than an uninstrumented path):
+that part of its cost is in neither side here, and in the relaunch comparison. At least 8 pairs.
+
 `--compare system` measures the system summary sampler instead (eventspace.system: every node
 server samples its CPU, memory and communication every 100 ms): both runs are the pathmap without
 collectors, sampling switched on in one and off in the other (`eventspace space switch`), the
@@ -92,8 +100,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="instrumented/uninstrumented pairs per size")
     parser.add_argument("--pathmap", default=str(PAPER))
     parser.add_argument("--quick", action="store_true", help="small only, 10 steps, 2 pairs")
-    parser.add_argument("--compare", choices=("collectors", "system"), default="collectors",
-                        help="what run A has and run B has not: collectors (default), or system sampling")
+    parser.add_argument("--compare", choices=("collectors", "switch", "system"), default="collectors",
+                        help="what run A has and run B has not: collectors (default: two launches), collectors "
+                             "switched on against off in one launch (switch), or system sampling")
     args = parser.parse_args()
     sizes = ["small"] if args.quick else [s.strip() for s in args.sizes.split(",") if s.strip()]
     if args.quick:
@@ -109,6 +118,8 @@ def main() -> None:
 
     if args.compare == "system":
         return compare_sampling(Pathmap.load(args.pathmap), sizes, steps, repeat)
+    if args.compare == "switch":
+        return compare_switched(Pathmap.load(args.pathmap), sizes, steps, max(repeat, 8))
     instrumented = Pathmap.load(args.pathmap)
     plain = dataclasses.replace(instrumented, name=f"{instrumented.name}-uninstrumented",
                                 instrument=Instrument()).validate()
@@ -168,6 +179,60 @@ def warm_up(*runs) -> None:
     for run in runs:
         threads = len(run.pathmap.threads)
         per_step(run, max(4, threads + threads % 2), 2)
+
+
+def switch_all(run, pm: Pathmap, on: bool) -> None:
+    """Switch every collector of `run` on or off (each node's, at once; taken within milliseconds); the
+    nodes' system samplers are left as they are."""
+    catalogue = Catalogue(pm)
+    for node in pm.nodes:
+        with pastset.connect(run.endpoints[node.name]) as client:
+            switch_collectors(client, on, [e.id for e in catalogue.entries if e.node == node.name])
+
+
+def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], repeat: int) -> None:
+    """The slowdown from collecting, switched on against off in one launch (see the module's docstring)."""
+    collectors = len(Catalogue(pm))
+    figures, targets, ratios, records = [], {}, {}, {}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as run_dir, launch(pm, run_dir=run_dir, start_timeout=300) as run:
+        switch_sampling(run, pm, False)   # the collectors alone
+        warm_up(run)
+        for size, count in zip(sizes, steps):
+            on = Figure(f"{size}: collectors on ({collectors})", peer=f"{size}: collectors off")
+            off = Figure(f"{size}: collectors off")
+            for i in range(repeat):
+                order = ((True, on), (False, off)) if i % 2 == 0 else ((False, off), (True, on))
+                grids = []
+                for state, figure in order:
+                    switch_all(run, pm, state)
+                    before = records_written(run, pm)
+                    seconds, grid = per_step(run, size, count)
+                    written = records_written(run, pm) - before
+                    if state:
+                        records[size] = written / count
+                    elif written:
+                        raise SystemExit(f"{size}: {written} records written with the collectors switched off")
+                    figure.rounds.append(seconds)
+                    grids.append(grid)
+                if grids[0] != grids[1]:
+                    raise SystemExit(f"{size}: the runs with collectors on and off ended with different grids")
+            figures += [off, on]
+            limit = TARGET.get(size, 1.02)
+            targets[on.name] = (f"slowdown ≤ {limit}", lambda f, ratio, limit=limit: ratio <= limit)
+            ratios[size] = on.ratio_rounds(off)
+            print(f"{size} ({count} steps): pair ratios " + ", ".join(f"{r:.3f}" for r in ratios[size]), flush=True)
+        switch_all(run, pm, True)
+    cost = collector_cost()
+    for size, off_figure in zip(sizes, figures[0::2]):
+        print(f"{size}: {records[size]:,.0f} trace records per step × {cost * 1e6:.2f} µs per collector "
+              f"(measured now) → expected slowdown ≤ {1 + records[size] * cost / off_figure.median:.3f}")
+    report(f"Wind tunnel slowdown from collectors switched on against off, {pm.name}", figures, targets,
+           "windtunnel_switch_bench.json", unit="ms",
+           extra={"settings": {"sizes": sizes, "steps": steps, "repeat": repeat, "pathmap": pm.name,
+                               "collectors": collectors},
+                  "pair_ratios": ratios, "records_per_step": records, "collector_cost_s": cost,
+                  "seconds": time.monotonic() - started})
 
 
 def compare_sampling(pm: Pathmap, sizes: list[str], steps: list[int], repeat: int) -> None:

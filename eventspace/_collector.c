@@ -53,42 +53,54 @@ pack(char *slot, const uint64_t v[8])
     memcpy(slot + 28, &v[7], 8);
 }
 
-/* One field as struct.pack_into takes it (an int, or an object with __index__, within range);
- * 0 on success, -1 with no exception set when it does not fit. */
-static int
+/* An exact int within 0..limit: 0 with it in *out, 1 (no exception set) if it is not. */
+static inline int
+exact_value(PyObject *v, uint64_t limit, uint64_t *out)
+{
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 1;
+    }
+    if (x > limit)
+        return 1;
+    *out = x;
+    return 0;
+}
+
+/* One field as struct.pack_into takes it: an int, or an object with __index__ (a numpy integer),
+ * within 0..limit. 0 with the value in *out; 1, no exception set, when it does not fit (no
+ * __index__, out of range, or an __index__ that raised TypeError: struct's error, which pastset
+ * turns into TemplateMismatch); -1 with the exception any other __index__ raised, as struct lets
+ * it through. */
+static inline int
 field_value(PyObject *obj, uint64_t limit, uint64_t *out)
 {
-    if (PyLong_CheckExact(obj)) {
-        /* the common case: a small non-negative int */
-        unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return -1;
-        }
-        if (v > limit)
-            return -1;
-        *out = v;
-        return 0;
-    }
-    if (PyFloat_Check(obj))
-        return -1;  /* struct refuses floats, which __index__ would refuse too */
-    PyObject *index = PyNumber_Index(obj);
+    if (PyLong_CheckExact(obj))   /* the common case */
+        return exact_value(obj, limit, out);
+    if (!PyIndex_Check(obj))
+        return 1;
+    PyObject *index = PyNumber_Index(obj);   /* an exact int: no second round */
     if (index == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
         PyErr_Clear();
-        return -1;
+        return 1;
     }
-    int rc = field_value(index, limit, out);
+    int rc = exact_value(index, limit, out);
     Py_DECREF(index);
     return rc;
 }
 
+/* obj.name as an index (an int, or an object with __index__); -1 with an error set for anything
+ * else, or out of Py_ssize_t's range. */
 static int
 get_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
 {
     PyObject *v = PyObject_GetAttr(obj, name);
     if (v == NULL)
         return -1;
-    *out = PyLong_AsSsize_t(v);
+    *out = PyNumber_AsSsize_t(v, PyExc_OverflowError);
     Py_DECREF(v);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
@@ -99,13 +111,14 @@ get_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
  * an append). */
 enum { A_LAST, A_FIRST, A_SLEEPERS, A_PARKED, A_COUNT };
 
-/* The offset of slot `name` of `type` (a member descriptor holding an object), or -1 with an
- * error set. */
+/* The offset of slot `name` of `type` (a member descriptor holding an object, of `type` or a base
+ * of it: a descriptor of another class, set as a class attribute, holds another layout's offset),
+ * or -1 with an error set. */
 static Py_ssize_t
 slot_offset(PyTypeObject *type, PyObject *name)
 {
     PyObject *d = _PyType_Lookup(type, name);  /* borrowed */
-    if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+    if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) && PyType_IsSubtype(type, PyDescr_TYPE(d))) {
         PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
         if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
             return m->offset;
@@ -129,14 +142,49 @@ attr(PyObject *obj, Py_ssize_t offset, PyObject *name)
     return v;
 }
 
+/* Cursors beyond this either way are refused: no ring's reach it (2^62 appends, a century at one a
+ * nanosecond), and within it a cursor plus or minus a ring's size never overflows. */
+#define CURSOR_MAX ((Py_ssize_t)1 << 62)
+
+/* cursor() for a value other than an int an element keeps itself: one with __index__ (a numpy
+ * integer), or an error set (none, no index, beyond CURSOR_MAX). */
 static int
-attr_ssize(PyObject *obj, Py_ssize_t offset, PyObject *name, Py_ssize_t *out)
+odd_cursor(PyObject *v, PyObject *name, Py_ssize_t *out)
 {
-    PyObject *v = attr(obj, offset, name);
-    if (v == NULL)
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "the trace element has no attribute %U", name);
         return -1;
-    *out = PyLong_AsSsize_t(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    }
+    Py_INCREF(v);   /* its __index__ may run Python code that rebinds the slot */
+    Py_ssize_t x = PyNumber_AsSsize_t(v, PyExc_OverflowError);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError))
+        return -1;
+    if (PyErr_Occurred() || x < -CURSOR_MAX || x > CURSOR_MAX) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_OverflowError, "the trace element's %U is beyond the +-2^62 records a ring counts: "
+                     "it was set from outside", name);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* A cursor of the element (slot `offset`: `_last` or `_first`) as the pure append takes it: an
+ * int, or an object with __index__ (a numpy integer); -1 with an error set for anything else, or
+ * beyond CURSOR_MAX. */
+static inline int
+cursor(PyObject *obj, Py_ssize_t offset, PyObject *name, Py_ssize_t *out)
+{
+    PyObject *v = *slot(obj, offset);  /* borrowed */
+    if (v != NULL && PyLong_CheckExact(v)) {
+        Py_ssize_t x = PyLong_AsSsize_t(v);
+        if (x >= 0 && x <= CURSOR_MAX) {   /* every cursor an element keeps itself */
+            *out = x;
+            return 0;
+        }
+    }
+    return odd_cursor(v, name, out);
 }
 
 /* Set slot `offset` of `obj` to the int `value`. An append moves `_last` (and `_first`) on by one:
@@ -175,7 +223,9 @@ has_waiters(PyObject *obj, const Py_ssize_t *offsets)
         if (v == NULL)
             return -1;
         if (v != zero) {
+            Py_INCREF(v);   /* its __bool__ may run Python code that rebinds the slot */
             int truth = PyObject_IsTrue(v);
+            Py_DECREF(v);
             if (truth)
                 return truth;
         }
@@ -219,36 +269,38 @@ signal_change(RingAppender *self)
     return 0;
 }
 
-/* What an append does (pastset's _APPEND), with the mutex held or by the single writer. */
-static Py_ssize_t
-append_body(RingAppender *self, const uint64_t v[8])
+/* What an append does (pastset's _APPEND), with the mutex held or by the single writer: 0 with
+ * the record's index in *index, or -1 with an exception set. The slot is `_last` modulo the
+ * ring's slots in Python's sense (never before the ring, whatever `_last` holds). */
+static inline int
+append_body(RingAppender *self, const uint64_t v[8], Py_ssize_t *index)
 {
     Py_ssize_t last, first;
     PyObject *e = self->element;
     const Py_ssize_t *at = self->offsets;
-    if (attr_ssize(e, at[A_LAST], s_last, &last) < 0)
-        return -1;
-    pack((char *)self->ring.buf + (last % self->cap) * RECORD, v);
+    if (cursor(e, at[A_LAST], s_last, &last) < 0 || cursor(e, at[A_FIRST], s_first, &first) < 0)
+        return -1;   /* both read first: a cursor refused leaves the ring as it was */
+    Py_ssize_t slot = last % self->cap;
+    if (slot < 0)
+        slot += self->cap;
+    pack((char *)self->ring.buf + slot * RECORD, v);
     if (set_attr_ssize(e, at[A_LAST], last + 1) < 0)
         return -1;
-    if (attr_ssize(e, at[A_FIRST], s_first, &first) < 0)
+    if (first < last + 1 - self->keep && set_attr_ssize(e, at[A_FIRST], last + 1 - self->keep) < 0)
         return -1;
-    if (last + 1 - first > self->keep && set_attr_ssize(e, at[A_FIRST], last + 1 - self->keep) < 0)
-        return -1;
-    return last;
+    *index = last;
+    return 0;
 }
 
-/* Append one record; its index, or -1 with an exception set. */
-static Py_ssize_t
-ring_append(RingAppender *self, const uint64_t v[8])
+/* Append one record: 0 with its index in *index, or -1 with an exception set. */
+static int
+ring_append(RingAppender *self, const uint64_t v[8], Py_ssize_t *index)
 {
-    Py_ssize_t last;
     int waiters;
     if (self->single_writer) {
         /* Lock-free: waiters count themselves before they check `last` (Element._block), so one
          * that this writer does not see has seen the record. */
-        last = append_body(self, v);
-        if (last < 0)
+        if (append_body(self, v, index) < 0)
             return -1;
         waiters = has_waiters(self->element, self->offsets);
         if (waiters < 0)
@@ -260,17 +312,17 @@ ring_append(RingAppender *self, const uint64_t v[8])
             if (call_void(self->release) < 0 || rc < 0)
                 return -1;
         }
-        return last;
+        return 0;
     }
     if (call_void(self->acquire) < 0)
         return -1;
-    last = append_body(self, v);
-    if (last >= 0) {
+    int rc = append_body(self, v, index);
+    if (rc == 0) {
         waiters = has_waiters(self->element, self->offsets);
         if (waiters < 0 || (waiters && signal_change(self) < 0))
-            last = -1;
+            rc = -1;
     }
-    if (last < 0) {
+    if (rc < 0) {
         /* release, keeping the exception that made us stop */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
@@ -279,9 +331,7 @@ ring_append(RingAppender *self, const uint64_t v[8])
         PyErr_Restore(type, value, tb);
         return -1;
     }
-    if (call_void(self->release) < 0)
-        return -1;
-    return last;
+    return call_void(self->release);
 }
 
 /* Raise the element's TemplateMismatch for `values` (as pastset's append does). */
@@ -318,14 +368,15 @@ appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, Py
         return NULL;
     }
     uint64_t v[8];
-    for (int i = 0; i < 8; i++) {
-        if (field_value(args[i], LIMIT[i], &v[i]) < 0) {
+    for (int i = 0; i < 8; i++) {   /* in order: the first field that does not fit is the one named */
+        int rc = field_value(args[i], LIMIT[i], &v[i]);
+        if (rc > 0)
             raise_mismatch(self->element, args, 8);
+        if (rc != 0)
             return NULL;
-        }
     }
-    Py_ssize_t last = ring_append(self, v);
-    return last < 0 ? NULL : PyLong_FromSsize_t(last);
+    Py_ssize_t last;
+    return ring_append(self, v, &last) < 0 ? NULL : PyLong_FromSsize_t(last);
 }
 
 static PyObject *
@@ -367,7 +418,7 @@ appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_CLEAR(self->ring_owner);
         goto fail;
     }
-    if (self->ring.len < self->cap * RECORD) {
+    if (self->ring.len / RECORD < self->cap) {   /* divided: cap * RECORD may overflow */
         PyErr_Format(PyExc_ValueError, "the ring holds %zd bytes, not %zd slots of %d", self->ring.len,
                      self->cap, RECORD);
         goto fail;
@@ -481,7 +532,7 @@ typed_size(TypedSize *self, PyObject *values, uint64_t *out)
             /* an int in a float field: as an int */
             /* fall through */
         case 'i': {
-            if (!PyLong_Check(v))
+            if (!PyLong_CheckExact(v) && !PyBool_Check(v))   /* an int subclass may compare its own way */
                 return 1;
             int overflow;
             long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -628,9 +679,47 @@ typedef struct {
     long move, observe;
     uint64_t collectives;       /* bit c set: code c is a collective operation */
     uint64_t rounds;            /* collectives seen (read and bumped with the GIL held) */
+    /* move, observe and collectives again, as ints and a frozenset: for codes that are not exact
+     * ints (last: the fields above are the ones every call reads) */
+    PyObject *move_code, *observe_code, *collective_codes;
 } Collect;
 
 static PyObject *u32_mask;
+
+/* A constructor's argument `name` as an unsigned int of at most `limit` (an int, or an object with
+ * __index__): 0, or -1 with a ValueError saying what it must be (a TypeError for what has no
+ * __index__). */
+static int
+unsigned_arg(PyObject *obj, uint64_t limit, const char *name, uint64_t *out)
+{
+    PyObject *index = PyNumber_Index(obj);
+    if (index == NULL)
+        return -1;
+    unsigned long long v = PyLong_AsUnsignedLongLong(index);
+    Py_DECREF(index);
+    if ((v == (unsigned long long)-1 && PyErr_Occurred()) || v > limit) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s is an int from 0 to %llu, not %R", name, (unsigned long long)limit, obj);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The clock offsets a collector takes: with them, a time (the clock's reading, below 2^62, plus
+ * the offset) never overflows. 2^62 ns is 146 years. */
+#define OFFSET_MAX ((int64_t)1 << 62)
+
+static int
+check_offset(long long offset_ns)
+{
+    if (offset_ns < -OFFSET_MAX || offset_ns > OFFSET_MAX) {
+        PyErr_Format(PyExc_ValueError, "a clock offset of %lld ns is beyond +-2^62 ns (146 years): set the node's "
+                     "clock_offset_ns in the pathmap to one its clock can be shifted by", offset_ns);
+        return -1;
+    }
+    return 0;
+}
 
 /* -- the clock ------------------------------------------------------------------------------
  *
@@ -779,22 +868,21 @@ py_clock_source(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
     return PyUnicode_FromString(clk.calibrated ? "tsc" : "clock_gettime");
 }
 
-/* x & 0xFFFFFFFF, as Python computes it (an error for what has no `&` with an int). */
+/* x & 0xFFFFFFFF, as Python computes it: for an exact int, its value in *out (*obj NULL); for
+ * anything else, what its `&` gave in *obj (a numpy integer, say), which emit packs as the pure
+ * collector's append packs it (or refuses). -1 with the error `&` raised. */
 static int
-masked(PyObject *x, uint64_t *out)
+masked(PyObject *x, uint64_t *out, PyObject **obj)
 {
-    if (PyLong_Check(x)) {
+    if (PyLong_CheckExact(x)) {
         *out = PyLong_AsUnsignedLongLongMask(x) & U32;
         return 0;
     }
-    PyObject *r = PyNumber_And(x, u32_mask);
-    if (r == NULL)
-        return -1;
-    int rc = masked(r, out);
-    Py_DECREF(r);
-    return rc;
+    *obj = PyNumber_And(x, u32_mask);
+    return *obj == NULL ? -1 : 0;
 }
 
+/* seq[i], as Python's subscript gives it (a new reference). */
 static PyObject *
 item(PyObject *seq, Py_ssize_t i)
 {
@@ -803,7 +891,12 @@ item(PyObject *seq, Py_ssize_t i)
         Py_INCREF(v);
         return v;
     }
-    return PySequence_GetItem(seq, i);
+    PyObject *key = PyLong_FromSsize_t(i);
+    if (key == NULL)
+        return NULL;
+    PyObject *v = PyObject_GetItem(seq, key);
+    Py_DECREF(key);
+    return v;
 }
 
 /* The bytes `value` takes on the wire: `fixed_size`, or size_of(value) (a new reference in *obj). */
@@ -828,27 +921,37 @@ size_of(Collect *self, PyObject *value, uint64_t *fixed, PyObject **obj)
     return *obj == NULL ? -1 : 0;
 }
 
-/* Write one record. `nbytes_obj` (when not NULL) is size_of's result, packed as it is. The
- * common case goes straight into the ring; anything a ring could not take as it is (an op code
- * or size out of range, a clock before 0, an append that is not a RingAppender) is handed to
- * `append` as Python values, which packs it, or raises what pastset raises for it. */
+/* Write one record. `arg_obj` and `nbytes_obj` (when not NULL) stand for arg and nbytes: what a
+ * stage's result gave and size_of's result, packed as they are. The common case goes straight into
+ * the ring; anything a ring could not take as it is (an op code, index or size out of range, a
+ * clock before 0, an append that is not a RingAppender) is handed to `append` as Python values,
+ * which packs it, or raises what pastset raises for it. The fields are read in the order struct
+ * packs them, so that the first that does not fit is the one the pure collector's append names. */
 static int
-emit(Collect *self, PyObject *code, uint64_t flags, uint64_t arg, uint64_t nbytes, PyObject *nbytes_obj,
-     int64_t t0, int64_t t1)
+emit(Collect *self, PyObject *code, uint64_t flags, uint64_t arg, PyObject *arg_obj, uint64_t nbytes,
+     PyObject *nbytes_obj, int64_t t0, int64_t t1)
 {
-    if (self->ring != NULL && t0 >= 0 && t1 >= 0) {
+    if (self->ring != NULL && t0 >= 0 && t1 >= 0 && nbytes <= U32) {
         uint64_t v[8] = {0, flags, self->cid, self->eid, arg, nbytes, (uint64_t)t0, (uint64_t)t1};
-        if (field_value(code, 0xFFFF, &v[0]) == 0
-            && (nbytes_obj == NULL || field_value(nbytes_obj, U32, &v[5]) == 0))
-            return ring_append(self->ring, v) < 0 ? -1 : 0;
+        int rc = field_value(code, 0xFFFF, &v[0]);
+        if (rc == 0 && arg_obj != NULL)
+            rc = field_value(arg_obj, U32, &v[4]);
+        if (rc == 0 && nbytes_obj != NULL)
+            rc = field_value(nbytes_obj, U32, &v[5]);
+        if (rc == 0) {
+            Py_ssize_t index;
+            return ring_append(self->ring, v, &index);
+        }
+        if (rc < 0)
+            return -1;
     }
-    PyObject *values[8] = {code, NULL, NULL, NULL, NULL, nbytes_obj, NULL, NULL};
+    PyObject *values[8] = {code, NULL, NULL, NULL, arg_obj, nbytes_obj, NULL, NULL};
     PyObject *made[7] = {NULL};
     int m = 0, rc = -1;
     if ((values[1] = made[m++] = PyLong_FromUnsignedLongLong(flags)) == NULL
         || (values[2] = made[m++] = PyLong_FromUnsignedLongLong(self->cid)) == NULL
         || (values[3] = made[m++] = PyLong_FromUnsignedLongLong(self->eid)) == NULL
-        || (values[4] = made[m++] = PyLong_FromUnsignedLongLong(arg)) == NULL
+        || (arg_obj == NULL && (values[4] = made[m++] = PyLong_FromUnsignedLongLong(arg)) == NULL)
         || (nbytes_obj == NULL && (values[5] = made[m++] = PyLong_FromUnsignedLongLong(nbytes)) == NULL)
         || (values[6] = made[m++] = PyLong_FromLongLong(t0)) == NULL
         || (values[7] = made[m++] = PyLong_FromLongLong(t1)) == NULL)
@@ -864,28 +967,66 @@ done:
     return rc;
 }
 
+/* Whether `code` is a collective, as `code in COLLECTIVES` says: 1, 0, or -1 with the error its hash
+ * or comparison raised. */
+static inline int
+is_collective(Collect *self, PyObject *code)
+{
+    if (PyLong_CheckExact(code)) {
+        int overflow;
+        long long c = PyLong_AsLongLongAndOverflow(code, &overflow);
+        return !overflow && c >= 0 && c < 64 && (self->collectives >> c) & 1;
+    }
+    return PySet_Contains(self->collective_codes, code);
+}
+
+enum { OP_OTHER, OP_MOVE, OP_OBSERVE, OP_COLLECTIVE };
+
+/* What `code` is as the pure collector tells (code == MOVE, code == OBSERVE, code in COLLECTIVES):
+ * an exact int compared in C; anything else (a numpy integer, a float, an object with an __eq__ of
+ * its own) by Python's own comparisons. -1 with the error a comparison or hash raised. */
+static int
+operation_of(Collect *self, PyObject *code)
+{
+    if (PyLong_CheckExact(code)) {
+        int overflow;
+        long long c = PyLong_AsLongLongAndOverflow(code, &overflow);
+        if (overflow)
+            return OP_OTHER;   /* no operation is that big */
+        return c == self->move ? OP_MOVE : c == self->observe ? OP_OBSERVE
+               : c >= 0 && c < 64 && (self->collectives >> c) & 1 ? OP_COLLECTIVE : OP_OTHER;
+    }
+    int is = PyObject_RichCompareBool(code, self->move_code, Py_EQ);
+    if (is != 0)
+        return is < 0 ? -1 : OP_MOVE;
+    if ((is = PyObject_RichCompareBool(code, self->observe_code, Py_EQ)) != 0)
+        return is < 0 ? -1 : OP_OBSERVE;
+    if ((is = is_collective(self, code)) != 0)
+        return is < 0 ? -1 : OP_COLLECTIVE;
+    return OP_OTHER;
+}
+
 /* The record of a finished operation: arg and nbytes by operation, as the pure collector. */
 static int
 emit_done(Collect *self, PyObject *code, PyObject *const *args, PyObject *result, int64_t t0, int64_t t1)
 {
-    long c = PyLong_Check(code) ? PyLong_AsLong(code) : -1;
-    if (c == -1 && PyErr_Occurred())
-        PyErr_Clear();  /* too big to be an operation: an "other" one, refused when packed */
     uint64_t arg = 0, nbytes = 0;
-    PyObject *value = NULL, *sized = NULL;
-    int rc = -1;
-    if (c == self->move) {
+    PyObject *arg_obj = NULL, *value = NULL, *sized = NULL;
+    int rc = -1, operation = operation_of(self, code);
+    if (operation < 0)
+        return -1;
+    if (operation == OP_MOVE) {
         int truth = PyObject_IsTrue(result);  /* (result or 0) & 0xFFFFFFFF */
-        if (truth < 0 || (truth && masked(result, &arg) < 0))
+        if (truth < 0 || (truth && masked(result, &arg, &arg_obj) < 0))
             return -1;
         if ((value = item(args[1], 0)) == NULL || size_of(self, value, &nbytes, &sized) < 0)
             goto done;
     }
-    else if (c == self->observe) {
+    else if (operation == OP_OBSERVE) {
         PyObject *index = item(result, 0);
         if (index == NULL)
             return -1;
-        rc = masked(index, &arg);
+        rc = masked(index, &arg, &arg_obj);
         Py_DECREF(index);
         if (rc < 0)
             return -1;
@@ -893,11 +1034,12 @@ emit_done(Collect *self, PyObject *code, PyObject *const *args, PyObject *result
         if ((value = item(result, 1)) == NULL || size_of(self, value, &nbytes, &sized) < 0)
             goto done;
     }
-    else if (c >= 0 && c < 64 && (self->collectives >> c) & 1) {
+    else if (operation == OP_COLLECTIVE) {
         arg = (self->rounds++) & U32;
     }
-    rc = emit(self, code, self->flags, arg, nbytes, sized, t0, t1);
+    rc = emit(self, code, self->flags, arg, arg_obj, nbytes, sized, t0, t1);
 done:
+    Py_XDECREF(arg_obj);
     Py_XDECREF(value);
     Py_XDECREF(sized);
     return rc;
@@ -913,11 +1055,10 @@ collect_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     }
     if (!*self->on) {
         /* Rounds are counted while switched off too, so that they stay aligned across members. */
-        long c = PyLong_Check(args[0]) ? PyLong_AsLong(args[0]) : -1;
-        if (c == -1 && PyErr_Occurred())
-            PyErr_Clear();
-        if (c >= 0 && c < 64 && (self->collectives >> c) & 1)
-            self->rounds++;
+        int collective = is_collective(self, args[0]);
+        if (collective < 0)
+            return NULL;
+        self->rounds += (uint64_t)collective;
         return PyObject_Vectorcall(self->next, args, nargsf, NULL);
     }
     int64_t t0 = now(self->offset_ns);
@@ -929,7 +1070,7 @@ collect_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         int64_t t1 = now(self->offset_ns);
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
-        if (emit(self, args[0], self->failed, 0, 0, NULL, t0, t1) < 0) {
+        if (emit(self, args[0], self->failed, 0, NULL, 0, NULL, t0, t1) < 0) {
             _PyErr_ChainExceptions(type, value, tb);
             return NULL;
         }
@@ -965,18 +1106,18 @@ collect_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"next", "switches", "inflight", "cid", "eid", "flags", "failed", "size_of",
                             "append", "offset_ns", "move", "observe", "collectives", NULL};
-    PyObject *next, *switches, *inflight, *size, *append;
-    unsigned long long cid, eid, flags, failed, collectives;
+    PyObject *next, *switches, *inflight, *size, *append, *cid_arg, *eid_arg, *flags_arg, *failed_arg, *collectives_arg;
+    uint64_t cid, eid, flags, failed, collectives;
     long long offset_ns;
     long move, observe;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOKKKKOOLllK:Collect", names, &next, &switches, &inflight,
-                                     &cid, &eid, &flags, &failed, &size, &append, &offset_ns, &move, &observe,
-                                     &collectives))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLllO:Collect", names, &next, &switches, &inflight,
+                                     &cid_arg, &eid_arg, &flags_arg, &failed_arg, &size, &append, &offset_ns, &move,
+                                     &observe, &collectives_arg))
         return NULL;
-    if (cid > U32 || eid > U32 || flags > 0xFFFF || failed > 0xFFFF) {
-        PyErr_SetString(PyExc_ValueError, "collector and element ids are u32, flags u16");
+    if (unsigned_arg(cid_arg, U32, "the collector id", &cid) < 0 || unsigned_arg(eid_arg, U32, "the element id", &eid) < 0
+        || unsigned_arg(flags_arg, 0xFFFF, "flags", &flags) < 0 || unsigned_arg(failed_arg, 0xFFFF, "failed", &failed) < 0
+        || unsigned_arg(collectives_arg, UINT64_MAX, "collectives", &collectives) < 0 || check_offset(offset_ns) < 0)
         return NULL;
-    }
     Collect *self = (Collect *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
@@ -987,11 +1128,11 @@ collect_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->append = append;
     if (Py_IS_TYPE(append, &RingAppenderType))
         self->ring = (RingAppender *)append;
-    if (PyLong_Check(size)) {
-        self->fixed_size = PyLong_AsUnsignedLongLong(size);
-        if (PyErr_Occurred() || self->fixed_size > U32) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_ValueError, "a fixed size_of is a u32");
+    if (!PyCallable_Check(size)) {   /* every tuple's size, as the pure collector takes one */
+        int rc = field_value(size, U32, &self->fixed_size);
+        if (rc != 0) {
+            if (rc > 0)
+                PyErr_Format(PyExc_ValueError, "a fixed size_of is a u32, not %R", size);
             goto fail;
         }
     }
@@ -1007,6 +1148,18 @@ collect_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->move = move;
     self->observe = observe;
     self->collectives = collectives;
+    if ((self->move_code = PyLong_FromLong(move)) == NULL || (self->observe_code = PyLong_FromLong(observe)) == NULL
+        || (self->collective_codes = PyFrozenSet_New(NULL)) == NULL)
+        goto fail;
+    for (int c = 0; c < 64; c++) {
+        if (!((collectives >> c) & 1))
+            continue;
+        PyObject *code = PyLong_FromLong(c);
+        int rc = code == NULL ? -1 : PySet_Add(self->collective_codes, code);   /* brand new: may be filled */
+        Py_XDECREF(code);
+        if (rc < 0)
+            goto fail;
+    }
     if (one_slot(switches, &self->switches, 1, cid, "switches") < 0)
         goto fail;
     Py_INCREF(switches);
@@ -1014,7 +1167,7 @@ collect_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->on = (const char *)self->switches.buf + cid;
     if (one_slot(inflight, &self->inflight_table, sizeof(int64_t), cid, "in-flight table") < 0)
         goto fail;
-    if (self->inflight_table.itemsize != sizeof(int64_t)) {
+    if (self->inflight_table.itemsize != sizeof(int64_t) || (uintptr_t)self->inflight_table.buf % sizeof(int64_t)) {
         PyBuffer_Release(&self->inflight_table);
         PyErr_SetString(PyExc_ValueError, "the in-flight table holds int64 (array('q'))");
         goto fail;
@@ -1043,6 +1196,9 @@ collect_dealloc(Collect *self)
     Py_CLEAR(self->next);
     Py_CLEAR(self->append);
     Py_CLEAR(self->size_of);
+    Py_CLEAR(self->move_code);
+    Py_CLEAR(self->observe_code);
+    Py_CLEAR(self->collective_codes);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1272,18 +1428,69 @@ mark_start(MpiCall *self, int64_t t0, uint64_t flags, uint64_t peer, uint64_t ar
     return mark_as(self, self->op, t0, flags, peer, arg, n);
 }
 
+/* list[0] of a one-item list a collector shares with Python (its switch, the drain's bound, the
+ * bytes pickled so far): borrowed, or NULL with the IndexError `list[0]` raises once it is empty. */
+static PyObject *
+first_item(PyObject *list)
+{
+    if (PyList_GET_SIZE(list) < 1) {
+        PyErr_SetString(PyExc_IndexError, "list index out of range");
+        return NULL;
+    }
+    return PyList_GET_ITEM(list, 0);
+}
+
+/* 0 when a record fits the trace tuple (ids and counts read from Python within their fields, times
+ * not before the clock's 0); else 1, with the TemplateMismatch the trace element raises for it, as
+ * the closures' appends raise it. */
+static int
+record_refused(RingAppender *ring, const uint64_t v[8])
+{
+    int fits = (int64_t)v[6] >= 0 && (int64_t)v[7] >= 0;
+    for (int i = 0; i < 6 && fits; i++)
+        fits = v[i] <= LIMIT[i];
+    if (fits)
+        return 0;
+    PyObject *values[8] = {NULL};
+    int i = 0;
+    for (; i < 8; i++) {
+        values[i] = i < 6 ? PyLong_FromUnsignedLongLong(v[i]) : PyLong_FromLongLong((int64_t)v[i]);
+        if (values[i] == NULL)
+            break;
+    }
+    if (i == 8)
+        raise_mismatch(ring->element, values, 8);
+    while (i-- > 0)
+        Py_DECREF(values[i]);
+    return 1;
+}
+
+/* The drain's bound, as a comparison of an index with it says (clipped): -1 with an error set for
+ * what has no __index__. */
+static int
+bound_of(PyObject *bound_list, Py_ssize_t *out)
+{
+    PyObject *bound = first_item(bound_list);
+    if (bound == NULL)
+        return -1;
+    *out = PyNumber_AsSsize_t(bound, NULL);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* The record of `op`, then spill() when the drain's bound is reached; -1 with an exception set
  * (record: of the call's own op). */
 static int
 record_as(MpiCall *self, uint64_t op, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n, int64_t t0, int64_t t1)
 {
     uint64_t v[8] = {op, flags, (uint64_t)self->cid, peer, arg, n, (uint64_t)t0, (uint64_t)t1};
-    Py_ssize_t last = ring_append(self->ring, v);
-    if (last < 0)
+    Py_ssize_t last;
+    if (record_refused(self->ring, v) || ring_append(self->ring, v, &last) < 0)
         return -1;
-    PyObject *bound = PyList_GET_ITEM(self->bound, 0);
+    PyObject *bound = first_item(self->bound);
+    if (bound == NULL)
+        return -1;
     if (bound != self->bound_seen) {   /* the drain moved it (rarely): read the new one */
-        Py_ssize_t b = PyLong_AsSsize_t(bound);
+        Py_ssize_t b = PyNumber_AsSsize_t(bound, NULL);   /* clipped: as a comparison with it says */
         if (b == -1 && PyErr_Occurred())
             return -1;
         Py_INCREF(bound);
@@ -1330,25 +1537,34 @@ to_fallback(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnam
 static int
 collecting(MpiCall *self)
 {
-    return PyObject_IsTrue(PyList_GET_ITEM(self->on, 0));
+    PyObject *on = first_item(self->on);
+    return on == NULL ? -1 : PyObject_IsTrue(on);
 }
 
 static PyObject *s_info;
 
-/* Bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count):
- * S_PICKLED, a call's bytes are the growth during it (`pickled_since`). */
-static uint64_t
-pickled_so_far(MpiCall *self)
+/* Bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count) in
+ * *out: S_PICKLED, a call's bytes are the growth during it (`pickled_since`). -1 with an error set
+ * when the count is gone or no int. */
+static int
+pickled_so_far(MpiCall *self, uint64_t *out)
 {
-    return PyLong_AsUnsignedLongLongMask(PyList_GET_ITEM(self->dumped, 0));
+    PyObject *count = first_item(self->dumped);
+    if (count == NULL)
+        return -1;
+    *out = PyLong_AsUnsignedLongLongMask(count);
+    return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* What mpi4py pickled since `before` (pickled_so_far before a call), as a record's u32 nbytes. */
-static uint64_t
-pickled_since(MpiCall *self, uint64_t before)
+static int
+pickled_since(MpiCall *self, uint64_t before, uint64_t *n)
 {
-    uint64_t grew = pickled_so_far(self) - before;
-    return grew < U32 ? grew : U32;
+    uint64_t now_count;
+    if (pickled_so_far(self, &now_count) < 0)
+        return -1;
+    *n = now_count - before < U32 ? now_count - before : U32;
+    return 0;
 }
 
 /* A nonblocking post's request wrapped in the request class, its `info` set as the closure sets it:
@@ -1410,18 +1626,18 @@ mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     int on = collecting(self);
     if (on <= 0)
         return on < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 4, NULL);
-    uint64_t peer = peer_of(self, dest);
+    uint64_t peer = peer_of(self, dest), before = 0;
+    if (pickled && pickled_so_far(self, &before) < 0)
+        return NULL;
     int64_t t0 = now(self->offset_ns);
     if (mark_start(self, t0, self->flags, peer, (uint64_t)tag, n) < 0)
         return NULL;
-    uint64_t before = pickled ? pickled_so_far(self) : 0;
     PyObject *result = PyObject_Vectorcall(self->call, call_args, 4, NULL);
     if (result == NULL)
         return failed(self, self->flags, peer, (uint64_t)tag, t0);
     int64_t t1 = now(self->offset_ns);
-    if (pickled)   /* what mpi4py pickled during the call */
-        n = pickled_since(self, before);
-    if (set_mark(self, NULL) < 0) {
+    /* then what mpi4py pickled during the call */
+    if (set_mark(self, NULL) < 0 || (pickled && pickled_since(self, before, &n) < 0)) {
         Py_DECREF(result);
         return NULL;
     }
@@ -1551,10 +1767,11 @@ received_bytes_of(PyObject *get_count, PyObject *status, long long *count)
     return status_field(get_count, status, count);
 }
 
-/* _collector.use_mpi_status(capsule, get_count, byte, handle_size, source_at=-1, tag_at=-1) -> bool:
- * have compiled receives read a Status's count with MPI_Get_count (address `get_count`) on MPI_BYTE
- * (handle `byte`, of `handle_size` bytes), the Status's MPI_Status found by mpi4py's PyMPIStatus_Get
- * (`capsule`), and its source and tag at those byte offsets in it (-1: Get_source, Get_tag).
+/* _collector.use_mpi_status(capsule, get_count, byte, handle_size, source_at=-1, tag_at=-1,
+ * status_size=0) -> bool: have compiled receives read a Status's count with MPI_Get_count (address
+ * `get_count`) on MPI_BYTE (handle `byte`, of `handle_size` bytes), the Status's MPI_Status (of
+ * `status_size` bytes) found by mpi4py's PyMPIStatus_Get (`capsule`, refused unless it is that), and
+ * its source and tag at those byte offsets in it (-1, or not inside it: Get_source, Get_tag).
  * False, and the Status's methods stay, for a handle size other than an int's or a pointer's. */
 static PyObject *
 py_use_mpi_status(PyObject *Py_UNUSED(module), PyObject *args)
@@ -1563,20 +1780,22 @@ py_use_mpi_status(PyObject *Py_UNUSED(module), PyObject *args)
     unsigned long long address;
     long long byte;
     int size;
-    Py_ssize_t source = -1, tag = -1;
-    if (!PyArg_ParseTuple(args, "OKLi|nn:use_mpi_status", &capsule, &address, &byte, &size, &source, &tag))
+    Py_ssize_t source = -1, tag = -1, status_size = 0;
+    if (!PyArg_ParseTuple(args, "OKLi|nnn:use_mpi_status", &capsule, &address, &byte, &size, &source, &tag,
+                          &status_size))
         return NULL;
     if ((size != 4 && size != (int)sizeof(void *)) || address == 0)
         Py_RETURN_FALSE;
-    void *of = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
+    void *of = PyCapsule_GetPointer(capsule, "MPI_Status *(PyObject *)");   /* mpi4py's, and no other */
     if (of == NULL)
         return NULL;
     status_of = (MPI_Status_of)of;
     mpi_byte = (intptr_t)byte;
     mpi_handle_size = size;
-    get_count_fn = (void *)(uintptr_t)address;
-    source_at = source >= 0 && source % 4 == 0 ? source : -1;
-    tag_at = tag >= 0 && tag % 4 == 0 ? tag : -1;
+    get_count_fn = (void *)(uintptr_t)address;   /* trusted: MPI_Get_count, as the caller found it */
+    /* an int's offset inside the MPI_Status (of status_size bytes), else the Status's methods */
+    source_at = source >= 0 && source % 4 == 0 && source + 4 <= status_size ? source : -1;
+    tag_at = tag >= 0 && tag % 4 == 0 && tag + 4 <= status_size ? tag : -1;
     Py_RETURN_TRUE;
 }
 
@@ -1672,22 +1891,25 @@ mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwna
     uint64_t f = self->flags | (source == self->any_source ? self->any_source_flag : 0)
                  | (recvtag == self->any_tag ? self->any_tag_flag : 0);
     uint64_t peer = peer_of(self, dest), want = peer_of(self, source), wanted_tag = (uint64_t)recvtag & U32;
+    uint64_t before = 0;
+    if (pickled && pickled_so_far(self, &before) < 0)
+        goto done;
     int64_t t0 = now(self->offset_ns);
     if (mark_as(self, self->recv_op, t0, f, want, wanted_tag, 0) < 0)   /* waiting in the receive half */
         goto done;
-    uint64_t before = pickled ? pickled_so_far(self) : 0;
     result = PyObject_Vectorcall(self->call, call_args, 8, NULL);
     if (result == NULL) {   /* as the closure: the receive half's record, failed */
         failed_as(self, self->recv_op, f, want, wanted_tag, t0);
         goto done;
     }
     int64_t t1 = now(self->offset_ns);
-    if (pickled)   /* what mpi4py pickled during the call */
-        n = pickled_since(self, before);
     long long got_source, got_tag, count;
+    Py_ssize_t index;
+    if (set_mark(self, NULL) < 0 || (pickled && pickled_since(self, before, &n) < 0))   /* pickled during the call */
+        goto fail;
     uint64_t send_half[8] = {self->op, self->flags, (uint64_t)self->cid, peer, (uint64_t)sendtag, n, (uint64_t)t0,
                              (uint64_t)t1};
-    if (set_mark(self, NULL) < 0 || ring_append(self->ring, send_half) < 0
+    if (record_refused(self->ring, send_half) || ring_append(self->ring, send_half, &index) < 0
         || status_int(self->get_source, status, source_at, &got_source) < 0
         || status_int(self->get_tag, status, tag_at, &got_tag) < 0
         || received_bytes_of(self->get_count, status, &count) < 0)
@@ -1727,8 +1949,11 @@ mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kw
             PyErr_SetString(PyExc_RuntimeError, "the round counter ended");
         return NULL;
     }
-    uint64_t round = PyLong_AsUnsignedLongLongMask(next) & U32;
+    unsigned long long counted_round = PyLong_AsUnsignedLongLongMask(next);   /* next(rounds) & U32, as the closure */
     Py_DECREF(next);
+    if (counted_round == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    uint64_t round = counted_round & U32;
     stack[0] = self->comm;
     for (Py_ssize_t i = 0; i < nargs; i++)
         stack[i + 1] = args[i];
@@ -1736,17 +1961,18 @@ mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kw
     if (on <= 0)
         return on < 0 ? NULL : PyObject_Vectorcall(self->call, stack, nargs + 1, NULL);
     uint64_t peer = self->root_at < 0 ? PEER_NONE : peer_of(self, root);
+    uint64_t before = 0;
+    if (self->sends == S_PICKLED && pickled_so_far(self, &before) < 0)
+        return NULL;
     int64_t t0 = now(self->offset_ns);
     if (mark_start(self, t0, self->flags, peer, round, n) < 0)
         return NULL;
-    uint64_t before = self->sends == S_PICKLED ? pickled_so_far(self) : 0;
     PyObject *result = PyObject_Vectorcall(self->call, stack, nargs + 1, NULL);
     if (result == NULL)
         return failed(self, self->flags, peer, round, t0);
     int64_t t1 = now(self->offset_ns);
-    if (self->sends == S_PICKLED)   /* what mpi4py pickled during the call */
-        n = pickled_since(self, before);
-    if (set_mark(self, NULL) < 0 || record(self, self->flags, peer, round, n, t0, t1) < 0) {
+    if (set_mark(self, NULL) < 0 || (self->sends == S_PICKLED && pickled_since(self, before, &n) < 0)
+        || record(self, self->flags, peer, round, n, t0, t1) < 0) {
         Py_DECREF(result);
         return NULL;
     }
@@ -1837,16 +2063,23 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *comm, *call, *fallback, *append, *on, *bound, *spill, *marks, *peers, *status, *rounds,
         *ndarray;
     Py_ssize_t cid, root_at = -1;
-    unsigned long long op, flags, error, any_source_flag, any_tag_flag;
+    PyObject *op_arg, *flags_arg, *error_arg, *any_source_flag_arg, *any_tag_flag_arg, *recv_op_arg = zero;
+    uint64_t op, flags, error, any_source_flag, any_tag_flag, recv_op;
     long long any_source, any_tag, offset_ns, rank = 0;
     PyObject *params = Py_None, *defaults = Py_None, *request_class = Py_None, *channel = Py_None;
-    unsigned long long recv_op = 0;
     PyObject *dumped = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnKKKLLKKL|inLOOOOKO:MpiCall", names, &kind, &comm, &call,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnOOOLLOOL|inLOOOOOO:MpiCall", names, &kind, &comm, &call,
                                      &fallback, &append, &on, &bound, &spill, &marks, &peers, &status, &rounds,
-                                     &ndarray, &cid, &op, &flags, &error, &any_source, &any_tag,
-                                     &any_source_flag, &any_tag_flag, &offset_ns, &sends, &root_at, &rank,
-                                     &params, &defaults, &request_class, &channel, &recv_op, &dumped))
+                                     &ndarray, &cid, &op_arg, &flags_arg, &error_arg, &any_source, &any_tag,
+                                     &any_source_flag_arg, &any_tag_flag_arg, &offset_ns, &sends, &root_at, &rank,
+                                     &params, &defaults, &request_class, &channel, &recv_op_arg, &dumped))
+        return NULL;
+    /* op codes and flags are the record's u16 fields */
+    if (unsigned_arg(op_arg, 0xFFFF, "op", &op) < 0 || unsigned_arg(flags_arg, 0xFFFF, "flags", &flags) < 0
+        || unsigned_arg(error_arg, 0xFFFF, "error", &error) < 0
+        || unsigned_arg(any_source_flag_arg, 0xFFFF, "any_source_flag", &any_source_flag) < 0
+        || unsigned_arg(any_tag_flag_arg, 0xFFFF, "any_tag_flag", &any_tag_flag) < 0
+        || unsigned_arg(recv_op_arg, 0xFFFF, "recv_op", &recv_op) < 0 || check_offset(offset_ns) < 0)
         return NULL;
     int posts = request_class != Py_None;
     if ((kind == K_IRECV && !posts) || (posts && ((kind != K_SEND && kind != K_IRECV) || channel == Py_None
@@ -1870,7 +2103,7 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             }
         }
     }
-    if (kind < K_SEND || kind > K_SENDRECV || sends < S_NONE || sends > S_PICKLED || recv_op > 0xFFFF
+    if (kind < K_SEND || kind > K_SENDRECV || sends < S_NONE || sends > S_PICKLED
         || (sends == S_PICKLED && (!PyList_CheckExact(dumped) || PyList_GET_SIZE(dumped) != 1))) {
         PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv), 2 (collective), 3 (irecv) or 4 (sendrecv); "
                         "sends 0, 1, 2 or 3 (a pickle form, with `dumped`); recv_op a u16");
@@ -1884,8 +2117,8 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                         "for marks and peers, the ndarray type, and for a collective its round iterator");
         return NULL;
     }
-    if (op > 0xFFFF || flags > 0xFFFF || error > 0xFFFF || (uint64_t)cid > U32) {
-        PyErr_SetString(PyExc_ValueError, "op and flags are u16, the collector id a u32");
+    if ((uint64_t)cid > U32) {
+        PyErr_SetString(PyExc_ValueError, "the collector id is a u32");
         return NULL;
     }
     MpiCall *self = (MpiCall *)type->tp_alloc(type, 0);
@@ -2064,11 +2297,9 @@ typedef struct {
 static int
 channel_append(PyObject **field, const uint64_t v[8])
 {
-    Py_ssize_t last = ring_append((RingAppender *)field[CH_APPEND], v);
-    if (last < 0)
-        return -1;
-    Py_ssize_t bound = PyLong_AsSsize_t(PyList_GET_ITEM(field[CH_BOUND], 0));
-    if (bound == -1 && PyErr_Occurred())
+    Py_ssize_t last, bound;
+    if (record_refused((RingAppender *)field[CH_APPEND], v) || ring_append((RingAppender *)field[CH_APPEND], v, &last) < 0
+        || bound_of(field[CH_BOUND], &bound) < 0)
         return -1;
     return last >= bound ? call_void(field[CH_SPILL]) : 0;
 }
@@ -2127,7 +2358,8 @@ traced_post(RequestWait *self, PyObject *request, PyObject **field, uint64_t pos
 static int
 pending(PyObject *request, PyObject **field)
 {
-    int on = PyObject_IsTrue(PyList_GET_ITEM(field[CH_ON], 0));
+    PyObject *switch_on = first_item(field[CH_ON]);
+    int on = switch_on == NULL ? -1 : PyObject_IsTrue(switch_on);
     return on > 0 ? PyObject_IsTrue(request) : on;
 }
 
@@ -2169,6 +2401,22 @@ completion_failed(RequestWait *self, PyObject **field, Py_ssize_t cid, uint64_t 
     return NULL;
 }
 
+/* The channel's collector id (a u32) and its clock's offset: -1 with an error set for others. */
+static int
+channel_ids(PyObject **field, Py_ssize_t *cid, int64_t *offset)
+{
+    *cid = PyLong_AsSsize_t(field[CH_CID]);
+    long long at = PyLong_AsLongLong(field[CH_OFFSET]);
+    if (PyErr_Occurred())
+        return -1;
+    if (*cid < 0 || (uint64_t)*cid > U32) {
+        PyErr_Format(PyExc_ValueError, "the channel's collector id is %zd, not a u32", *cid);
+        return -1;
+    }
+    *offset = at;
+    return check_offset(at);
+}
+
 /* The request record of a completed request (collector.request_done): a receive's source, tag
  * and bytes from its Status `st` (not read when None), the post's otherwise. */
 static int
@@ -2189,7 +2437,10 @@ request_record(RequestWait *self, PyObject **field, const uint64_t post[5], int6
         tag = (uint64_t)got_tag & U32;
         n = count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32;
     }
-    Py_ssize_t cid = PyLong_AsSsize_t(field[CH_CID]);
+    Py_ssize_t cid;
+    int64_t offset;
+    if (channel_ids(field, &cid, &offset) < 0)
+        return -1;
     uint64_t v[8] = {post[0], post[1] | self->request_flag, (uint64_t)cid, peer, tag, n, (uint64_t)t_post, (uint64_t)t1};
     return channel_append(field, v);
 }
@@ -2222,9 +2473,9 @@ wait_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObje
     int active = pending(request, field);
     if (active <= 0)
         return active < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 2, NULL);
-    Py_ssize_t cid = PyLong_AsSsize_t(field[CH_CID]);
-    int64_t offset = PyLong_AsLongLong(field[CH_OFFSET]);
-    if (PyErr_Occurred())
+    Py_ssize_t cid;
+    int64_t offset;
+    if (channel_ids(field, &cid, &offset) < 0)
         return NULL;
     int64_t t0 = now(offset);
     if (mark_waiting(self, field, cid, t0, post) < 0)
@@ -2427,9 +2678,9 @@ waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         used = statuses;
     }
     PyObject **first = fields;
-    Py_ssize_t cid = PyLong_AsSsize_t(first[CH_CID]);
-    int64_t offset = PyLong_AsLongLong(first[CH_OFFSET]);
-    if (PyErr_Occurred())
+    Py_ssize_t cid;
+    int64_t offset;
+    if (channel_ids(first, &cid, &offset) < 0)
         goto done;
     int64_t t0 = now(offset);
     if (mark_waiting(self, first, cid, t0, posts) < 0)
@@ -2480,13 +2731,20 @@ wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                             "cancelled_flag", "empty_flag", "error", "receives", "status_class", "test", "outcome",
                             NULL};
     PyObject *call, *fallback, *request_class, *channel_class, *receives, *status_class;
-    unsigned long long op, request_flag, cancelled_flag, empty_flag, error;
+    PyObject *u16_args[5];
+    uint64_t u16[5];   /* op, request_flag, cancelled_flag, empty_flag, error: the record's u16 fields */
+    static const char *u16_names[5] = {"op", "request_flag", "cancelled_flag", "empty_flag", "error"};
     int all = PyType_IsSubtype(type, &RequestWaitallType);
     int test = 0, outcome = O_ALWAYS;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOKKKKKOO|pi:RequestWait", names, &call, &fallback, &request_class,
-                                     &channel_class, &op, &request_flag, &cancelled_flag, &empty_flag, &error,
-                                     &receives, &status_class, &test, &outcome))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOO|pi:RequestWait", names, &call, &fallback, &request_class,
+                                     &channel_class, &u16_args[0], &u16_args[1], &u16_args[2], &u16_args[3],
+                                     &u16_args[4], &receives, &status_class, &test, &outcome))
         return NULL;
+    for (int i = 0; i < 5; i++) {
+        if (unsigned_arg(u16_args[i], 0xFFFF, u16_names[i], &u16[i]) < 0)
+            return NULL;
+    }
+    uint64_t op = u16[0], request_flag = u16[1], cancelled_flag = u16[2], empty_flag = u16[3], error = u16[4];
     if (outcome < 0 || outcome >= O_KINDS) {
         PyErr_Format(PyExc_ValueError, "RequestWaitall's outcome is one of 0..%d, got %d", O_KINDS - 1, outcome);
         return NULL;
@@ -2598,7 +2856,8 @@ static PyTypeObject RequestWaitType = {
 static PyMethodDef functions[] = {
     {"clock_ns", py_clock_ns, METH_NOARGS, "clock_ns() -> int: the collectors' clock (CLOCK_MONOTONIC, ns)"},
     {"use_mpi_status", py_use_mpi_status, METH_VARARGS,
-     "use_mpi_status(capsule, get_count, byte, handle_size) -> bool: receives read counts with MPI_Get_count"},
+     "use_mpi_status(capsule, get_count, byte, handle_size, source_at=-1, tag_at=-1, status_size=0) -> bool: "
+     "receives read counts with MPI_Get_count"},
     {"clock_source", py_clock_source, METH_NOARGS,
      "clock_source() -> str: 'tsc' (the TSC, scaled to CLOCK_MONOTONIC) or 'clock_gettime'"},
     {NULL, NULL, 0, NULL},

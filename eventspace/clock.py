@@ -69,7 +69,7 @@ def _best(fanout: Fanout, node: str, samples: int, timeout: float) -> tuple[int,
         t3 = time.monotonic_ns()
         if not reply.ok:
             raise PastSetError(f"node {node} does not answer clock queries: "
-                               f"{reply.error if reply.error is not None else 'no reply'}")
+                               f"{reply.error if reply.error is not None else f'no reply within {timeout:g} s'}")
         delay = t3 - t0
         offset = reply.value - (t0 + t3) // 2
         if best is None or delay < best[1]:

@@ -32,8 +32,9 @@ class Collector(Wrapper):
     element without taking its lock (NodeSpace.appender).
 
     Two implementations with these same semantics: the compiled one (eventspace/_collector.c, a
-    vectorcall object that writes the ring from C) and the pure-Python closure below, which is the
-    reference and the fallback (EVENTSPACE_PURE=1, or no compiler at install; NodeSpace chooses).
+    vectorcall object that writes the ring from C) and the pure-Python closure `collecting` makes,
+    which is the reference and the fallback (EVENTSPACE_PURE=1, or no compiler at install;
+    NodeSpace chooses).
     Both write the same records, byte for byte but for the times, on the same clock.
     """
 
@@ -61,40 +62,48 @@ class Collector(Wrapper):
             return space.compiled.Collect(
                 self.next, space.switches, space.inflight, cid, eid, flags, failed, size_of, self._append,
                 space.clock_offset_ns, op.MOVE, op.OBSERVE, _COLLECTIVES_MASK)
-        nxt, append, clock, switches, inflight = self.next, self._append, space.clock, space.switches, space.inflight
-        if not callable(size_of):
-            size_of = _fixed(size_of)
-        MOVE, OBSERVE, COLLECTIVES = op.MOVE, op.OBSERVE, op.COLLECTIVES
-        # itertools.count's next() is atomic: a round's callers all take their number before any
-        # caller of the next round can (the next round needs every one of them to have returned).
-        rounds = itertools.count()
+        return collecting(self.next, space.switches, space.inflight, cid, eid, flags, failed, size_of, self._append,
+                          space.clock)
 
-        def collect(code, args):
-            if not switches[cid]:
-                if code in COLLECTIVES:   # rounds are counted while off too: they stay aligned across members
-                    next(rounds)
-                return nxt(code, args)
-            t0 = clock()
-            inflight[cid] = t0
-            try:
-                result = nxt(code, args)
-            except BaseException:
-                inflight[cid] = 0
-                append(code, failed, cid, eid, 0, 0, t0, clock())
-                raise
-            t1 = clock()
+
+def collecting(nxt, switches, inflight, cid, eid, flags, failed, size_of, append, clock):
+    """The pure collecting callable `collect(code, args)`, with everything it needs in cells: the
+    reference that the compiled `Collect` (eventspace/_collector.c), given the same arguments but
+    the clock's offset and the operation codes, must agree with (tests/eventspace/test_compiled_fuzz.py).
+    `size_of` is a function of a tuple, or a number: every tuple's size."""
+    if not callable(size_of):
+        size_of = _fixed(size_of)
+    MOVE, OBSERVE, COLLECTIVES = op.MOVE, op.OBSERVE, op.COLLECTIVES
+    # itertools.count's next() is atomic: a round's callers all take their number before any
+    # caller of the next round can (the next round needs every one of them to have returned).
+    rounds = itertools.count()
+
+    def collect(code, args):
+        if not switches[cid]:
+            if code in COLLECTIVES:   # rounds are counted while off too: they stay aligned across members
+                next(rounds)
+            return nxt(code, args)
+        t0 = clock()
+        inflight[cid] = t0
+        try:
+            result = nxt(code, args)
+        except BaseException:
             inflight[cid] = 0
-            if code == MOVE:
-                append(code, flags, cid, eid, (result or 0) & _U32, size_of(args[0]), t0, t1)
-            elif code == OBSERVE:
-                append(code, flags, cid, eid, result[0] & _U32, size_of(result[1]), t0, t1)
-            elif code in COLLECTIVES:
-                append(code, flags, cid, eid, next(rounds) & _U32, 0, t0, t1)
-            else:
-                append(code, flags, cid, eid, 0, 0, t0, t1)
-            return result
+            append(code, failed, cid, eid, 0, 0, t0, clock())
+            raise
+        t1 = clock()
+        inflight[cid] = 0
+        if code == MOVE:
+            append(code, flags, cid, eid, (result or 0) & _U32, size_of(args[0]), t0, t1)
+        elif code == OBSERVE:
+            append(code, flags, cid, eid, result[0] & _U32, size_of(result[1]), t0, t1)
+        elif code in COLLECTIVES:
+            append(code, flags, cid, eid, next(rounds) & _U32, 0, t0, t1)
+        else:
+            append(code, flags, cid, eid, 0, 0, t0, t1)
+        return result
 
-        return collect
+    return collect
 
 
 # Bit c set: operation code c is a collective (what the compiled collector tests `code` against).

@@ -21,7 +21,7 @@ import pastset
 from pastset import Fanout, PastSetError
 
 from .catalogue import Catalogue
-from .gather import MODES, GatherJoin, JoinSpec, Pulled
+from .gather import CONCURRENCY, MODES, GatherJoin, JoinLimits, JoinSpec, Pulled
 from .hosted import CURSORS, INFLIGHT, INSTALL, OFF, REMOVE, RENEW
 from .ignored import BAD_TIMES, NOT_ON_CLOCK, Ignored
 from .roster import REPORT_EVERY, RosterWriter, ScopeEntry, monitor_name, roster_node
@@ -30,7 +30,6 @@ from .stages import ScopeStage, check_tree
 from .view import View
 
 PLACEMENTS = ("monitor", "near")
-CONCURRENCY = ("concurrent", "sequential")
 PLACE_TIMEOUT = 10.0   # seconds a node may take to place a near join
 MAX_PIPELINE = 16      # pulls one scope may keep in flight
 CLOCK_SLACK_NS = 10**9  # how far past now a corrected record may end (a clock estimate errs by far less)
@@ -212,7 +211,7 @@ class EventScope:
         self._slots: SimpleQueue | None = None   # one fan-out and copy of the monitor's joins per pull in flight
         self._pool = None
         self.timeout = timeout
-        self.lease = lease
+        self.lease = self._checked_lease(lease)
         self.settings = TreeSettings(tree, placement, concurrency, tuple(stages), max_rate).checked(
             self.pathmap.allow_modules)
         self.clock_offsets = dict(clock_offsets or {})
@@ -301,7 +300,9 @@ class EventScope:
             # A join waits less than its parent does, so that a node that does not answer is
             # reported by the join that asked it, and the parent still hears from that join.
             levels = max(depth.values()) + 1
-            timeout = self.timeout * (levels - depth[join]) / (levels + 1) if near else self.timeout
+            # (A join on a node waits at most JoinLimits.max_timeout: its parent, longer, hears from it.)
+            timeout = (min(self.timeout * (levels - depth[join]) / (levels + 1), JoinLimits().max_timeout) if near
+                       else self.timeout)
             specs.append(JoinSpec(keys[join], depth[join], node, leaves, children, stages, self.mode,
                                   settings.concurrency, timeout, dict(self.endpoints), cursors))
         check_tree([ScopeStage.parse(s, pm.allow_modules) for s in settings.stages], [s.leaves for s in specs],
@@ -478,6 +479,13 @@ class EventScope:
         pulled = joins[root].pull(fanout)
         return (pulled, time.perf_counter() - started, fanout.bytes_received - received,
                 fanout.bytes_sent - sent)
+
+    @staticmethod
+    def _checked_lease(lease) -> float:
+        try:
+            return JoinLimits().lease(lease)
+        except PastSetError as exc:
+            raise ScopeError(f"lease: {exc}") from None
 
     def _checked_pipeline(self, pipeline) -> int:
         if isinstance(pipeline, bool) or not isinstance(pipeline, int) or not 1 <= pipeline <= MAX_PIPELINE:

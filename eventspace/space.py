@@ -9,21 +9,31 @@ import time
 from array import array
 from typing import NamedTuple
 
-from pastset import Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
+from pastset import AuthError, BadArgument, Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
 from pastset import Fanout
+from pastset.caller import Caller
 from pastset.deferred import Deferred
+from paths.wrapper import PathsError
 
 from . import compiled, trace
 from .catalogue import Catalogue
 from .clock import estimate, monotonic_clock
-from .gather import GatherJoin, JoinSpec, Pulled
+from .gather import GatherJoin, JoinLimits, JoinSpec, Pulled
 from .hosted import (CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, OFF, PULL, RECORDING_ENVIRONMENT, REMOVE,
                      RENEW)
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]
-MAX_JOINS = 10_000                      # scope joins one node server holds at once
 _SWEEP_EVERY = 0.25                     # seconds between looks for scope joins whose lease ended
+# What a placed join holds, as its node's memory budget counts it: a little over what tracemalloc
+# measured of joins over the paper layout's catalogue (1,841 collectors): 2 kB bare, 105 B a leaf
+# with its stream cursor, 250-290 B a child, 180-250 B a character of a filter compiled both ways,
+# 34 kB a classes stage (tables by collector id), 18 kB a histogram stage.
+_JOIN_BYTES = 8 * 1024                  # the join, its spec and its frame
+_LEAF_BYTES = 256                       # per leaf: its name in two lists, its stream cursor
+_CHILD_BYTES = 512                      # per child: [node, key, nodes]
+_STAGE_BYTES = 16 * 1024                # per stage, and per stage and collector of the run, 16 B more
+_STAGE_CHAR_BYTES = 320                 # per character of its stages: a filter's trees and closures
 SINGLE_THREAD_ROLES = frozenset({"source", "contribute"})  # collectors only their thread calls
 
 
@@ -108,14 +118,16 @@ class NodeSpace:
         # Scope joins placed here by monitors: key -> GatherJoin; each holds a lease. They read this
         # node's trace elements through its in-process name, as they read other nodes' remotely.
         self.local_endpoint = node.server.serve("local://")
+        self.join_limits = JoinLimits()
         self._joins: dict[str, GatherJoin] = {}
-        self._joins_mutex = threading.Lock()  # held while _joins changes
+        self._joins_mutex = threading.Lock()  # held while _joins (and the joins' owners) change
+        self._owned: dict[tuple, int] = {}    # client connection -> how many joins it placed are here
         # Fan-outs free for a pull: each pull in flight asks other nodes with one of its own.
         self._fanouts: list[Fanout] = []
-        for name, fn in ((INSTALL, self.install), (REMOVE, self.remove),
-                         (RENEW, self.renew), (LIST, self.joins), (CURSORS, self.cursors),
+        for name, fn in ((REMOVE, self.remove), (RENEW, self.renew), (LIST, self.joins), (CURSORS, self.cursors),
                          (CLOCK_CHILDREN, self.clock_children)):
             node.server.host(name, fn)
+        node.server.host(INSTALL, self.install, caller=True)
         # A pull waits on other nodes' replies without a thread: the endpoint's loop carries it.
         node.server.host(PULL, self.pull, inline=True)
         self._sweeper = threading.Thread(target=self._sweep, name=f"eventspace-leases-{node.name}", daemon=True)
@@ -214,23 +226,72 @@ class NodeSpace:
 
     # -- scope joins placed on this node -------------------------------------------------------
 
-    def install(self, spec: dict, lease: float) -> None:
-        """Place a scope join here, leased for `lease` seconds (renewed by pulls and `renew`)."""
-        join = GatherJoin(JoinSpec(**spec), self.catalogue, joins=self._joins, clock=self.clock,
-                          started=self.started_ns)
-        join.endpoints = {**join.spec.endpoints, self.node.name: self.local_endpoint}
-        join.lease_until = time.monotonic() + lease
-        join.lease = lease
-        with self._joins_mutex:
-            if len(self._joins) >= MAX_JOINS and join.spec.key not in self._joins:
-                raise LimitExceeded(f"node {self.node.name} already holds {MAX_JOINS} scope joins; "
-                                    "close some scopes")
-            self._joins[join.spec.key] = join
+    def install(self, caller: Caller, spec: dict, lease: float) -> None:
+        """Place a scope join here for `caller`, leased for `lease` seconds (renewed by pulls and
+        `renew`); it replaces a join of the same key.
 
-    def pull(self, key: str) -> Deferred:
+        A client of the node may have sent anything: the spec is checked field by field and bounded
+        (`JoinLimits`, `JoinSpec.placed`), the join is counted in the node's memory budget, and it
+        reaches the run's other nodes where the run says they listen, not where the spec says
+        (unless the pathmap's `security.join_endpoints` lists the address). Under CURVE only a
+        client whose key the node's authorized_clients/ holds now may place one (AuthError)."""
+        node, limits = self.node, self.join_limits
+        security = node.security
+        if not caller.in_process and security.serves and not security.authorises(caller.key):
+            raise AuthError(f"node {node.name} places scope joins only for clients whose CURVE key is in "
+                            f"{security.authorized} now; this client's key ({caller.key}) is not")
+        lease = limits.lease(lease)
+        join = GatherJoin(JoinSpec.placed(spec, node.name, self.catalogue, limits), self.catalogue, joins=self._joins,
+                          clock=self.clock, started=self.started_ns)
+        join.endpoints = self._endpoints_for(join.spec)
+        join.lease = lease
+        join.owner = caller.connection
+        join.charge = _size_of(join.spec, len(self.catalogue) + len(self.catalogue.system))
+        key = join.spec.key
+        with self._joins_mutex:
+            replaced = self._joins.get(key)
+            if len(self._joins) >= limits.max_joins and replaced is None:
+                raise LimitExceeded(f"node {node.name} already holds {limits.max_joins} scope joins "
+                                    "(JoinLimits.max_joins); close some scopes")
+            owned = self._owned.get(join.owner, 0) - (replaced is not None and replaced.owner == join.owner)
+            if join.owner is not None and owned >= limits.max_joins_per_client:
+                raise LimitExceeded(f"this client (one connection) already placed {owned} scope joins on node "
+                                    f"{node.name}, its share (JoinLimits.max_joins_per_client = "
+                                    f"{limits.max_joins_per_client}); close some scopes")
+            node.server.budget.take(join.charge, f"scope join {key!r}")
+            if replaced is not None:
+                self._drop(key)
+            join.lease_until = time.monotonic() + lease
+            self._joins[key] = join
+            self._owned[join.owner] = self._owned.get(join.owner, 0) + 1
+
+    def _endpoints_for(self, spec: JoinSpec) -> dict[str, str]:
+        """Where the join reaches each node of the run (it, and the joins below it in this process,
+        which its rounds pull): this node in-process; another where the run says it listens (the
+        launcher's word, else the pathmap's), or where the spec says if the pathmap's
+        security.join_endpoints allows that address."""
+        allowed = self.node.pathmap.security.join_endpoints
+        reads = {*spec.leaves, *(child[0] for child in spec.children)}
+        out = {}
+        for name in (n.name for n in self.node.pathmap.nodes):
+            given = spec.endpoints.get(name)
+            try:
+                out[name] = (self.local_endpoint if name == self.node.name else given if given in allowed
+                             else self.node.endpoint_of(name))
+            except PathsError:
+                if name in reads:   # one it reads itself must be known (a join below it read its own)
+                    raise
+        return out
+
+    def pull(self, key: str, above: int = -1) -> Deferred:
         """Pull join `key`: its round's requests are sent now, and the Deferred gives the Pulled's
-        wire form once their replies are in (the endpoint's loop carries it meanwhile)."""
+        wire form once their replies are in (the endpoint's loop carries it meanwhile). A join that
+        pulls it gives its own level as `above`: a child's level is greater than its parent's
+        (BadArgument otherwise), so that no pull comes back to a join it has passed."""
         join = self._join(key)
+        if type(above) is not int or join.spec.level <= above:
+            raise BadArgument(f"scope join {key!r} (level {join.spec.level}) is not below the join that pulls it "
+                              f"(level {above!r}): a join's children are on greater levels")
         join.lease_until = time.monotonic() + join.lease
         fanouts = self._fanouts
         fanout = fanouts.pop() if fanouts else Fanout({})
@@ -250,17 +311,19 @@ class NodeSpace:
     def remove(self, key: str) -> dict:
         """Remove a join; its stream cursors (so that a new tree can go on where it stopped)."""
         with self._joins_mutex:
-            join = self._joins.pop(key, None)
+            join = self._drop(key) if isinstance(key, str) else None
         return join.cursors if join is not None else {}
 
     def cursors(self, key: str) -> dict:
         return dict(self._join(key).cursors)
 
     def renew(self, keys: list, lease: float) -> int:
-        until = time.monotonic() + lease
+        until = time.monotonic() + self.join_limits.lease(lease)
+        if not isinstance(keys, list) or len(keys) > self.join_limits.max_joins:
+            raise BadArgument(f"renew takes a list of at most {self.join_limits.max_joins} join keys")
         renewed = 0
         for key in keys:
-            join = self._joins.get(key)
+            join = self._joins.get(key) if isinstance(key, str) else None
             if join is not None:
                 join.lease_until = until
                 renewed += 1
@@ -270,10 +333,22 @@ class NodeSpace:
         return sorted(self._joins)
 
     def _join(self, key) -> GatherJoin:
-        join = self._joins.get(key)
+        join = self._joins.get(key) if isinstance(key, str) else None
         if join is None:
-            raise UnknownElement(f"no scope join {key!r} on node {self.node.name} (its lease ended, "
+            raise UnknownElement(f"no scope join {key!r:.300} on node {self.node.name} (its lease ended, "
                                  "or its scope was closed)")
+        return join
+
+    def _drop(self, key: str) -> GatherJoin | None:
+        """Take join `key` away (mutex held): its memory back to the budget, its owner's count down."""
+        join = self._joins.pop(key, None)
+        if join is not None:
+            self.node.server.budget.give(join.charge)
+            left = self._owned[join.owner] - 1
+            if left:
+                self._owned[join.owner] = left
+            else:
+                del self._owned[join.owner]
         return join
 
     def _sweep(self) -> None:
@@ -289,7 +364,7 @@ class NodeSpace:
                     for join in self._joins.values():
                         join.lease_until += stopped
                 for key in [k for k, j in self._joins.items() if j.lease_until < now]:
-                    del self._joins[key]
+                    self._drop(key)
 
     def _watch(self) -> None:
         # Read by index and discard only once applied: a switcher that sees the command gone
@@ -315,6 +390,15 @@ class NodeSpace:
             self.node.server.delete(CONTROL)
         self._watcher.join(timeout=2)
         self._sweeper.join(timeout=2)
+
+
+def _size_of(spec: JoinSpec, collectors: int) -> int:
+    """The bytes a join of `spec` holds on a node of a run of `collectors`, as the node's memory
+    budget counts them."""
+    leaves = sum(len(names) for names in spec.leaves.values())
+    return (_JOIN_BYTES + _LEAF_BYTES * leaves + _CHILD_BYTES * len(spec.children)
+            + (_STAGE_BYTES + 16 * collectors) * len(spec.stages)
+            + _STAGE_CHAR_BYTES * sum(len(text) for text in spec.stages))
 
 
 def register(node) -> None:

@@ -1,4 +1,4 @@
-"""The monitors' subcommands of `eventspace`: monitor heartbeat|getevent|colop|classes|matrix, dashboard, replay, demo, archive."""
+"""The monitors' subcommands of `eventspace`: monitor heartbeat|getevent|colop|classes|matrix|waits, dashboard, replay, demo, archive."""
 
 from __future__ import annotations
 
@@ -57,6 +57,14 @@ def register(subparsers) -> None:
     _matrix_options(mx)
     mx.set_defaults(func=_matrix)
 
+    wt = monitors.add_parser("waits", help="an MPI run's wait states (Scalasca's patterns): who waits for whom, "
+                                           "how long, and where")
+    _run_options(wt, interval=1.0)
+    wt.add_argument("--view", default="all", help="the collectors whose records count (default: all; a wait is "
+                                                  "found where both its ends are in the view)")
+    _waits_options(wt)
+    wt.set_defaults(func=_waits)
+
     stack = subparsers.add_parser("stack", help="the Python stack of every thread of a live run, identical ones "
                                                 "merged, with the operation each is in")
     stack.add_argument("--run", required=True, help="the live run: its name (`eventspace runs` lists them) or its "
@@ -113,6 +121,13 @@ def register(subparsers) -> None:
     amx.add_argument("--json", action="store_true", help="print the matrix as one JSON object")
     _matrix_options(amx)
     amx.set_defaults(func=_archive_matrix)
+
+    awt = commands.add_parser("waits", help="an MPI run's wait states (Scalasca's patterns): who waited for whom, "
+                                            "how long, and where")
+    awt.add_argument("db", help="the archive of an MPI run (eventspace mpirun --archive)")
+    awt.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    _waits_options(awt)
+    awt.set_defaults(func=_archive_waits)
 
     export = commands.add_parser("export", help="write an archive's events as a Perfetto trace or OTF2")
     export.add_argument("db", help="the archive file")
@@ -325,7 +340,7 @@ def _matrix(args) -> int:
                   "them (an archive, `eventspace mpirun --archive`, keeps every message)")
     _show_matrix(args, mon.matrix, table=False)
     messages, nbytes = int(mon.matrix.messages.sum()), int(mon.matrix.nbytes.sum())
-    watch.finish(f"{messages:,} messages, {nbytes:,} bytes" + _account_line(account, "records"),
+    watch.finish(f"{messages:,} messages, {nbytes:,} bytes" + _account_line(account, watch, "records"),
                  {"messages": messages, "bytes": nbytes, "records": _account_figures(account)})
     return 0
 
@@ -340,8 +355,15 @@ def _account(scope):
         return None
 
 
-def _account_line(account, what: str = "events") -> str:
-    return f"; {account.line(what)}" if account is not None else ""
+def _account_line(account, watch, what: str = "events") -> str:
+    """`; N events made in its view: ...`; `as of its last pull` when the run ended without the final read
+    (its nodes stopped before this monitor read what they wrote last: `made` counts what it saw)."""
+    if account is None:
+        return ""
+    from .watch import PROGRAM_ENDED
+
+    final = watch.why is None or watch.why == PROGRAM_ENDED
+    return f"; {account.line(what)}" + ("" if final else ", as of its last pull (the run ended before a final read)")
 
 
 def _account_figures(account) -> dict | None:
@@ -350,22 +372,98 @@ def _account_figures(account) -> dict | None:
 
 def _show_matrix(args, matrix, table: bool = True) -> None:
     """The matrix as JSON or tables (unless `table` is False), and its plots if --plot asks."""
+    from .heatmap import write_plots
+    from .render import matrix_tables
+
+    _show(args, matrix, matrix_tables, write_plots, table)
+
+
+def _show(args, result, tables, draw, table: bool = True) -> None:
+    """A monitor's result (with `as_dict`) as JSON or as `tables(result)` (unless `table` is False), and
+    its plots, `draw(result, args.plot)`, if --plot asks (or a note that the plot extra is missing)."""
     from pastset.terminal import console
 
-    from .heatmap import INSTALL_HINT, plotting, write_plots
-    from .render import matrix_tables
+    from .heatmap import INSTALL_HINT, plotting
 
     if table:
         if args.json:
-            print(json.dumps(matrix.as_dict()))
+            print(json.dumps(result.as_dict()))
         else:
-            console().print(matrix_tables(matrix))
+            console(highlight=False).print(tables(result))
     if args.plot:
         if not plotting():
             print(f"note: no plots: --plot needs matplotlib ({INSTALL_HINT})", file=sys.stderr)
             return
-        written = write_plots(matrix, args.plot)
+        written = draw(result, args.plot)
         print(f"wrote {', '.join(map(str, written))}", file=sys.stderr if args.json else sys.stdout)
+
+
+def _waits_options(parser) -> None:
+    parser.add_argument("--top", type=int, default=10, help="the largest waits listed, grouped by rank, pattern, "
+                                                            "op, peer and communicator (default %(default)s)")
+    parser.add_argument("--plot", metavar="OUT.png", help="also draw who waits for whom (OUT.png) and each rank's "
+                                                          "waiting by pattern (OUT-ranks.png); needs eventspace[plot]")
+
+
+def _archive_waits(args) -> int:
+    from .archive import Archive
+    from .waitstates import archive_waits
+
+    with Archive.open(args.db) as archive:
+        report = archive_waits(archive, top=args.top)
+    _show_waits(args, report)
+    return 0
+
+
+def _waits(args) -> int:
+    from .watch import Watch
+    with Watch(args.run, "waits", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
+        from .render import waitstates_tables
+        from .waitstates import WaitStatesMon
+
+        with WaitStatesMon(watch.run_file, args.view, top=args.top) as mon:
+            shown = {"seen": None}
+
+            def show(report):
+                if args.json:
+                    watch.emit(report.as_dict())
+                    return
+                seen = (report.waiting_ns, sum(p.uncertain_ns for p in report.patterns))
+                if seen != shown["seen"]:   # the tables again only when waits were added
+                    shown["seen"] = seen
+                    watch.out.print(waitstates_tables(report))
+
+            watch.loop(mon.poll, show)
+            if watch.why:   # the run has ended and its last records are in: settle what waited for more
+                report = mon.finish()
+                if args.json:
+                    watch.emit(report.as_dict())
+                else:
+                    watch.out.print(waitstates_tables(report))
+            else:
+                report = mon.report()
+            account = _account(mon.scope)
+    _show_waits(args, report, table=False)
+    watch.finish(_waits_line(report) + _account_line(account, watch, "records"),
+                 {"waiting_ns": report.waiting_ns, "mpi_ns": report.mpi_ns,
+                  "patterns": {p.key: p.waiting_ns for p in report.patterns}, "complete": report.complete,
+                  "records": _account_figures(account)})
+    return 0
+
+
+def _waits_line(report) -> str:
+    """`1,234.5 ms waiting of 3,456.7 ms in MPI: Late Sender 1,000.0 ms, Wait at N×N 234.5 ms`."""
+    patterns = ", ".join(f"{p.name} {p.waiting_ns / 1e6:,.1f} ms" for p in report.patterns if p.waiting_ns)
+    return (f"{report.waiting_ns / 1e6:,.1f} ms waiting of {report.mpi_ns / 1e6:,.1f} ms in MPI"
+            + (f": {patterns}" if patterns else ""))
+
+
+def _show_waits(args, report, table: bool = True) -> None:
+    """The wait states as JSON or tables (unless `table` is False), and their plots if --plot asks."""
+    from .render import waitstates_tables
+    from .waitplots import write_plots
+
+    _show(args, report, waitstates_tables, write_plots, table)
 
 
 def _json_value(value):
@@ -501,7 +599,7 @@ def _getevent(args) -> int:
     lost = [f"node {node} {'gone' if gone else 'not answering'} since {time.strftime('%H:%M:%S', time.localtime(since))}"
             for node, (gone, since) in sorted(mon.lost.items(), key=lambda item: (item[1][1], item[0]))]
     summary = (f"{mon.stats.tuples:,} events streamed in {mon.stats.pulls} pulls, "
-               f"{mon.stats.discarded:,} discarded before they were read" + _account_line(account)
+               f"{mon.stats.discarded:,} discarded before they were read" + _account_line(account, watch)
                + (f"; wrote {out}" if out else "") + "".join(f"; {line}" for line in lost))
     watch.finish(summary, {"events": mon.stats.tuples, "pulls": mon.stats.pulls, "discarded": mon.stats.discarded,
                            "account": _account_figures(account), "out": str(out) if out else None,
@@ -540,7 +638,7 @@ def _colop(args) -> int:
     if report is not None and report.open is not None and report.open.open_for_s >= args.interval:
         summary += (f"; round {report.open.round} was open at the last look, waiting for "
                     f"{', '.join(report.open.waiting_for) or 'no member'}")
-    watch.finish(summary + _account_line(account), {"tree": mon.tree, "rounds": report.rounds if report else 0,
+    watch.finish(summary + _account_line(account, watch), {"tree": mon.tree, "rounds": report.rounds if report else 0,
                                                      "account": _account_figures(account)})
     return 0
 
@@ -566,7 +664,7 @@ def _classes(args) -> int:
             watch.loop(mon.poll, show)
             account = _account(mon.scope)
     last = f", the last: {len(shown[-1].classes)} classes" if shown else ""
-    watch.finish(f"{len(shown)} pulls{last}" + _account_line(account),
+    watch.finish(f"{len(shown)} pulls{last}" + _account_line(account, watch),
                  {"pulls": len(shown), "account": _account_figures(account)})
     return 0
 

@@ -1,4 +1,4 @@
-"""The live dashboard: heartbeat, observe rates, collective latencies, the monitors' own cost, the application's pace."""
+"""The live dashboard: heartbeat, observe rates, collective latencies, wait states, the monitors' own cost, the application's pace."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from eventspace.catalogue import Catalogue
 from eventspace.roster import ActiveScope, Roster, roster_node
 from eventspace.scope import resolve
 from eventspace.system import NodeSample
@@ -20,8 +21,9 @@ from pastset import PastSetError
 
 from .colop import ColOpMon, ColOpReport, instrumented_trees
 from .heartbeat import Heartbeat, HeartbeatReport
-from .render import heartbeat_grid, open_round, status_counts, system_bars, worst_round
+from .render import heartbeat_grid, open_round, status_counts, system_bars, waitstates_summary, worst_round
 from .system import SystemMon
+from .waitstates import WaitReport, WaitStatesMon, has_mpi
 
 
 class RunEnded(PastSetError):
@@ -43,6 +45,7 @@ class DashboardState:
     steps_per_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     events_per_s: float | None = None   # a replay's: events recorded per second in the interval (None live)
+    waits: WaitReport | None = None     # an MPI run's wait states so far
 
     def as_dict(self) -> dict:
         """The frame as plain data (a line of `eventspace dashboard --json`)."""
@@ -52,12 +55,14 @@ class DashboardState:
                 "scopes": [scope.as_dict() for scope in self.scopes],
                 "nodes": [node.as_dict() for node in self.nodes],
                 "cpu_seconds": self.cpu_seconds, "steps": self.steps, "steps_per_s": self.steps_per_s,
-                "notes": list(self.notes), "events_per_s": self.events_per_s}
+                "notes": list(self.notes), "events_per_s": self.events_per_s,
+                "waits": self.waits.as_dict() if self.waits else None}
 
 
 class Dashboard:
     """Runs a heartbeat, a collective-operation monitor per instrumented tree (or the `trees`
-    named) and, with `system`, a SystemMon (each node's CPU, memory and communication) against a
+    named), on an MPI run (with `waitstates`) a WaitStatesMon (who waits for whom, by pattern)
+    and, with `system`, a SystemMon (each node's CPU, memory and communication) against a
     live run, reads the run's roster of scopes (every monitor's, wherever it runs), and turns
     them into a DashboardState every `update()`. `progress` is a callable giving {thread:
     {"step": n}} (e.g. a paths.Run's `progress`). `ended` is a callable giving why the run ended
@@ -65,7 +70,8 @@ class Dashboard:
     of a run that ends under it raises RunEnded at once instead of waiting for each panel's nodes."""
 
     def __init__(self, run, *, progress=None, title: str | None = None, heartbeat: bool = True,
-                 colop: bool = True, trees: list[str] | None = None, system: bool = True, ended=None):
+                 colop: bool = True, trees: list[str] | None = None, system: bool = True, waitstates: bool = True,
+                 ended=None):
         self.started = time.monotonic()
         self.ended = ended
         pathmap, endpoints = resolve(run)
@@ -81,6 +87,8 @@ class Dashboard:
         elif trees is None:
             trees = instrumented_trees(run)  # none instrumented: nothing to show there
         self.colops = [ColOpMon(run, tree) for tree in trees]
+        # Only an MPI run's records have wait states; any other run's dashboard shows no such panel.
+        self.waitstates = WaitStatesMon(run) if waitstates and has_mpi(Catalogue(pathmap)) else None
         self.system = self._panel(lambda: SystemMon(run), "no system summaries: the run's nodes sample none (its "
                                   "pathmap says `system: false`, as an MPI run's does)") if system else None
         self.progress = progress
@@ -104,7 +112,7 @@ class Dashboard:
         now = time.monotonic()
         state = DashboardState(self.title, now - self.started, self.state.heartbeat, self.state.colops,
                                self.state.scopes, self.state.nodes, steps=self.state.steps,
-                               steps_per_s=self.state.steps_per_s)
+                               steps_per_s=self.state.steps_per_s, waits=self.state.waits)
         if beat and self.heartbeat:
             state.heartbeat = self.heartbeat.beat()
             self._check_ended()
@@ -112,6 +120,9 @@ class Dashboard:
             for mon in self.colops:
                 mon.poll()
             state.colops = [mon.report() for mon in self.colops]
+            self._check_ended()
+        if beat and self.waitstates:
+            state.waits = self.waitstates.poll()
             self._check_ended()
         if beat and self.system:
             state.nodes = self.system.poll()
@@ -156,6 +167,9 @@ class Dashboard:
             parts.append(f"last heartbeat: {counts}")
         for report in state.colops:
             parts.append(f"tree {report.tree}: {report.rounds:,} rounds")
+        if state.waits:
+            parts.append(f"wait states: {state.waits.waiting_ns / 1e6:,.1f} ms waiting of "
+                         f"{state.waits.mpi_ns / 1e6:,.1f} ms in MPI")
         parts.append(f"{len(self._scopes_seen)} scopes seen; monitors' CPU {state.cpu_seconds:.1f} s")
         return "; ".join(parts)
 
@@ -165,6 +179,7 @@ class Dashboard:
         return {"watched_s": round(state.elapsed, 3), "steps": state.steps if self.reported else None,
                 "heartbeat": dict(status_counts(state.heartbeat)) if state.heartbeat else None,
                 "trees": {report.tree: report.rounds for report in state.colops},
+                "waits": {p.key: p.waiting_ns for p in state.waits.patterns} if state.waits else None,
                 "scopes_seen": len(self._scopes_seen), "cpu_seconds": round(state.cpu_seconds, 3)}
 
     def close(self) -> None:
@@ -172,6 +187,8 @@ class Dashboard:
             self.heartbeat.close()
         for mon in self.colops:
             mon.close()
+        if self.waitstates:
+            self.waitstates.close()
         if self.system:
             self.system.close()
         self.roster.close()
@@ -218,6 +235,12 @@ def render(state: DashboardState) -> Layout:
         if report.open is not None and report.open.open_for_s >= 1.0:
             open_rounds.append(open_round(report))
     trees = ", ".join(r.tree for r in state.colops)
-    layout["bottom"].update(Panel(Group(ops, *open_rounds), title=f"collective operations{' on ' + trees if trees else ''}"))
+    collectives = Panel(Group(ops, *open_rounds), title=f"collective operations{' on ' + trees if trees else ''}")
+    if state.waits is None:
+        layout["bottom"].update(collectives)
+    else:   # an MPI run: its wait states beside its collectives
+        layout["bottom"].split_row(Layout(collectives, name="collectives", ratio=3),
+                                   Layout(Panel(waitstates_summary(state.waits), title="wait states"), name="waits",
+                                          ratio=2))
     layout["notes"].update(Panel(Text("\n".join(state.notes[-4:]) or " "), title=f"{state.title} — {state.elapsed:.0f} s"))
     return layout

@@ -256,3 +256,89 @@ def stacks_view(report, order: list[str]) -> Group:
     if report.ended:
         shown.append(Text(f"not running: {', '.join(report.ended)}", style="dim"))
     return Group(*shown)
+
+
+def waitstates_tables(report, most: int = 16) -> Group:
+    """The wait states (monitors.waitstates.WaitReport): the clock's bound, per pattern its waiting,
+    share of the MPI time and uncertain waits; per rank its waiting by pattern and what it caused;
+    for at most `most` ranks, who waits for whom; per communicator; the top waits; what is pending."""
+    from .waitstates import PATTERNS
+
+    def ms(ns: int) -> str:
+        return f"{ns / 1e6:,.1f}"
+
+    shown = [Text(f"wait states of {counted(report.ranks, 'rank')}: {report.waiting_ns / 1e6:,.1f} ms of "
+                  f"{report.mpi_ns / 1e6:,.1f} ms in MPI calls, from {counted(report.records, 'record')}",
+                  style="bold"),
+             Text(report.clock_line, style="dim")]
+    patterns = Table(title="per pattern", title_justify="left")
+    for column in ("pattern", "waiting ms", "share of MPI time", "instances", "uncertain ms (instances)"):
+        patterns.add_column(column, justify="left" if column == "pattern" else "right")
+    for p in report.patterns:
+        patterns.add_row(p.name, ms(p.waiting_ns), f"{p.share:.1%}", f"{p.instances:,}",
+                         f"{ms(p.uncertain_ns)} ({p.uncertain_instances:,})" if p.uncertain_instances else "",
+                         style="" if p.waiting_ns or p.uncertain_instances else "dim")
+    shown.append(patterns)
+    seen = [i for i, p in enumerate(report.patterns) if p.waiting_ns]
+    ranks = Table(title="per rank (ms)", title_justify="left")
+    for column in ("rank", "in MPI", "waiting", *(PATTERNS[i].name for i in seen), "caused"):
+        ranks.add_column(column, justify="left" if column == "rank" else "right")
+    for r in range(report.ranks):
+        row = report.per_rank[r]
+        ranks.add_row(f"r{r}", ms(report.mpi_ns_per_rank[r]), ms(sum(row)), *(ms(row[i]) for i in seen),
+                      ms(sum(report.pairs[w][r] for w in range(report.ranks))))
+    shown.append(ranks)
+    if report.ranks <= most:
+        pairs = Table(title="who waits for whom (ms)", title_justify="left", caption="row: the rank that waited; "
+                      "column: the rank it waited for", caption_justify="left")
+        pairs.add_column("waiter \\ cause")
+        for c in range(report.ranks):
+            pairs.add_column(f"r{c}", justify="right")
+        for w in range(report.ranks):
+            pairs.add_row(f"r{w}", *(Text(ms(v), style="bold red" if v else "") if v else Text("·", style="dim")
+                                     for v in report.pairs[w]))
+        shown.append(pairs)
+    else:
+        shown.append(Text(f"({report.ranks} ranks: who waits for whom is in --json)", style="dim"))
+    if len(report.communicators) > 1:
+        comms = Table(title="per communicator (ms)", title_justify="left")
+        for column in ("comm", "in MPI", *(PATTERNS[i].name for i in seen)):
+            comms.add_column(column, justify="right")
+        for comm, figures in report.communicators.items():
+            comms.add_row(str(comm), ms(figures["mpi_ns"]),
+                          *(ms(figures["waiting_ns"][PATTERNS[i].key]) for i in seen))
+        shown.append(comms)
+    if report.top:
+        names = {p.key: p.name for p in PATTERNS}
+        top = Table(title="the largest waits", title_justify="left")
+        for column in ("rank", "waited in", "for", "on comm", "pattern", "calls", "ms"):
+            top.add_column(column, justify="right" if column in ("on comm", "calls", "ms") else "left")
+        for t in report.top:
+            top.add_row(f"r{t.rank}", t.op, f"r{t.peer}" if t.peer >= 0 else "-", str(t.comm), names[t.pattern],
+                        f"{t.calls:,}", ms(t.waiting_ns))
+        shown.append(top)
+    waiting = {k: v for k, v in report.pending.items() if v}
+    if waiting:
+        shown.append(Text("waiting for their other end: " + ", ".join(f"{v:,} {k.replace('_', ' ')}"
+                                                                      for k, v in waiting.items()), style="dim"))
+    if report.discarded:
+        shown.append(Text(f"{report.discarded:,} records were discarded before they were read: the figures are short "
+                          "of them (`eventspace mpirun --archive` keeps every record)", style="yellow"))
+    return Group(*shown)
+
+
+def waitstates_summary(report, most: int = 4) -> Group:
+    """The dashboard's panel of wait states: each pattern with waiting (ms and share of the MPI
+    time), the `most` largest who-waits-for-whom pairs, and the clock's bound."""
+    patterns = Table(box=None, padding=(0, 1))
+    for column in ("pattern", "ms", "share"):
+        patterns.add_column(column, justify="left" if column == "pattern" else "right")
+    for p in report.patterns:
+        if p.waiting_ns or p.uncertain_ns:
+            patterns.add_row(p.name, f"{p.waiting_ns / 1e6:,.1f}", f"{p.share:.0%}")
+    pairs = sorted(((ns, w, c) for w, row in enumerate(report.pairs) for c, ns in enumerate(row) if ns), reverse=True)
+    lines = [Text(f"r{w} waited {ns / 1e6:,.1f} ms for r{c}") for ns, w, c in pairs[:most]]
+    bound = report.clock.get("bound_ns")
+    clock = "clock bound: not known between hosts" if bound is None else f"clock bound {bound / 1e3:,.1f} µs"
+    return Group(patterns if patterns.row_count else Text("no waits yet", style="dim"), *lines,
+                 Text(f"{report.waiting_ns / 1e6:,.1f} of {report.mpi_ns / 1e6:,.1f} ms in MPI; {clock}", style="dim"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 from .errors import LimitExceeded
@@ -50,6 +51,12 @@ class MemoryBudget:
                 )
             self.used += nbytes
 
+    def charge(self, nbytes: int) -> None:
+        """Count `nbytes` held whatever the budget says (an error reply, which refuses something
+        bigger): never refused, so these may take the count past the limit."""
+        with self._mutex:
+            self.used += nbytes
+
     def give(self, nbytes: int) -> None:
         with self._mutex:
             self.used -= nbytes
@@ -61,3 +68,21 @@ class MemoryBudget:
                 f"server {self.server}: {what} of {nbytes:,} bytes is over the {self.max_ring:,}-byte "
                 "ring limit (Limits.max_ring); lower keep or delta, or raise Limits.max_ring"
             )
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim   # glibc
+    except (AttributeError, OSError):
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def release_freed() -> None:
+    """Hand the memory this process freed back to the system, where the C library keeps it: glibc
+    keeps freed blocks in its heaps for reuse (up to gigabytes, after many replies of a megabyte or
+    so), so a server's resident size would stay at its peak. A few milliseconds; elsewhere nothing."""
+    if _TRIM is not None:
+        _TRIM(0)

@@ -49,10 +49,10 @@ def _serve(args) -> int:
     check_bind(args.bind, security, args.insecure)
     server = TupleServer(args.name or socket.gethostname())
     endpoint = server.serve(args.bind, security)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())   # before we say we serve: a SIGTERM then stops us cleanly
     print(f"serving on {endpoint}" + (f" (CURVE, keys {security.keys})" if security.serves else ""),
           flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         while not stop.wait(0.5):
             pass

@@ -14,7 +14,8 @@ from . import transport
 from .checks import check_grace, check_timeout
 from .connection import GRACE
 from .element import ElementInfo
-from .errors import BadArgument, LimitExceeded, NotAnswering, PastSetError, Refused, ServerGone, UnknownElement
+from .errors import (BadArgument, LimitExceeded, NotAnswering, PastSetError, ProtocolError, Refused, ServerGone,
+                     UnknownElement)
 from .requests import Channel, Matcher
 from .security import Security, resolve
 from .template import Template
@@ -22,6 +23,9 @@ from .template import Template
 __all__ = ["Client", "RemoteElement", "GRACE", "check_grace"]
 
 _PING = object()   # the key of a liveness ping's reply
+# The operations a server may take its time to answer: they wait for a tuple (parked), or run a
+# hosted call. Any other is answered as soon as its server's loop reads it, before a ping sent after it.
+_WAITS = frozenset({p.MOVE, p.OBSERVE, p.OBSERVE_INDEXED, p.FIND, p.CALL})
 
 
 class Client(transport.Transport):
@@ -31,6 +35,13 @@ class Client(transport.Transport):
     One client may be shared by many threads: each thread talks over its own DEALER socket,
     so a thread blocked in `observe` never holds up another thread's `move`. Requests carry
     ids; replies to abandoned requests are recognised and dropped (`pastset.requests.Matcher`).
+
+    A server is not trusted: a reply of over `limits.max_reply` bytes is never read (its
+    connection is dropped as it arrives), one of more than a sixteenth that many values is not
+    decoded whole, and one that is not a reply, or whose result has not the shape of its
+    operation's, is a ProtocolError naming the server. A request that does not wait for a tuple
+    or a hosted call is answered before a liveness ping sent after it: a server that answers the
+    ping first lost it (or is not a node server), and the request ends at once.
     """
 
     # Silence after which a waiting caller pings the server to learn whether it is alive.
@@ -90,7 +101,14 @@ class Client(transport.Transport):
         self._call(p.DELETE, (name,))
 
     def elements(self) -> list[ElementInfo]:
-        return [ElementInfo(*row) for row in self._call(p.ELEMENTS, ())]
+        """Every element, sorted by name, asked for a page at a time (`protocol.ELEMENTS_PAGE`): one
+        entered or deleted while the pages come may be listed or not."""
+        infos, start = [], None
+        while True:
+            rows, start = self._call(p.ELEMENTS, (start, p.ELEMENTS_PAGE))
+            infos += [ElementInfo(*row) for row in rows]
+            if start is None:
+                return infos
 
     def latest_many(self, elements, n: int = 1) -> list[tuple[int, list | bytes]]:
         """`latest(n)` of many elements (handles or names) in one round trip."""
@@ -157,7 +175,8 @@ class Client(transport.Transport):
             self._closed_now()
         if channel is None:
             try:
-                channel = Channel(self._ctx, self.endpoint, self.security, rcvtimeo=int(self._PING_AFTER * 1000))
+                channel = Channel(self._ctx, self.endpoint, self.security, max_reply=self.limits.max_reply,
+                                  rcvtimeo=int(self._PING_AFTER * 1000))
             except zmq.ZMQError as exc:
                 if self._closed:   # closed meanwhile: its context is ending
                     self._closed_now()
@@ -165,7 +184,7 @@ class Client(transport.Transport):
             with self._sockets_mutex:
                 self._channels[channel] = threading.current_thread()
             self._local.channel = channel
-            self._local.matcher = Matcher()
+            self._local.matcher = Matcher(self.limits.max_reply // 16)
         return channel
 
     def _call(self, op, args, wait=None, grace=None, gone_after=None):
@@ -192,7 +211,7 @@ class Client(transport.Transport):
             matched = None
             if sent:
                 try:
-                    matched = matcher.match(channel.sock.recv())  # the common case: a reply within _PING_AFTER
+                    matched = self._match(matcher, channel.sock.recv())  # the common case: a reply within _PING_AFTER
                 except zmq.Again:
                     pass
             if matched is None:
@@ -202,8 +221,26 @@ class Client(transport.Transport):
             self._drop_channel()
             raise PastSetError(f"client of {self.endpoint} is closed ({exc})") from None
         if matched[1]:
+            try:
+                p.check_result(op, matched[2])
+            except ProtocolError as exc:
+                raise self._malformed(exc) from None
             return matched[2]
         raise matched[2]
+
+    def _match(self, matcher, raw):
+        """`matcher.match(raw)`, a frame that is not a reply a ProtocolError naming this server."""
+        try:
+            return matcher.match(raw)
+        except ProtocolError as exc:
+            raise self._malformed(exc) from None
+
+    def _malformed(self, exc: ProtocolError) -> ProtocolError:
+        """What was wrong with a frame from the server, as an error of this client naming the server;
+        the socket goes (what else it holds is no reply either)."""
+        self._drop_channel()
+        return type(exc)(f"node server {self.name} at {self.endpoint} sent a {exc}; is it a PastSet node "
+                         "server of this version?")
 
     def _wait(self, channel, matcher, unsent, op, wait, gone_after, grace):
         """The slow path of a reply: ping a quiet server, drop stale replies, and tell a server
@@ -214,6 +251,9 @@ class Client(transport.Transport):
         start = monotonic()
         deadline = None if wait is None else start + check_timeout(wait) + self._SLACK
         pinging = False
+        # The connection's drops when the request was sent (events are read only here), and when the
+        # ping was: a ping sent before the connection dropped is lost with it, and so is the request.
+        sent = drops = connection.drops
         heard = start  # when the server last showed it is alive
         while True:
             if self._closed:
@@ -226,15 +266,21 @@ class Client(transport.Transport):
                 self._drop_channel()
                 raise Refused(connection.refused)
             if not connection.up and silent >= gone_after:
+                # ZeroMQ drops a connection that brings a reply over Limits.max_reply, for good.
+                big = (f", or it sent a reply over this client's {self.limits.max_reply:,}-byte limit "
+                       "(Limits.max_reply)") if connection.drops != sent else ""
                 self._give_up(f"no reply for {silent:.2f}s, and its connection is closed (its process "
-                              "ended, the connection was reset, or its host cannot be reached)")
+                              f"ended, the connection was reset, or its host cannot be reached{big})")
             if connection.up and silent >= grace:
                 raise NotAnswering(f"node server {self.name} at {self.endpoint} did not answer for {grace:g} s "
                                    "though its connection is open (paused, swapping or overloaded?)")
             if unsent is not None and channel.send(unsent):
                 unsent = None
+            if pinging and connection.drops != drops:
+                pinging = False
             if unsent is None and not pinging and silent >= self._PING_AFTER:
                 pinging = channel.send(matcher.request(p.PING, (), _PING))  # tried again next time round if not
+                drops = connection.drops
             limit = heard + (grace if connection.up else gone_after)
             if deadline is not None:
                 limit = min(deadline, limit)
@@ -244,14 +290,27 @@ class Client(transport.Transport):
             if not raw:
                 heard = monotonic()  # the server's liveness probe
                 continue
-            matched = matcher.match(raw)
+            matched = self._match(matcher, raw)
             if matched is None:
                 continue  # the reply to a request this thread abandoned earlier: dropped
             if matched[0] is _PING:
+                if op not in _WAITS:
+                    self._lost(op, connection.drops != sent)
                 pinging = False
                 heard = monotonic()
                 continue
             return matched
+
+    def _lost(self, op, dropped: bool):
+        """A ping sent after request `op` (one its server answers at once) was answered, and the
+        request was not: it will not be."""
+        self._drop_channel()
+        what = f"node server {self.name} at {self.endpoint} answered a ping sent after the {p.OP_NAMES[op]} request"
+        if dropped:
+            raise ServerGone(f"{what}, but the request was lost when the connection dropped (did the server "
+                             "restart?)")
+        raise ProtocolError(f"{what}, but not the request: it lost the request, or it is not a PastSet node server "
+                            "of this version")
 
     def _give_up(self, why):
         self._drop_channel()
@@ -327,9 +386,9 @@ class RemoteElement:
         return as_batch(self._call(p.LATEST, (self.id, n)))
 
     def info(self) -> ElementInfo:
-        for info in self._client.elements():
-            if info.name == self.name:
-                return info
+        rows, _ = self._call(p.ELEMENTS, (self.name, 1))
+        if rows and rows[0][0] == self.name:
+            return ElementInfo(*rows[0])
         raise UnknownElement(f"no element named {self.name!r} on {self._client.endpoint}")
 
     def __repr__(self):

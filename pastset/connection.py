@@ -23,6 +23,8 @@ class Connection:
     down while connecting is refused or the host cannot be reached. So silence with `up` means
     "not answering", and silence without it "gone".
 
+    `drops` counts the times it went down after it was up (what was on its way went with it).
+
     `refused` says why, once the server refused the security handshake: a mechanism mismatch
     (CURVE on one side only, or a wrong server key) or a client key its authenticator does not
     accept.
@@ -50,6 +52,7 @@ class Connection:
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self._events, zmq.POLLIN)
         self.up = False
+        self.drops = 0   # how often it went down after it was up
         self.refused: str | None = None
 
     def poll(self, ms: int) -> bool:
@@ -71,6 +74,7 @@ class Connection:
         if event == zmq.EVENT_CONNECTED:
             self.up = True
         elif event == zmq.EVENT_DISCONNECTED:
+            self.drops += self.up
             self.up = False
         else:
             self.up = False

@@ -22,7 +22,9 @@ _ELEMENT_BYTES = 2048
 
 @dataclass(frozen=True)
 class ElementInfo:
-    """A snapshot of one element, as `eventspace ps stat` shows it."""
+    """A snapshot of one element, as `eventspace ps stat` shows it. `nbytes` is the data it holds: the
+    records of a binary element; the str and bytes fields of a typed one's tuples, and what the
+    objects of their `any` fields take."""
 
     name: str
     template: str

@@ -15,6 +15,8 @@ import msgpack
 import zmq
 
 from . import protocol as p
+from .budget import release_freed
+from .caller import Caller
 from .checks import check_index, check_timeout
 from .deferred import Deferred, waited
 from .element import FIND, MOVE, OBSERVE, WOULD_BLOCK, Element
@@ -38,14 +40,25 @@ class Endpoint:
     Shares, so that one client cannot take what the others need (a client here is one
     connection, a ROUTER peer: `pastset.Client` opens one per thread):
     - Parked requests: see `pastset.parking.Parking`.
+    - Deferred calls (inline hosted calls waiting on other servers): a client may have
+      `Limits.max_deferred_per_client` on their way, and the endpoint `Limits.max_calls` in all,
+      of which the last tenth is kept for clients with fewer than `FEW_DEFERRED` (a monitor's pull
+      is one at a time); as for parked requests, the refused get LimitExceeded at once.
     - Replies: one reply is at most `Limits.max_reply` bytes. A batch read whose reply would
       be bigger is refused before anything is read, from the sizes of what it names (an
-      element named twice is read once, but sent twice). A reply of `_TRACKED` bytes or more
-      is handed to ZeroMQ without a copy and counted in the memory budget until ZeroMQ has
-      sent it (or dropped it with its peer); a client may have at most twice
-      `Limits.max_reply` of them unsent, so one that does not read its replies is refused
-      further big ones. Smaller replies are copied into ZeroMQ's queue, at most SNDHWM of
-      them per peer.
+      element named twice is read once, but sent twice). Every reply is counted in the memory
+      budget (its bytes and ZeroMQ's `_ENVELOPE`) from when it is handed to ZeroMQ until ZeroMQ
+      has written it to its connection (or dropped it with its peer), and a client may have at
+      most twice `Limits.max_reply` of them unread, and at most `_BIG_UNREAD` of `_TRACKED` bytes
+      or more: past that, or past the budget, it is answered LimitExceeded instead (a read is
+      refused before anything is read). Errors and probes are counted but not refused; to a
+      client more than `_SLACK` beyond its share they are dropped (it reads nothing anyway).
+      ZeroMQ tells when it has let go of a message only for one sent without a copy and
+      tracked, which costs some 12 µs: a reply is sent so when the replies to its peer since
+      its last tracked one, it included, reach `_MARK` bytes (so every reply that big is), the
+      others are copied; a peer left with fewer gets an empty tracked frame at the next probe
+      (clients ignore empty frames). ZeroMQ writes a peer's messages in order, so a tracked one
+      let go of means every one before it was too.
     """
 
     def __init__(self, server, bind: str, security: Security):
@@ -56,7 +69,7 @@ class Endpoint:
         self._serial = next(_ENDPOINTS)   # with a peer id, names a client of this endpoint
         self.msgs_in = self.bytes_in = self.msgs_out = self.bytes_out = 0   # TupleServer.traffic
         # Replies (and reads whose replies could be) of this many bytes or more are checked against
-        # Limits.max_reply and, from _TRACKED bytes on, against the memory budget.
+        # Limits.max_reply (smaller ones only when their client nears its share of unread replies).
         self._big = min(_TRACKED, self.limits.max_reply + 1)
         self._ctx = zmq.Context()
         sock = self._sock = self._ctx.socket(zmq.ROUTER)
@@ -73,6 +86,10 @@ class Endpoint:
         except AuthError:
             self._ctx.destroy(linger=0)
             raise
+        # Under CURVE a request's frame carries the key its client authenticated with (a hosted
+        # call may ask, see Caller): frames are received as zmq.Frames then, the last one kept.
+        self._recv = sock.recv_multipart if self._auth is None else self._recv_keyed
+        self._request: zmq.Frame | None = None
         try:
             self.endpoint = _bind(sock, bind)
         except zmq.ZMQError as exc:
@@ -92,8 +109,16 @@ class Endpoint:
         self._workers = Workers(self.limits.max_calls, f"pastset-{server.name}-call")   # for hosted calls
         self._calls = 0                            # hosted calls running
         self._replies: deque = deque()             # (peer, rid, payload) finished by workers
-        self._in_flight: list = []                 # (tracker, peer, bytes): big replies ZeroMQ holds
-        self._unsent: dict[bytes, int] = {}        # peer -> bytes of its big replies in flight
+        # Replies ZeroMQ may still hold (see the class docstring), counted in the memory budget.
+        self._unread: dict[bytes, int] = {}        # peer -> bytes of its replies ZeroMQ may hold
+        self._loose: dict[bytes, int] = {}         # peer -> of them, sent since its last tracked one
+        self._in_flight: list = []                 # (tracker, peer, bytes it gives back when done, big?)
+        self._share = 2 * self.limits.max_reply    # bytes of replies one peer may leave unread
+        self._mark = min(_MARK, self._share // 16)
+        self._credit = 0                           # bytes taken from the budget for replies to come
+        self._held = 0                             # bytes of replies ZeroMQ may hold, for every peer
+        self._held_peak = 0                        # the most of them since the heap was last trimmed
+        self._unread_big: dict[bytes, int] = {}    # peer -> its replies of _TRACKED bytes or more in flight
         self._next_probe = 0.0
         self._rcvtimeo = -1
         self._stopping = False
@@ -101,12 +126,15 @@ class Endpoint:
         # Deferred answers of inline hosted calls, by (peer, rid), and the sockets of theirs this
         # loop polls beside its own (see pastset.deferred).
         self._deferred: dict[tuple, Deferred] = {}
+        self._deferred_of: dict[bytes, int] = {}   # peer -> how many of them are its
         self._watched: dict[zmq.Socket, Deferred] = {}
         self._sockets_of: dict[Deferred, list] = {}
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
-        # Replies from the loop thread share one Packer (packb would build one per reply).
+        # Replies from the loop thread share one Packer (packb would build one per reply); those of
+        # reads, which may be big, another (see _pack_read).
         self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
         self._thread = threading.Thread(target=self._run, name=f"pastset-{server.name}", daemon=True)
         self._thread.start()
 
@@ -119,8 +147,11 @@ class Endpoint:
         self._wake()
         self._thread.join(timeout=5)
         self._parking.close()
-        for _, _, size in self._in_flight:   # dropped with the context below
-            self.server.budget.give(size)
+        self.server.budget.give(sum(self._unread.values()) + self._credit)   # dropped with the context below
+        self._credit = 0
+        self._unread.clear()
+        self._loose.clear()
+        self._unread_big.clear()
         self._in_flight.clear()
         self._workers.close()
         self._waker.close(linger=0)
@@ -136,8 +167,7 @@ class Endpoint:
     def _run(self):
         parking = self._parking
         parking.loop_ident = threading.get_ident()
-        sock = self._sock
-        recv, handle = sock.recv_multipart, self._handle
+        recv, handle = self._recv, self._handle
         while not self._stopping:
             try:
                 frames = recv() if not self._deferred else self._poll_deferred()
@@ -155,13 +185,13 @@ class Endpoint:
                 if parking.deadlines:
                     parking.expire(self._timed_out)
                     self._set_rcvtimeo()
-                if parking.by_peer and monotonic() >= self._next_probe:
+                if (parking.by_peer or self._loose) and monotonic() >= self._next_probe:
                     self._probe()
                 while self._replies:
                     self._calls -= 1
                     self._deliver(*self._replies.popleft())
                 while self._lost:
-                    parking.forget(self._lost.pop())
+                    self._forget(self._lost.pop())
                 if self._in_flight:
                     self._reclaim()
             except Exception:  # a bug must not stop a server that others depend on
@@ -169,7 +199,19 @@ class Endpoint:
         for deferred in self._deferred.values():
             self._unwatch(deferred)
         self._deferred.clear()
-        sock.close(linger=0)
+        self._deferred_of.clear()
+        self._sock.close(linger=0)
+
+    def _recv_keyed(self, flags=0) -> list[bytes]:
+        """A request's frames, its last one kept for the CURVE key of its client (see _caller)."""
+        frames = self._sock.recv_multipart(flags, copy=False)
+        self._request = frames[-1]
+        return [f.bytes for f in frames]
+
+    def _caller(self, peer) -> Caller:
+        """Who sent the request being handled: its connection, and under CURVE its key."""
+        key = self._request.get("User-Id") if self._request is not None else None
+        return Caller((self._serial, peer), key)
 
     # -- deferred answers: hosted calls that wait on other servers, carried by this loop ---------
 
@@ -178,6 +220,7 @@ class Endpoint:
             self._deliver_deferred(peer, rid, deferred)
             return
         self._deferred[(peer, rid)] = deferred
+        self._deferred_of[peer] = self._deferred_of.get(peer, 0) + 1
         self._watch(deferred)
 
     def _watch(self, deferred: Deferred) -> None:
@@ -215,7 +258,7 @@ class Endpoint:
                 deferred = self._watched.get(s)
                 if deferred is not None and not deferred.done:
                     _step(deferred, deferred.readable, s)
-        return self._sock.recv_multipart(zmq.NOBLOCK) if request else None
+        return self._recv(zmq.NOBLOCK) if request else None
 
     def _settle_deferred(self) -> None:
         """Give each deferred answer its tick, send those done, and poll the sockets each uses now."""
@@ -225,6 +268,12 @@ class Endpoint:
                 _step(deferred, deferred.tick)
             if deferred.done:
                 del self._deferred[key]
+                peer = key[0]
+                left = self._deferred_of[peer] - 1
+                if left:
+                    self._deferred_of[peer] = left
+                else:
+                    del self._deferred_of[peer]
                 self._unwatch(deferred)
                 self._deliver_deferred(*key, deferred)
             else:
@@ -252,7 +301,7 @@ class Endpoint:
         try:
             rid, op, args = p.unpack_request(frame, self.limits)
         except ProtocolError as exc:
-            self._send(peer, p.error_reply(None, exc))
+            self._send(peer, p.error_reply(p.request_id(frame), exc))
             return
         try:
             handler, arity = self._ops[op] if 0 <= op < len(self._ops) else (None, 0)
@@ -271,18 +320,79 @@ class Endpoint:
                 f"bad arguments for {p.OP_NAMES.get(op, op)}: {type(exc).__name__}: {exc}")))
             return
         if result is not _ANSWERED:
-            self._deliver(peer, rid, self._pack([rid, p.OK, result]))
+            self._deliver(peer, rid, (self._pack_read if op in _READS else self._pack)([rid, p.OK, result]))
 
     # -- replies ---------------------------------------------------------------------------------
 
-    def _deliver(self, peer, rid, payload) -> bool:
-        """Send the reply to request `rid`; a big one goes through _send_large."""
-        if len(payload) < self._big:
-            return self._send(peer, payload)
-        return self._send_large(peer, rid, payload)
+    def _pack_read(self, reply):
+        """The frame of `reply` to a read: bytes, or, for one of _TRACKED bytes or more, a view of
+        the Packer's own buffer, sent without a copy (ZeroMQ keeps it, and with it that Packer, until
+        it has sent it; the loop takes a new one). A copy of a big reply is fresh memory, which costs
+        more than the copy: a page fault every 4 KiB, 25-45 ms for 10 MB on a virtual machine. (Half
+        a microsecond more than `_pack` for a small one.)"""
+        packer = self._packer
+        packer.pack(reply)
+        view = packer.getbuffer()
+        if len(view) < _TRACKED:
+            frame = bytes(view)
+            view.release()
+            packer.reset()
+            return frame
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+        return view
 
-    def _send(self, peer, payload) -> bool:
-        """Send a reply; False if the peer is gone (or so far behind that it stopped reading)."""
+    def _deliver(self, peer, rid, payload) -> bool:
+        """Send the reply to request `rid`; or LimitExceeded instead, and False, if it is over
+        Limits.max_reply, or its peer's share of unread replies or the memory budget cannot take it."""
+        size = len(payload) + _ENVELOPE
+        unread = self._unread.get(peer, 0)
+        if size > self._credit or size >= self._big or unread + size > self._share:
+            try:
+                self._check_reply(size - _ENVELOPE, "this request")
+                self._reclaim()
+                self._check_unread(peer, size)
+                self._take(size, False)
+            except LimitExceeded as exc:
+                self._send(peer, p.error_reply(rid, exc))
+                return False
+            unread = self._unread.get(peer, 0)
+        self._credit -= size
+        return self._queue(peer, unread, payload, size, False)
+
+    def _send(self, peer, payload, track: bool = False) -> bool:
+        """Send what the server owes whatever its budget (an error, a probe): counted, never refused;
+        dropped (False) if its peer is more than _SLACK past its share, or gone."""
+        size = len(payload) + _ENVELOPE
+        unread = self._unread.get(peer, 0)
+        if unread + size > self._share + _SLACK:
+            return False
+        if size > self._credit:
+            self._take(size, True)
+        self._credit -= size
+        return self._queue(peer, unread, payload, size, track)
+
+    def _take(self, size: int, owed: bool) -> None:
+        """Take from the memory budget what the credit lacks for a reply of `size` bytes, and _CREDIT
+        more if the budget has it (so that most replies take no lock); LimitExceeded if it has not,
+        unless the reply is `owed`: then it is counted anyway."""
+        need = size - self._credit
+        budget = self.server.budget
+        try:
+            budget.take_reply(need + _CREDIT, "a reply")
+            self._credit += need + _CREDIT
+        except LimitExceeded:
+            if owed:
+                budget.charge(need)
+            else:
+                budget.take_reply(need, f"a reply of {size:,} bytes")
+            self._credit += need
+
+    def _queue(self, peer, unread: int, payload, size: int, track: bool) -> bool:
+        """Hand `payload` to ZeroMQ for `peer` (which has `unread` bytes of replies ZeroMQ may hold),
+        its `size` taken from the credit already (and given back if it cannot be sent): copied, or
+        tracked (see the class docstring)."""
+        loose = self._loose.get(peer, 0) + size
+        track = track or loose >= self._mark
         # Counted before it is sent: its peer, once answered, reads the counts with it in them.
         self.msgs_out += 1
         self.bytes_out += len(payload)
@@ -290,70 +400,93 @@ class Endpoint:
             # Two plain sends with int flags: send_multipart combines enum flags per frame,
             # which costs more than the rest of a small reply.
             self._sock.send(peer, _MORE_NOWAIT)
-            self._sock.send(payload, _NOWAIT)
-            return True
+            if track:
+                tracker = self._sock.send(zmq.Frame(payload, copy=False, track=True), _NOWAIT, copy=False, track=True)
+            else:
+                self._sock.send(payload, _NOWAIT)
         except zmq.ZMQError as exc:
             self.msgs_out -= 1
             self.bytes_out -= len(payload)
+            self._credit += size
             if exc.errno == zmq.EHOSTUNREACH:
                 self._lost.append(peer)
             return False
-
-    def _send_large(self, peer, rid, payload) -> bool:
-        """Send a big reply: one of _TRACKED bytes or more without a copy, counted in the memory
-        budget until ZeroMQ lets go of it; or, if it is too big or its peer has too many unsent,
-        an error instead."""
-        size = len(payload)
-        tracked = size >= _TRACKED
-        try:
-            self._check_reply(size, "this request")
-            if tracked:
-                # The loop's Packer keeps the buffer it grew for a reply this big: a new one starts small.
-                self._pack = msgpack.Packer(use_bin_type=True).pack
-                self._reclaim()
-                self._check_unsent(peer, size)
-                self.server.budget.take_reply(size, f"a reply of {size:,} bytes")
-        except LimitExceeded as exc:
-            self._send(peer, p.error_reply(rid, exc))
-            return False
-        if not tracked:
-            return self._send(peer, payload)
-        unsent = self._unsent.get(peer, 0)
-        self.msgs_out += 1   # counted before it is sent, as in _send
-        self.bytes_out += size
-        try:
-            self._sock.send(peer, _MORE_NOWAIT)
-            tracker = self._sock.send(payload, _NOWAIT, copy=False, track=True)
-        except zmq.ZMQError as exc:
-            self.msgs_out -= 1
-            self.bytes_out -= size
-            self.server.budget.give(size)
-            if exc.errno == zmq.EHOSTUNREACH:
-                self._lost.append(peer)
-            return False
-        self._unsent[peer] = unsent + size
-        self._in_flight.append((tracker, peer, size))
-        self._set_rcvtimeo()
+        self._unread[peer] = unread + size
+        self._held += size
+        if self._held > self._held_peak:
+            self._held_peak = self._held
+        if track:
+            self._loose.pop(peer, None)
+            big = size >= _TRACKED
+            if big:
+                self._unread_big[peer] = self._unread_big.get(peer, 0) + 1
+            self._in_flight.append((tracker, peer, loose, big))
+            if len(self._in_flight) == 1:
+                self._set_rcvtimeo()
+        else:
+            if not self._loose:
+                self._arm_probe()
+            self._loose[peer] = loose
         return True
 
     def _reclaim(self):
-        """Give back to the budget the big replies ZeroMQ has sent, or dropped with their peer."""
+        """Give back to the budget the replies ZeroMQ has let go of (sent, or dropped with their peer)."""
         still = []
+        given = 0
         for entry in self._in_flight:
-            tracker, peer, size = entry
+            tracker, peer, size, big = entry
             if tracker.done:
-                self.server.budget.give(size)
-                left = self._unsent[peer] - size
+                given += size
+                left = self._unread[peer] - size
                 if left:
-                    self._unsent[peer] = left
+                    self._unread[peer] = left
                 else:
-                    del self._unsent[peer]
+                    del self._unread[peer]
+                if big:
+                    left = self._unread_big[peer] - 1
+                    if left:
+                        self._unread_big[peer] = left
+                    else:
+                        del self._unread_big[peer]
             else:
                 still.append(entry)
-        if len(still) != len(self._in_flight):
+        if given:
             self._in_flight = still
+            self._give_back(given)
             if not still:
                 self._set_rcvtimeo()
+
+    def _forget(self, peer) -> None:
+        """`peer` is gone: drop its parked requests, and give back its replies ZeroMQ dropped with it
+        (the tracked ones come back as their trackers say)."""
+        self._parking.forget(peer)
+        loose = self._loose.pop(peer, 0)
+        if loose:
+            left = self._unread[peer] - loose
+            if left:
+                self._unread[peer] = left
+            else:
+                del self._unread[peer]
+            self._give_back(loose)
+            if not self._loose:
+                self._set_rcvtimeo()
+
+    def _give_back(self, nbytes: int) -> None:
+        """`nbytes` of replies are gone: back to the credit, and what the credit holds beyond _CREDIT
+        (all of it once no reply is unread) to the budget. After a burst (replies held reached
+        _TRIM_PEAK, and are down to a quarter of that) their memory goes back to the system: not
+        after every reply, since memory the system has to give again costs a page fault every 4 KiB
+        (10 MB: 25-45 ms on a virtual machine, where a warm heap packs a 10 MB reply in 4 ms)."""
+        credit = self._credit + nbytes
+        keep = _CREDIT if self._unread else 0
+        if credit > keep:
+            self.server.budget.give(credit - keep)
+            credit = keep
+        self._credit = credit
+        self._held -= nbytes
+        if self._held_peak >= _TRIM_PEAK and self._held <= self._held_peak // 4:
+            release_freed()
+            self._held_peak = self._held
 
     def _check_reply(self, nbytes: int, what: str) -> None:
         if nbytes > self.limits.max_reply:
@@ -361,39 +494,54 @@ class Endpoint:
                 f"{what} would be answered with about {nbytes:,} bytes, over the {self.limits.max_reply:,}-byte "
                 "reply limit (Limits.max_reply); ask for fewer elements or tuples at once, or raise the limit")
 
-    def _check_unsent(self, peer, nbytes: int) -> None:
-        """LimitExceeded if `peer` may not have `nbytes` more of big replies in flight."""
-        unsent = self._unsent.get(peer, 0)
-        if unsent + nbytes > 2 * self.limits.max_reply:
+    def _check_unread(self, peer, nbytes: int) -> None:
+        """LimitExceeded if `peer` may not have `nbytes` more of replies unread, or (for a reply of
+        _TRACKED bytes or more) another big one: a slow reader holds at most _BIG_UNREAD of them, and
+        every new one costs the loop fresh memory."""
+        unread = self._unread.get(peer, 0)
+        if unread + nbytes > self._share:
             raise LimitExceeded(
-                f"this client has {unsent:,} bytes of replies it has not read yet; read them before asking "
-                f"for more (a client may have up to twice Limits.max_reply = {2 * self.limits.max_reply:,} "
-                "bytes of replies unsent)")
+                f"this client has {unread:,} bytes of replies it has not read yet; read them before asking "
+                f"for more (a client may have up to twice Limits.max_reply = {self._share:,} "
+                "bytes of replies unread)")
+        if nbytes >= _TRACKED and self._unread_big.get(peer, 0) >= _BIG_UNREAD:
+            raise LimitExceeded(
+                f"this client has {_BIG_UNREAD} replies of a megabyte or more it has not read yet; read them "
+                "before asking for another")
 
     def _check_read(self, peer, bound: int, what: str, size) -> None:
         """Refuse a read before reading if its reply would pass Limits.max_reply or its client's share
         of big replies in flight: `bound` is a quick upper bound of the reply's size (what the elements
         hold, as charged to the memory budget), `size()` the size of what the read would return."""
-        if bound >= self._big and (bound > self.limits.max_reply or peer in self._unsent):
+        if bound >= self._big and (bound > self.limits.max_reply or self._unread.get(peer, 0) + bound > self._share
+                                   or peer in self._unread_big):
             self._reclaim()
             nbytes = size()
             self._check_reply(nbytes, what)
-            if nbytes >= _TRACKED:
-                self._check_unsent(peer, nbytes)
+            self._check_unread(peer, nbytes)
 
     # How often peers with parked requests are probed (an empty frame, which clients ignore):
     # ROUTER_MANDATORY makes a send to a disconnected peer fail, and its requests are dropped.
     _PROBE_INTERVAL = 2.0
 
     def _probe(self):
-        for peer in list(self._parking.by_peer):
-            self._send(peer, b"")
+        """Probe the peers with parked requests, and those with loose replies: an empty frame, tracked
+        (so it tells when the replies before it are gone too, see the class docstring)."""
+        for peer in {*self._parking.by_peer, *self._loose}:
+            self._send(peer, b"", True)
         self._next_probe = monotonic() + self._PROBE_INTERVAL
+
+    def _arm_probe(self):
+        """Probe within _PROBE_INTERVAL from now (not at once, if the last probe was long ago)."""
+        now = monotonic()
+        if self._next_probe < now:
+            self._next_probe = now + self._PROBE_INTERVAL
+        self._set_rcvtimeo()
 
     def _set_rcvtimeo(self):
         deadline = self._parking.next_deadline()
         ms = -1 if deadline is None else max(1, int((deadline - monotonic()) * 1000) + 1)
-        if self._parking.by_peer:
+        if self._parking.by_peer or self._loose:
             ms = min(ms if ms > 0 else 1 << 30, int(self._PROBE_INTERVAL * 1000))
         if self._in_flight:   # to give the budget back soon after ZeroMQ sent them
             ms = min(ms if ms > 0 else 1 << 30, _RECLAIM_MS)
@@ -419,7 +567,7 @@ class Endpoint:
             (p.LATEST, self._op_latest, 2),
             (p.LATEST_MANY, self._op_latest_many, 2),
             (p.DELETE, lambda peer, rid, name: self.server.delete(name), 1),
-            (p.ELEMENTS, self._op_elements, 0),
+            (p.ELEMENTS, self._op_elements, 2),
             (p.FIND, self._op_find, 4),
             (p.CALL, self._op_call, 2),
             (p.RANGE_MANY, self._op_range_many, 3),
@@ -440,9 +588,14 @@ class Endpoint:
     def _op_lookup(self, peer, rid, name):
         return self._describe(self.table.named(name))
 
-    def _op_elements(self, peer, rid):
-        return [[i.name, i.template, i.first, i.last, i.keep, i.delta, i.nbytes]
-                for i in self.server.elements()]
+    def _op_elements(self, peer, rid, start, most):
+        """A page of the element table: at most ELEMENTS_PAGE elements (`most`, if fewer) in name order
+        from `start` on (None: the first), and the name the next page starts at (None: no more)."""
+        if not (start is None or start.__class__ is str) or most.__class__ is not int or most < 1:
+            raise BadArgument("elements takes the name to list from (or None) and how many to list at most")
+        elements, after = self.table.page(start, min(most, p.ELEMENTS_PAGE))
+        return [[[i.name, i.template, i.first, i.last, i.keep, i.delta, i.nbytes] for i in map(Element.info, elements)],
+                after]
 
     def _op_latest(self, peer, rid, eid, n):
         element = self.table.find(eid)
@@ -494,12 +647,11 @@ class Endpoint:
         return read_once(keys, lambda k: k[0].read_range(k[1], hi))
 
     def _op_call(self, peer, rid, name, args):
-        fn, inline = self.server.hosted(name)
+        fn, inline = self.server.hosted(name, self._caller(peer))
         if not isinstance(args, list):
             raise BadArgument("call takes a name and a list of arguments")
         if inline:
-            if len(self._deferred) >= self.limits.max_calls:
-                raise LimitExceeded(f"server {self.server.name} already carries {self.limits.max_calls} deferred calls")
+            self._check_deferred_share(peer)
             result = fn(*args)
             if isinstance(result, Deferred):
                 self._defer(peer, rid, result)
@@ -510,6 +662,22 @@ class Endpoint:
         self._calls += 1
         self._workers.submit(lambda: self._run_call(peer, rid, name, fn, args))
         return _ANSWERED
+
+    def _check_deferred_share(self, peer) -> None:
+        """LimitExceeded unless `peer` may have one more deferred call on its way (see the class)."""
+        limits = self.limits
+        held = self._deferred_of.get(peer, 0)
+        if held >= limits.max_deferred_per_client:
+            raise LimitExceeded(
+                f"this client (one connection) already has {held} calls waiting on other servers at server "
+                f"{self.server.name}, its share (Limits.max_deferred_per_client = "
+                f"{limits.max_deferred_per_client}); wait for their answers before asking more")
+        reserve = 0 if held < FEW_DEFERRED else limits.max_calls // 10
+        if len(self._deferred) >= limits.max_calls - reserve:
+            kept = f", the last {reserve} of them kept for clients with fewer than {FEW_DEFERRED}" if reserve else ""
+            raise LimitExceeded(
+                f"server {self.server.name} already carries {len(self._deferred)} calls waiting on other servers "
+                f"(Limits.max_calls = {limits.max_calls}{kept}); try again later, or raise the limit")
 
     def _run_call(self, peer, rid, name, fn, args):
         """On a worker thread: run the hosted callable, hand the reply to the loop."""
@@ -550,10 +718,7 @@ class Endpoint:
             if timeout == 0:
                 raise Timeout(f"{p.OP_NAMES[waiter.op]} on element {element.name} would block")
             self._parking.park(waiter)
-        now = monotonic()
-        if self._next_probe < now:
-            self._next_probe = now + self._PROBE_INTERVAL
-        self._set_rcvtimeo()
+        self._arm_probe()
         return _ANSWERED
 
     def _answer(self, waiter: Parked) -> bool:
@@ -571,7 +736,7 @@ class Endpoint:
                 self._send(peer, self._pack([rid, p.OK, found]))
                 return True
             reply = found if waiter.op == p.OBSERVE_INDEXED else found[1]
-            if self._deliver(peer, rid, self._pack([rid, p.OK, reply])) and waiter.consumes:
+            if self._deliver(peer, rid, self._pack_read([rid, p.OK, reply])) and waiter.consumes:
                 element.commit(found[0])
             return True
         except PastSetError as exc:
@@ -591,11 +756,31 @@ class Endpoint:
 
 
 _ANSWERED = object()
+# Clients with fewer deferred calls on their way than this may use the reserve of Limits.max_calls.
+FEW_DEFERRED = 4
 _ENDPOINTS = itertools.count()
-# Replies of this many bytes or more are sent without a copy and counted in the memory budget
-# until ZeroMQ has sent them; below it a copy is cheaper than following the reply (pyzmq's
-# tracking costs some 70 µs a message), and above it the copy costs more than that.
+# A reply this big is sent from the buffer it was packed in (see _pack_read), and a client may leave at
+# most _BIG_UNREAD of them unread: one it reads, and one it asked for next (ZeroMQ tells it sent the
+# first a moment after it has).
 _TRACKED = 1 << 20
+_BIG_UNREAD = 2
+# The operations whose replies may be big: the reads, and hosted calls (a scope join's pull).
+_READS = frozenset({p.READ_RANGE, p.LATEST, p.LATEST_MANY, p.RANGE_MANY, p.LATEST_RECORDS, p.LATEST_RECORDS_COUNTED,
+                    p.CALL})
+# A peer's replies sent since its last tracked one make the next one tracked once they reach this
+# many bytes (or a sixteenth of its share, if less): one small reply in hundreds, and every reply
+# whose copy would cost more than tracking it (pyzmq's tracking costs some 12 µs a message).
+_MARK = 64 * 1024
+# What ZeroMQ holds for a reply besides its bytes: the message for its peer's id and its own, in
+# its queue (64 bytes each), and the header and allocation of a copy.
+_ENVELOPE = 192
+# Replies take their bytes from the memory budget this many at a time (see _take).
+_CREDIT = 256 * 1024
+# Errors and probes may pass a peer's share by this much before they are dropped.
+_SLACK = 1 << 20
+# The heap is trimmed (see budget.release_freed) when the replies held, after reaching this many
+# bytes, are down to a quarter of that (see _give_back).
+_TRIM_PEAK = 64 << 20
 _RECLAIM_MS = 10
 _HELD_CHARGE = attrgetter("held_charge")
 _NOWAIT = int(zmq.NOBLOCK)

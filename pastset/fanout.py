@@ -39,19 +39,22 @@ class Fanout:
     busy). Counts the bytes it sends and receives (`bytes_sent`, `bytes_received`). `security`
     holds the CURVE keys its sockets speak with (None: the process's, see
     `pastset.security.default`); a server that refuses them never answers, so its node is
-    reported missing (and gone).
+    reported missing (and gone). Servers are not trusted, as `pastset.Client` does not trust
+    them (`limits.max_reply`): what a node sends that is not a reply, or a result of the wrong
+    shape, answers its requests with a ProtocolError naming it.
     """
 
     def __init__(self, endpoints: dict[str, str], context: zmq.Context | None = None,
-                 security: Security | None = None):
+                 security: Security | None = None, limits: p.Limits = p.Limits()):
         self._ctx = context or shared_context()
         self._security = resolve(security)
+        self._max_reply = limits.max_reply
         self._endpoints = dict(endpoints)
         self._channels: dict[str, Channel] = {}
         self._locals: dict[str, LocalClient] = {}
         self._node_of: dict[zmq.Socket, str] = {}
         self._poller = zmq.Poller()
-        self._matcher = Matcher()
+        self._matcher = Matcher(limits.max_reply // 16)
         self._names: dict[tuple, tuple] = {}   # ids of name lists -> (copies of them, their names encoded)
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -101,7 +104,7 @@ class Fanout:
     def _channel(self, node: str) -> Channel:
         channel = self._channels.get(node)
         if channel is None:
-            channel = Channel(self._ctx, self._endpoint(node), self._security, sndhwm=1000)
+            channel = Channel(self._ctx, self._endpoint(node), self._security, max_reply=self._max_reply, sndhwm=1000)
             self._channels[node] = channel
             self._node_of[channel.sock] = node
             self._poller.register(channel.sock, zmq.POLLIN)
@@ -335,7 +338,11 @@ class Exchange(Deferred):
             except zmq.Again:
                 break
             fanout.bytes_received += len(raw)
-            matched = matcher.match(raw)
+            try:
+                matched = matcher.match(raw)
+            except ProtocolError as exc:
+                self._malformed(sock, exc)
+                break
             if matched is None:
                 continue  # the server's liveness probe, or a late reply to a request given up on
             on_reply, ok, result = matched
@@ -345,6 +352,21 @@ class Exchange(Deferred):
             on_reply(ok, result)
             self._send_next()
         self._check_done()
+
+    def _malformed(self, sock, exc: ProtocolError) -> None:
+        """`sock`'s node sent what is not a reply: each of its requests still waited for is answered
+        with the error, and its socket goes (what else it holds is no reply either)."""
+        fanout = self._fanout
+        node = fanout._node_of[sock]
+        error = type(exc)(f"node {node} at {fanout._endpoints[node]} sent a {exc}")
+        for on_reply, of in list(self._waiting.items()):
+            if of == node:
+                del self._waiting[on_reply]
+                on_reply(False, error)
+        self._owed.pop(sock, None)
+        fanout._drop(node)
+        self._heard = monotonic()
+        self._send_next()
 
     def tick(self) -> None:
         now = monotonic()
@@ -415,16 +437,26 @@ def _merged(requests: list) -> list[list]:
 
 
 def _whole(op, reply: Reply):
-    if op == p.PING:
-        return lambda ok, result: reply._set(ok, result[0] if ok else result)
-    if op in (p.LATEST_MANY, p.RANGE_MANY):
-        return lambda ok, result: reply._set(ok, _batches(result) if ok else result)
-    return reply._set
+    def on_reply(ok, result):
+        if ok and not p.fits(op, result):
+            reply._set(False, _malformed(reply.node, op, result))
+        elif op == p.PING:
+            reply._set(ok, result[0] if ok else result)
+        elif op in (p.LATEST_MANY, p.RANGE_MANY):
+            reply._set(ok, _batches(result) if ok else result)
+        else:
+            reply._set(ok, result)
+    return on_reply
 
 
 def _cut_lists(group):
     """How a merged LATEST_MANY or RANGE_MANY reply is shared out: each request its slice."""
+    op = group[0][1]
+    names = sum(len(request[2]) for request in group)
+
     def on_reply(ok, result):
+        if ok and not (p.fits(op, result) and len(result) == names):
+            ok, result = False, _malformed(group[0][0], op, result)
         start = 0
         for request in group:
             end = start + len(request[2])
@@ -435,15 +467,17 @@ def _cut_lists(group):
 
 def _cut_records(group):
     """How a merged LATEST_RECORDS_COUNTED reply is shared out: each request the bytes its elements gave."""
+    names = sum(len(request[2]) for request in group)
+
     def on_reply(ok, result):
+        lengths = _counts(result, names) if ok else None
+        if ok and lengths is None:
+            ok, result = False, _malformed(group[0][0], p.LATEST_RECORDS, result)
         if not ok:
             for request in group:
                 request[5]._set(False, result)
             return
-        lengths, records = result
-        lengths = array("I", lengths)
-        if sys.byteorder == "big":
-            lengths.byteswap()
+        records = result[1]
         total = sum(lengths)
         record_size = len(records) // total if total else 0
         first = offset = 0
@@ -453,6 +487,22 @@ def _cut_records(group):
             request[5]._set(True, records[offset:offset + size])
             first, offset = last, offset + size
     return on_reply
+
+
+def _counts(result, names: int) -> array | None:
+    """The record count of each of `names` elements in a LATEST_RECORDS_COUNTED result, if it is one
+    (and its records are that many records of one size); None if it is not."""
+    if not p.fits(p.LATEST_RECORDS_COUNTED, result) or len(result[0]) != 4 * names:
+        return None
+    counts = array("I", result[0])
+    if sys.byteorder == "big":
+        counts.byteswap()
+    total = sum(counts)
+    return counts if (len(result[1]) % total == 0 if total else not result[1]) else None
+
+
+def _malformed(node: str, op: int, result) -> ProtocolError:
+    return ProtocolError(f"node {node} sent a malformed reply to {p.OP_NAMES[op]}: {result!r:.60}")
 
 
 def _batches(result) -> list:

@@ -14,7 +14,6 @@ from . import protocol as p
 from .connection import Connection
 from .security import Security
 
-_unpackb = msgpack.unpackb
 _NOBODY = object()
 
 _SHARED: zmq.Context | None = None
@@ -61,13 +60,16 @@ class Channel:
     (`connection`: up, down, or refused; see `pastset.connection.Connection`).
 
     `rcvtimeo` (ms) bounds a blocking `sock.recv()`; `sndhwm` the requests queued for a server
-    that does not read them. Raises zmq.ZMQError for an endpoint ZeroMQ cannot connect to.
+    that does not read them. A reply of over `max_reply` bytes is never read: ZeroMQ drops its
+    connection as it arrives, before it is allocated (and connects again), so that its request
+    goes unanswered. Raises zmq.ZMQError for an endpoint ZeroMQ cannot connect to.
     """
 
-    def __init__(self, context: zmq.Context, endpoint: str, security: Security, *,
+    def __init__(self, context: zmq.Context, endpoint: str, security: Security, *, max_reply: int,
                  rcvtimeo: int | None = None, sndhwm: int | None = None):
         sock = self.sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, max_reply)
         if rcvtimeo is not None:
             sock.setsockopt(zmq.RCVTIMEO, rcvtimeo)
         if sndhwm is not None:
@@ -109,11 +111,13 @@ class Matcher:
     decodes a reply and hands back (key, ok, result) for a request still waited for, where
     `result` is the value, or (ok False) the PastSetError the reply names (`protocol.error_of`).
     A reply to a request no longer waited for (one answered already, or abandoned by `clear`: a
-    late reply from a server that was given up on) is dropped: `match` returns None.
-    Not thread-safe: one per thread.
+    late reply from a server that was given up on) is dropped: `match` returns None. A frame that
+    is not a reply, or holds more than `most` values, raises ProtocolError (see
+    `protocol.unpack_reply`). Not thread-safe: one per thread.
     """
 
-    def __init__(self):
+    def __init__(self, most: int):
+        self._most = most
         self._rids = itertools.count(1)
         self._waiting: dict[int, object] = {}
         # A Packer of its own: packb would build one for every request.
@@ -133,7 +137,7 @@ class Matcher:
         server's liveness probe, an empty frame)."""
         if not raw:
             return None
-        reply = _unpackb(raw, raw=False)
+        reply = p.unpack_reply(raw, self._most)
         key = self._waiting.pop(reply[0], _NOBODY)
         if key is _NOBODY:
             return None

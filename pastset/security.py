@@ -71,6 +71,25 @@ class Security:
                    os.fspath(base / AUTHORIZED) if server_secret is not None else None,
                    os.fspath(keys))
 
+    def authorises(self, key: str | None) -> bool:
+        """Whether client key `key` (Z85 text, as a request's Caller has it) is in the `authorized`
+        directory now, read again: a key removed since the server started is no longer authorised,
+        although CURVE, which checks a key once at its connection's handshake, still lets its
+        connection in. For what a server does only for authorised clients (placing scope joins)."""
+        if not self.serves or not key:
+            return False
+        try:
+            paths = sorted(FilePath(self.authorized).glob("*.key"))
+        except OSError:
+            return False
+        for path in paths:
+            try:
+                if load_certificate(path)[0] == key.encode():
+                    return True
+            except (OSError, ValueError):
+                continue
+        return False
+
     def configure_client(self, sock: zmq.Socket) -> None:
         """Make `sock` speak CURVE to the server (before it connects); nothing if plaintext."""
         if self.connects:

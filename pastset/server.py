@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from . import local
+from .caller import IN_PROCESS, Caller
 from .budget import MemoryBudget
 from .checks import check_index
 from .deferred import waited
@@ -46,6 +49,7 @@ class TupleServer:
         self._endpoints: list = []    # ZeroMQ endpoints and in-process names, as served
         self._hosted: dict[str, object] = {}
         self._inline: set[str] = set()   # hosted names that run on the endpoint loop
+        self._asks_caller: set[str] = set()   # hosted names called with their Caller first
 
     def enter(self, name: str, template, keep: int | None = None, delta: int | None = None) -> Element:
         """Bind to the element `name`, creating it if absent.
@@ -112,7 +116,7 @@ class TupleServer:
         """`read_range(lo, hi)` of many elements (Element objects, names or ids), each from its own lo."""
         return [e.read_range(lo, hi) for e, lo in zip(self.table.find_all(elements), los)]
 
-    def host(self, name: str, fn, inline: bool = False) -> None:
+    def host(self, name: str, fn, inline: bool = False, caller: bool = False) -> None:
         """Offer `fn` to remote clients as `client.call(name, *args)`.
 
         This is how layers above PastSet (PATHS stages) run code inside a node server. A
@@ -121,15 +125,19 @@ class TupleServer:
         callable that never blocks and returns at once (a clock reading): it runs on the
         loop itself, with no thread hand-off. One that would wait on other servers returns a
         `pastset.deferred.Deferred` instead, which the loop carries to its answer while it
-        serves other requests. It receives and returns msgpack-encodable values; a
-        PastSetError it raises reaches the caller by name.
+        serves other requests (a client, one connection, may have at most
+        `Limits.max_deferred_per_client` of them on their way). It receives and returns
+        msgpack-encodable values; a PastSetError it raises reaches the caller by name.
+        `caller=True`: `fn` is called with the `Caller` first, `fn(caller, *args)` (`IN_PROCESS`
+        for a call made in this process), for a callable that decides by who asks.
         """
         self.table.check_name(name)
         self._hosted[name] = fn
-        if inline:
-            self._inline.add(name)
-        else:
-            self._inline.discard(name)
+        for on, names in ((inline, self._inline), (caller, self._asks_caller)):
+            if on:
+                names.add(name)
+            else:
+                names.discard(name)
 
     def unhost(self, name: str) -> None:
         self._hosted.pop(name, None)
@@ -139,11 +147,14 @@ class TupleServer:
         answer is waited for here."""
         return waited(self.hosted(name)[0](*args))
 
-    def hosted(self, name: str):
-        """(the callable hosted as `name`, whether it runs inline); UnknownElement if none is."""
+    def hosted(self, name: str, caller: Caller = IN_PROCESS):
+        """(the callable hosted as `name`, with `caller` bound first if it asks who calls; whether it
+        runs inline); UnknownElement if none is."""
         fn = self._hosted.get(name)
         if fn is None:
             raise UnknownElement(f"nothing is hosted as {name!r} on server {self.name}")
+        if name in self._asks_caller:
+            fn = partial(fn, caller)
         return fn, name in self._inline
 
     def serve(self, bind: str = "tcp://127.0.0.1:0", security: Security | None = None) -> str:

@@ -71,6 +71,19 @@ class ElementTable:
         """`find_all` of one reference."""
         return self.find_all((ref,))[0]
 
+    def page(self, start: str | None, count: int) -> tuple[list[Element], str | None]:
+        """Up to `count` elements in name order, from the first named `start` or after (None: the
+        first), and the name of the one after them (None if there is none): a listing in pages,
+        each costing what its elements do, however many there are."""
+        with self._mutex:
+            if self._sorted_stale or self._unsorted:
+                self._sort_names()
+            names = self._sorted
+            at = 0 if start is None else bisect_left(names, start)
+            page = names[at:at + count + 1]
+            after = page.pop() if len(page) > count else None
+            return [self._by_name[name] for name in page], after
+
     def snapshot(self) -> list[Element]:
         """Every element, sorted by name."""
         with self._mutex:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import re
 import struct
+import sys
 from dataclasses import dataclass, field
 
 import msgpack
@@ -29,9 +30,6 @@ FIELD_NAMES = (*_FIELD_TYPES, "any")
 MAX_FIELDS = 1024
 _MAX_FORMAT = 8 * MAX_FIELDS      # characters in a struct format, checked before it is parsed
 _TOKENS = re.compile(r"(\d*)([a-zA-Z?])")   # a struct format's (count, code) pairs
-# Bytes counted for each object inside an `any` field, besides its encoded size: an empty list is one
-# byte encoded and some 64 in memory, so a value of many small objects costs far more than it encodes.
-_OBJECT_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -155,8 +153,8 @@ class Template:
 
     def checked(self, values) -> tuple[tuple, int]:
         """(the tuple, validated as by `check`, its payload in bytes): the bytes of its str and bytes
-        fields, and for an `any` field its msgpack-encoded size plus 64 for every list, tuple, dict
-        and value inside it (what holding it costs, about). Fields of fixed size count nothing."""
+        fields, and for an `any` field what its objects take in memory (see `_held_size`: an empty map
+        is one byte encoded and 64 in memory). Fields of fixed size count nothing."""
         if not isinstance(values, (tuple, list)):
             raise TemplateMismatch(
                 f"expected a tuple of {len(self.fields)} fields {self}, got {type(values).__name__}"
@@ -173,7 +171,8 @@ class Template:
             if name == "any":
                 try:
                     # As deep as the deepest reply carries it (latest_many), so that it can be read back.
-                    nbytes += len(msgpack.packb([[[[[value]]]]], use_bin_type=True)) + _OBJECT_BYTES * _objects(value)
+                    msgpack.packb([[[[[value]]]]], use_bin_type=True)
+                    nbytes += _held_size(value)
                 except (TypeError, ValueError, OverflowError) as exc:
                     raise TemplateMismatch(
                         f"field {i} (any): {type(value).__name__} is not msgpack-encodable ({exc})"
@@ -269,12 +268,15 @@ def _struct_fields(fmt: str) -> tuple[str, ...]:
     return tuple(fields)
 
 
-def _objects(value) -> int:
-    """How many objects `value` is made of: itself and, level by level, what its lists, tuples and
-    dicts hold (a dict's str keys are not counted). Each level is one call into the interpreter's C
-    code, however many objects it has."""
-    count, level = 0, [value]
+def _held_size(value) -> int:
+    """The bytes the objects of `value` take in memory (sys.getsizeof of each: its header, its payload
+    and, for a list, tuple or dict, its slots), level by level through what its lists, tuples and
+    dicts hold, each level one call into the interpreter's C code however many objects it has. An
+    object held twice is counted twice, and so are the interpreter's shared ones (None, small ints):
+    a value decoded from the wire holds objects of its own, so this is never under what it takes,
+    and over by up to 3 times only for lists of small ints or None."""
+    total, level = 0, [value]
     while level:
-        count += len(level)
+        total += sum(map(sys.getsizeof, level))
         level = gc.get_referents(*level)
-    return count
+    return total

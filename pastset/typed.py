@@ -96,8 +96,9 @@ class TypedElement(Element):
         return held - (hi - lo) * (self._tuple_bytes - 2 - 9 * len(self.template.fields))
 
     def _nbytes(self):
-        return sum(len(v) for item in self._items if item is not _TAKEN
-                   for v in item if isinstance(v, (bytes, str)))
+        # the payload of the held tuples, as `Template.checked` counts it (a tuple a Linda `in_` took
+        # out of order until it is dropped): what the budget holds, less the objects of each tuple
+        return self._held_bytes - len(self._sizes) * self._tuple_bytes
 
     def _free_storage(self):
         self._items.clear()

@@ -19,11 +19,15 @@ _NULL = "tag:yaml.org,2002:null"
 
 # Bounds on every YAML input (pathmaps, application, cluster and application-to-cluster maps),
 # checked before PyYAML builds anything, so that a hostile or mistaken file costs seconds, not
-# gigabytes. Reading a pathmap takes about 2.5 s and 70 MB per MiB of YAML (16 MiB: 42 s, 1.1 GiB
-# on a busy 2-core machine): the default size limit is 68 times pathmaps/windtunnel-paper.yaml
-# (240 KiB, 140 threads). Raise it with the environment variable.
+# gigabytes. What reading costs goes with its YAML nodes (scalars, lists, mappings), not its bytes:
+# PyYAML's composer takes some 370 bytes a node, and a pathmap file has about 136,000 nodes a MiB
+# (74 MB a MiB at the peak), but `[a,a,a]` has 524,288. So a file holds at most one node for every
+# NODE_BYTES of the size limit: by default 16 MiB and 1,048,576 nodes, 4 times
+# pathmaps/windtunnel-64node.yaml (1.8 MiB, 1,024 threads, 244,247 nodes). Raise both with the
+# environment variable.
 MAX_BYTES_ENV = "EVENTSPACE_YAML_MAX_BYTES"
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+NODE_BYTES = 16
 # A pathmap nests 6 levels; PyYAML's C composer recurses per level and crashes near 30,000.
 MAX_DEPTH = 100
 _TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep; a YAML input here needs a handful of levels: remove the extra nesting"
@@ -381,8 +385,9 @@ class Fields:
 
 
 def _bounds_problem(text: str, source: str) -> Problem | None:
-    """A Problem if the YAML nests deeper than MAX_DEPTH, if its aliases stand for more than
-    MAX_ALIAS_NODES nodes, or if an alias is inside what it names; None if it is within bounds.
+    """A Problem if the YAML has more than a node for every NODE_BYTES of `max_bytes()`, nests deeper
+    than MAX_DEPTH, if its aliases stand for more than MAX_ALIAS_NODES nodes, or if an alias is inside
+    what it names; None if it is within bounds.
 
     Reads the parser's events (libyaml keeps its own stack: no recursion, no nodes built) and
     counts what composing and reading would do, without doing it. YAMLError for bad syntax.
@@ -390,11 +395,20 @@ def _bounds_problem(text: str, source: str) -> Problem | None:
     open_: list[list] = []          # per open list or mapping: [anchor, nodes under it, height]
     closed: dict[str, tuple[int, int]] = {}   # anchor -> (nodes, height) of what it names
     aliased = 0                     # nodes that aliases stand for, beyond the alias itself
+    left = max_bytes() // NODE_BYTES   # nodes the file may have
 
     def refuse(event, what: str) -> Problem:
         return Problem(source, event.start_mark.line + 1, "(yaml)", what)
 
     for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.NodeEvent):
+            left -= 1
+            if left < 0:
+                limit = max_bytes() // NODE_BYTES
+                return refuse(event, f"more than {limit:,} YAML nodes (scalars, lists, mappings), one for every "
+                                     f"{NODE_BYTES} bytes of the {max_bytes():,}-byte size limit (each takes some "
+                                     f"370 bytes to read); split the file, or raise the limit with "
+                                     f"{MAX_BYTES_ENV}=BYTES")
         if isinstance(event, yaml.CollectionStartEvent):
             if len(open_) >= MAX_DEPTH:
                 return refuse(event, _TOO_DEEP)

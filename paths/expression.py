@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+_INT64 = 1 << 63   # numbers are 64-bit, as the fields they are compared with: -2**63 to 2**64 - 1
+
+
 class ExpressionError(ValueError):
     """The expression does not parse or uses something outside the language; says where."""
 
@@ -31,9 +34,10 @@ class Expression:
     """A boolean expression over named fields, e.g. `op == 1 and t_end - t_start > 5000`.
 
     The language: field names, numbers, strings, bytes, True/False/None, arithmetic
-    (+ - * / // %), bitwise and (&, to test flag bits), comparisons (== != < <= > >=,
-    chained), `in` / `not in` a literal tuple or list, and `and`, `or`, `not`. Anything else
-    is an ExpressionError at construction, naming the offending part and its column.
+    (+ - * / // %) on numbers (a string or bytes literal is only compared), bitwise and (&, to
+    test flag bits), comparisons (== != < <= > >=, chained), `in` / `not in` a literal tuple or
+    list, and `and`, `or`, `not`. Anything else is an ExpressionError at construction, naming the
+    offending part and its column.
 
     `symbols` names the values of some fields: {field: {name: value}}. Where such a field is
     compared with a name, bare or quoted (`op == move`, `op == "move"`, `op in (move, observe)`),
@@ -41,7 +45,9 @@ class Expression:
     known ones.
 
     `matches(row)` evaluates it on one tuple (fields by position); `mask(batch)` on a numpy
-    structured array (fields by name), giving a boolean array.
+    structured array (fields by name), giving a boolean array. Either raises ExpressionError for
+    values it cannot be computed on (a negative number added to an unsigned field, a field ordered
+    against text).
     """
 
     def __init__(self, text: str, fields: Sequence[str], symbols: Mapping[str, Mapping[str, int]] | None = None):
@@ -72,15 +78,26 @@ class Expression:
                                "write a shorter expression, e.g. `f0 in (1, 2, 3)` for a chain of `or`s")
 
     def matches(self, row) -> bool:
-        return bool(self._row(row))
+        try:
+            return bool(self._row(row))
+        except (ArithmeticError, TypeError, ValueError) as exc:
+            raise self._not_computed(exc) from None
 
     def mask(self, batch: np.ndarray) -> np.ndarray:
         import numpy as np  # here, not at import: checking a pathmap's filters needs no numpy (nor a command's start)
 
         if self._vector is None:
             self._vector = self._compile(self._tree, vector=True)
-        result = self._vector(batch)
+        try:
+            with np.errstate(all="ignore"):   # x % 0 is 0 and x / 0 inf, as numpy has it, without a warning
+                result = self._vector(batch)
+        except (ArithmeticError, TypeError, ValueError) as exc:
+            raise self._not_computed(exc) from None
         return np.broadcast_to(np.asarray(result, dtype=bool), batch.shape)
+
+    def _not_computed(self, exc: Exception) -> ExpressionError:
+        return ExpressionError(f"filter {self.text!r}: cannot be computed on these values "
+                               f"({type(exc).__name__}: {exc}); compare fields with numbers of their range")
 
     def __repr__(self):
         return f"Expression({self.text!r})"
@@ -128,6 +145,8 @@ class Expression:
             if not isinstance(node.value, (int, float, str, bytes, bool, type(None))):
                 self._fail(node, f"constant {node.value!r} is not allowed")
             value = node.value
+            if isinstance(value, int) and not -_INT64 <= value < 2 * _INT64:
+                self._fail(node, f"{value} is past 64 bits; fields and numbers are 64-bit")
             return lambda r: value
         if isinstance(node, ast.Name):
             if node.id not in self.fields:
@@ -146,6 +165,7 @@ class Expression:
                 return lambda r: np.logical_or.reduce([p(r) for p in parts])
             return lambda r: any(p(r) for p in parts)
         if isinstance(node, ast.UnaryOp):
+            self._numbers(node, node.operand)
             inner = c(node.operand)
             if isinstance(node.op, ast.Not):
                 return (lambda r: np.logical_not(inner(r))) if vector else (lambda r: not inner(r))
@@ -158,11 +178,20 @@ class Expression:
             fn = _ARITH.get(type(node.op))
             if fn is None:
                 self._fail(node, "this operator is not allowed")
+            self._numbers(node, node.left, node.right)
             left, right = c(node.left), c(node.right)
             return lambda r: fn(left(r), right(r))
         if isinstance(node, ast.Compare):
             return self._compare(node, vector)
         self._fail(node, f"{type(node).__name__.lower()} is not allowed")
+
+    def _numbers(self, node, *operands) -> None:
+        """Arithmetic takes numbers: a string or bytes literal is compared, never computed with
+        (`"x" * 3_000_000_000` would build a 3 GB string at the first evaluation)."""
+        for operand in operands:
+            if isinstance(operand, ast.Constant) and isinstance(operand.value, (str, bytes)):
+                self._fail(operand, f"arithmetic takes numbers, not {operand.value[:20]!r}; strings and bytes "
+                                    "may only be compared")
 
     def _compare(self, node, vector):
         if vector:

@@ -22,7 +22,7 @@ from . import mpiexec as by_mpiexec
 from . import rundir, runfile
 from . import snapshot as snapshots
 from .node import ABORT, INFO, JOIN, LINK, START, STOP
-from .pathmap import Pathmap, SecuritySpec
+from .pathmap import Pathmap
 from .runfile import RunFile
 from .wrapper import PathsError
 
@@ -337,7 +337,8 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
         raise PathsError(f"node {node}: {problem} (launch(..., insecure=True))")
     if pathmap.security.keys is not None:
         # The snapshot is read from the run directory: a relative key directory must name the same one.
-        pathmap = dataclasses.replace(pathmap, security=SecuritySpec(os.path.abspath(pathmap.security.keys)))
+        pathmap = dataclasses.replace(pathmap, security=dataclasses.replace(
+            pathmap.security, keys=os.path.abspath(pathmap.security.keys)))
     recording = _recording(archive, record)
     node_env = node_environment(env, path)
     source = pathmap.source if pathmap.source.startswith("<") else os.path.abspath(pathmap.source)

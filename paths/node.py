@@ -72,7 +72,7 @@ class NodeServer:
         self._outcomes: dict[str, list] = {}
         self._failed: dict[str, list] = {}      # thread -> ["class: message", traceback frames] (it raised)
         self._aborted: str | None = None        # why the threads were stopped (another thread failed)
-        self._program_threads: dict[str, int] = {}   # threads of this process run by others (an MPI rank)
+        self._program_threads: dict[str, tuple[int, int]] = {}   # threads run by others (an MPI rank's program)
         self._stopped = threading.Event()
         self.services: dict[str, object] = {}
         self.progress: dict[str, dict] = {}                        # thread -> what it last reported
@@ -315,10 +315,10 @@ class NodeServer:
         """{thread: its operating-system thread id} of this node's application threads now running."""
         return {name: th.native_id for name, th in list(self._threads.items()) if th.is_alive()}
 
-    def host_thread(self, thread: str, ident: int) -> None:
-        """Thread `thread` of the pathmap is this process's thread `ident` (a Python thread ident),
-        started by someone else: an MPI rank's program runs in its main thread."""
-        self._program_threads[thread] = ident
+    def host_thread(self, thread: str, ident: int, native_id: int) -> None:
+        """Thread `thread` of the pathmap is this process's thread `ident` (a Python thread ident; its
+        kernel thread id `native_id`), started by someone else: an MPI rank's program's thread."""
+        self._program_threads[thread] = (ident, native_id)
 
     def threads(self, stacks: bool = True, depth: int = stack.DEPTH) -> dict[str, list]:
         """Where this node's application threads are, now: {thread: ThreadState's wire form} (see
@@ -326,7 +326,7 @@ class NodeServer:
         that ended by raising, its error and traceback). Costs nothing until asked."""
         if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 1000:
             raise PathsError(f"depth must be a whole number of frames from 1 to 1000, got {depth!r}")
-        idents = {name: th.ident for name, th in list(self._threads.items()) if th.is_alive()}
+        idents = {name: (th.ident, th.native_id) for name, th in list(self._threads.items()) if th.is_alive()}
         idents.update(self._program_threads)
         out = stack.read_threads(idents, bool(stacks), depth)
         for thread, (failure, frames) in list(self._failed.items()):

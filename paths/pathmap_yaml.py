@@ -146,17 +146,19 @@ def _read_liveness(doc: Document, node) -> Liveness:
 def _read_security(doc: Document, node) -> SecuritySpec:
     if node is None:
         return SecuritySpec()
-    f = doc.fields(node, ("security",), ("keys",), required={"keys": "keys: path/to/keydir"},
-                   example="{keys: path/to/keydir}")
+    f = doc.fields(node, ("security",), ("keys", "join_endpoints"), example="{keys: path/to/keydir}")
+    if "keys" not in f and "join_endpoints" not in f:
+        doc.fail(("security", "keys"), node, "missing; add `keys: path/to/keydir`")
+    join_endpoints = f.names("join_endpoints")
     keys = f.text("keys", "") if "keys" in f else ""
     if not keys:
-        return SecuritySpec("" if "keys" in f else None)
+        return SecuritySpec("" if "keys" in f else None, join_endpoints)
     keys = os.path.expanduser(keys)
     if not os.path.isabs(keys) and not doc.source.startswith("<"):
         # Relative to the pathmap's folder, and absolute from here on: a launcher's snapshot of
         # the pathmap, read from elsewhere, must name the same directory.
         keys = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(doc.source)), keys))
-    return SecuritySpec(keys)
+    return SecuritySpec(keys, join_endpoints)
 
 
 def _default_name(source: str) -> str:
@@ -184,7 +186,8 @@ _Dumper.add_representer(_FlowList, lambda d, data: d.represent_sequence(
     "tag:yaml.org,2002:seq", data, flow_style=True))
 
 _SECTION_COMMENTS = {
-    "security": "CURVE: node servers accept only clients whose keys are in this directory; traffic is encrypted",
+    "security": "CURVE: node servers accept only clients whose keys are in this directory; traffic is encrypted; "
+                "join_endpoints: other addresses scope joins may reach the run's nodes at",
     "liveness": "seconds a node that keeps its connection but does not answer (paused, swapping) is waited for",
     "nodes": "node servers: one process each (port 0: a free one)",
     "threads": "application threads and the node whose process runs each",
@@ -207,8 +210,11 @@ def write(pm, header: str | None = None) -> str:
     if pm.clock.scheme != "direct":
         clock["scheme"] = pm.clock.scheme
     data["clock"] = clock
-    if pm.security.keys is not None:
-        data["security"] = _Flow(keys=pm.security.keys)
+    if pm.security != SecuritySpec():
+        security = _Flow() if pm.security.keys is None else _Flow(keys=pm.security.keys)
+        if pm.security.join_endpoints:
+            security["join_endpoints"] = _FlowList(pm.security.join_endpoints)
+        data["security"] = security
     if pm.liveness != Liveness():
         data["liveness"] = _Flow(grace=pm.liveness.grace)
     nodes = {}

@@ -15,12 +15,16 @@ if TYPE_CHECKING:
 
 # Each trace element's discard threshold (tuples) when the instrument section names none.
 DEFAULT_KEEP = 200
+# The most a node's clock may be shifted either way (ns; 146 years): collectors add the offset to
+# their clock's reading (below 2^62) in 64 bits (eventspace/_collector.c holds the same bound).
+MAX_CLOCK_OFFSET_NS = 1 << 62
 
 
 @dataclass(frozen=True)
 class Node:
     """A node server process: where it listens (port 0: a free one, picked at start) and the
-    cluster it belongs to. `clock_offset_ns` shifts its clock, to test clock synchronisation."""
+    cluster it belongs to. `clock_offset_ns` shifts its clock, to test clock synchronisation (at
+    most MAX_CLOCK_OFFSET_NS either way)."""
 
     name: str
     host: str = "127.0.0.1"
@@ -192,9 +196,15 @@ class Liveness:
 class SecuritySpec:
     """CURVE for the run: `keys` is a key directory (`eventspace keys generate DIR`) that every
     node serves and connects with; None: the process's keys ($EVENTSPACE_KEYS), or plaintext.
-    A relative `keys` in a pathmap file is read relative to the file's folder."""
+    A relative `keys` in a pathmap file is read relative to the file's folder.
+
+    `join_endpoints`: addresses (`tcp://HOST:PORT`, `ipc://PATH`) at which a scope join placed on
+    one of the run's nodes may reach another node when the monitor that places it says so (a
+    relay, another interface). Without them a node reaches the others only where the run says
+    they listen, whatever a client names (see eventspace.space.NodeSpace.install)."""
 
     keys: str | None = None
+    join_endpoints: tuple[str, ...] = ()
 
     def load(self) -> pastset.Security:
         """The keys to serve and connect with: the directory's, else the process's

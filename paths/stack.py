@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import re
 import sys
-import time
+import sysconfig
+import tempfile
 from dataclasses import dataclass
 
 DEPTH = 40   # frames kept of a stack, the innermost; a deeper one says how many outer frames it left out
 
-# Top-level modules whose frames are not the program's own: ours, MPI's and the machinery that runs a
-# program. A thread's `where` is its innermost frame outside them and outside the standard library.
-NOT_THE_PROGRAM = frozenset({"pastset", "paths", "eventspace", "monitors", "mpi4py", "zmq", "msgpack", "runpy",
-                             "importlib", "_pytest", "pytest", "pluggy"})
+# Packages whose frames are not the program's own: ours, MPI's and the machinery that runs a program.
+# A thread's `where` is its innermost frame outside them and outside the standard library.
+NOT_THE_PROGRAM = frozenset({"pastset", "paths", "eventspace", "monitors", "mpi4py", "zmq", "msgpack", "_pytest",
+                             "pytest", "pluggy"})
 
-
-# Where our packages live: a frame of theirs runs as `__main__` too (`python -m eventspace.mpi`).
+# Where their frames' files are: our packages' directories, the standard library's, and those
+# packages' directories wherever they are installed (site-packages).
 _OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package) + os.sep
               for package in ("pastset", "paths", "eventspace", "monitors"))
+_STDLIB = tuple({os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")})
+_INSTALLED = tuple(f"{os.sep}{where}{os.sep}{package}{os.sep}" for where in ("site-packages", "dist-packages")
+                   for package in NOT_THE_PROGRAM)
 
 
 @dataclass(frozen=True)
@@ -36,10 +42,14 @@ class Frame:
 
     @property
     def is_program(self) -> bool:
-        """Whether this frame is the program's own code (not ours, not MPI's, not the standard library)."""
+        """Whether this frame is the program's own code (not ours, not MPI's, not the standard library),
+        told by its file (and by its module where known)."""
         top = self.module.partition(".")[0]
-        return (top not in NOT_THE_PROGRAM and top not in sys.stdlib_module_names and not self.file.startswith("<")
-                and not self.file.startswith(_OURS))
+        if top in NOT_THE_PROGRAM or (top and top in sys.stdlib_module_names and top != "__main__"):
+            return False
+        file = self.file
+        stdlib = file.startswith(_STDLIB) and f"{os.sep}site-packages{os.sep}" not in file
+        return not (file.startswith("<") or file.startswith(_OURS) or stdlib or any(p in file for p in _INSTALLED))
 
     def wire(self) -> list:
         return [self.file, self.line, self.function, self.module]
@@ -91,17 +101,6 @@ def from_the_program(frames) -> tuple:
     return tuple(frames)
 
 
-def frames_of(frame, depth: int = DEPTH) -> tuple[list[Frame], int]:
-    """The stack from `frame` (a Python frame object) outwards, outermost first: at most `depth`
-    frames, the innermost ones, and how many outer frames were left out."""
-    found = []
-    while frame is not None:
-        found.append(frame)
-        frame = frame.f_back
-    kept = found[:depth]
-    return [_frame(f, f.f_lineno) for f in reversed(kept)], len(found) - len(kept)
-
-
 def traceback_frames(tb, depth: int = DEPTH) -> list[Frame]:
     """The frames of a traceback, outermost first (the innermost `depth`)."""
     found = []
@@ -116,22 +115,58 @@ def _frame(frame, line: int) -> Frame:
     return Frame(code.co_filename, line or 0, code.co_name, str(frame.f_globals.get("__name__", "")))
 
 
-def cpu_ns(ident: int) -> int | None:
-    """The CPU time (ns, user + system) that the live thread `ident` has used; None if it is gone."""
+def cpu_ns(native_id: int | None) -> int | None:
+    """The CPU time (ns) that thread `native_id` of this process (its kernel thread id) has run; None if
+    it is gone or the kernel does not say. Read from /proc (schedstat's time on a CPU): asking the
+    thread's own CPU clock (pthread_getcpuclockid) of a thread that may have just ended is undefined."""
+    if native_id is None:
+        return None
     try:
-        return time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
-    except (OSError, ValueError, AttributeError):   # ended, or not a POSIX thread clock here
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
         return None
 
 
-def read_threads(idents: dict[str, int], stacks: bool = True, depth: int = DEPTH) -> dict[str, list]:
+def read_threads(idents: dict[str, tuple[int, int | None]], stacks: bool = True, depth: int = DEPTH) -> dict[str, list]:
     """{thread: wire form of its ThreadState's live part} for the threads `idents` names ({thread:
-    Python thread ident}), as the process sees them now: CPU time, and with `stacks` the stack
-    (`sys._current_frames`: nothing is captured before this call, so it costs nothing until asked)."""
-    current = sys._current_frames() if stacks else {}
+    (Python thread ident, kernel thread id)}), as the process sees them now: CPU time, and with
+    `stacks` the stack, at most `depth` frames, the innermost. Nothing is captured before this call,
+    so it costs nothing until asked."""
+    current = _all_stacks() if stacks else {}
     out = {}
-    for thread, ident in idents.items():
-        cpu = cpu_ns(ident)
-        frames, omitted = frames_of(current.get(ident), depth) if stacks else ([], 0)
-        out[thread] = [-1 if cpu is None else cpu, [f.wire() for f in frames], omitted, None, None]
+    for thread, (ident, native_id) in idents.items():
+        cpu = cpu_ns(native_id)
+        frames = current.get(ident, [])
+        kept = frames[-depth:]
+        out[thread] = [-1 if cpu is None else cpu, [f.wire() for f in kept], len(frames) - len(kept), None, None]
     return out
+
+
+_THREAD = re.compile(rb"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) ")
+_FRAME = re.compile(rb'^  File "(.*)", line (\d+) in (.*)$')
+
+
+def _all_stacks() -> dict[int, list[Frame]]:
+    """{Python thread ident: its frames, outermost first} of every thread of this process, as
+    faulthandler writes them: in C, holding the GIL throughout, from the interpreter's own frames.
+    Reading other threads' frame objects from Python (sys._current_frames, then f_back) can crash
+    CPython 3.11 when a thread pops a frame meanwhile (cpython#111363); this cannot. faulthandler
+    keeps at most 100 frames a thread, and 500 characters of a name."""
+    with tempfile.TemporaryFile() as out:
+        faulthandler.dump_traceback(out, all_threads=True)
+        out.seek(0)
+        text = out.read()
+    stacks: dict[int, list[Frame]] = {}
+    frames: list[Frame] | None = None
+    for line in text.splitlines():
+        head = _THREAD.match(line)
+        if head:
+            frames = stacks.setdefault(int(head.group(1), 16), [])
+            continue
+        frame = _FRAME.match(line)
+        if frame and frames is not None:
+            file, number, function = frame.groups()
+            frames.insert(0, Frame(file.decode("utf-8", "replace"), int(number),
+                                   function.decode("utf-8", "replace"), ""))
+    return stacks

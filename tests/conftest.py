@@ -30,11 +30,12 @@ srv.close()
 
 
 class ServerProcess:
-    """A node server running in a child process; `stop()` ends it and reaps it."""
+    """A node server running in a child process (`script`: one that serves as SERVER_SCRIPT does);
+    `stop()` ends it and reaps it."""
 
-    def __init__(self, start_timeout: float = 20.0):
+    def __init__(self, start_timeout: float = 20.0, script: str = SERVER_SCRIPT):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER_SCRIPT], cwd=REPO,
+            [sys.executable, "-c", script], cwd=REPO,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         ready, _, _ = select.select([self.proc.stdout], [], [], start_timeout)
@@ -100,11 +101,12 @@ def endpoint(server_process) -> str:
 
 @pytest.fixture
 def spawn_server():
-    """Start extra node server processes (e.g. to kill them); all are reaped at teardown."""
+    """Start extra node server processes (e.g. to kill them; `script`: one that serves as
+    SERVER_SCRIPT does); all are reaped at teardown."""
     started: list[ServerProcess] = []
 
-    def spawn() -> ServerProcess:
-        server = ServerProcess()
+    def spawn(script: str = SERVER_SCRIPT) -> ServerProcess:
+        server = ServerProcess(script=script)
         started.append(server)
         return server
 

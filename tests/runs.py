@@ -55,6 +55,16 @@ def windtunnel_with_source_collectors(run_dir, seconds: float = 120, seed: int =
         yield run
 
 
+def memory_kb(pid: int) -> dict[str, int]:
+    """The process's resident memory now (VmRSS) and at its peak (VmHWM), in kB."""
+    found = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                found[line.split(":")[0]] = int(line.split()[1])
+    return found
+
+
 def gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -57,7 +57,8 @@ def command(args) -> tuple[list[str], str]:
                         ("--topology", args.topology)):
         if value is not None:
             ours += [flag, value]
-    ours += ["--instrument", args.instrument, "--keep", str(args.keep)] + (["--insecure"] if args.insecure else [])
+    ours += ["--instrument", args.instrument, "--keep", str(args.keep), "--max-communicators",
+             str(args.max_communicators)] + (["--insecure"] if args.insecure else [])
     options, _ = parse([*ours, *program])          # the ranks' own check, once, here
     if options.topology is not None:
         from .topology import Topology

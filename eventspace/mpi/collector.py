@@ -31,6 +31,8 @@ IN_PLACE = MPI.IN_PLACE
 # Flags and op sets bound once (a call reads them as globals, not as attributes of a module).
 F_ANY_SOURCE, F_ANY_TAG, F_EMPTY, F_REQUEST, F_CANCELLED = e.ANY_SOURCE, e.ANY_TAG, e.EMPTY, e.REQUEST, e.CANCELLED
 RECEIVES = e.RECEIVES
+_SOURCE, _TAG, _COUNT, _CANCELLED = MPI.Status.Get_source, MPI.Status.Get_tag, MPI.Status.Get_count, \
+    MPI.Status.Is_cancelled
 # Bytes mpi4py has pickled in this process, summed by the pickle hook (interpose.count_pickled):
 # a pickle-form call's bytes are the growth of DUMPED[0] while it runs.
 DUMPED = [0]
@@ -98,10 +100,10 @@ def count_in_c(compiled) -> bool:
         capsule = MPI.__pyx_capi__["PyMPIStatus_Get"]
         library = ctypes.CDLL(MPI.__file__, mode=os.RTLD_NOLOAD)
         get_count = ctypes.cast(library.MPI_Get_count, ctypes.c_void_p).value
-        byte, size = MPI._handleof(MPI.BYTE), MPI._sizeof(MPI.Datatype)
+        byte, size, status_size = MPI._handleof(MPI.BYTE), MPI._sizeof(MPI.Datatype), MPI._sizeof(MPI.Status)
     except (AttributeError, KeyError, OSError, TypeError):
         return False
-    return compiled.use_mpi_status(capsule, get_count or 0, byte, size, *status_offsets(capsule))
+    return compiled.use_mpi_status(capsule, get_count or 0, byte, size, *status_offsets(capsule), status_size)
 
 
 def status_offsets(capsule) -> tuple[int, int]:
@@ -177,6 +179,14 @@ def _peer(peers, rank) -> int:
         return peers[rank]
     except (LookupError, TypeError):
         return NONE
+
+
+def received(peers, status) -> tuple[int, int, int]:
+    """(peer, tag, bytes) of a received message, as its record holds them, from its Status as MPI
+    filled it: read through MPI.Status's own methods, as the compiled collectors read MPI_Status
+    itself, never through a subclass's (a program may number sources or tags its own way there)."""
+    n = _COUNT(status)
+    return _peer(peers, _SOURCE(status)), _TAG(status) & U32, 0 if n < 0 else n if n < U32 else U32
 
 
 def _fail(ch, op, flags, peer, tag, t0) -> None:
@@ -286,8 +296,7 @@ def _recv(comm, call, op, ch, flags):
             raise
         t1 = clock()
         inflight[cid] = 0
-        n = st.count
-        if append(op, f, cid, peers[st.source], st.tag & U32, n if n < U32 else U32, t0, t1) >= bound[0]:
+        if append(op, f, cid, *received(peers, st), t0, t1) >= bound[0]:
             spill()
         return result
 
@@ -367,8 +376,7 @@ def _sendrecv(comm, call, ch, flags):
         if pickled:
             n = min(dumped[0] - before, U32)
         append(SEND, flags, cid, peer, sendtag, n, t0, t1)
-        got = st.count
-        if append(RECV, f, cid, peers[st.source], st.tag & U32, min(got, U32), t0, t1) >= bound[0]:
+        if append(RECV, f, cid, *received(peers, st), t0, t1) >= bound[0]:
             spill()
         return result
 
@@ -397,7 +405,7 @@ def _sendrecv_replace(comm, call, ch):
         t1 = clock()
         inflight[cid] = 0
         append(SEND, 0, cid, peer, sendtag, n, t0, t1)
-        if append(RECV, f, cid, peers[st.source], st.tag & U32, min(st.count, U32), t0, t1) >= bound[0]:
+        if append(RECV, f, cid, *received(peers, st), t0, t1) >= bound[0]:
             spill()
 
     return Sendrecv_replace
@@ -425,7 +433,7 @@ def _probe(comm, call, op, ch):
         t1 = clock()
         inflight[cid] = 0
         if found:
-            record = (op, f, cid, peers[st.source], st.tag & U32, min(st.count, U32), t0, t1)
+            record = (op, f, cid, *received(peers, st), t0, t1)
         else:
             record = (op, f | F_EMPTY, cid, want, tag & U32, 0, t0, t1)
         if append(*record) >= bound[0]:
@@ -460,7 +468,7 @@ def _matched_probe(comm, call, op, ch, message_class, pickled):
         if message is None:
             record = (op, f | F_EMPTY, cid, want, tag & U32, 0, t0, t1)
         else:
-            peer, got, n = peers[st.source], st.tag & U32, min(st.count, U32)
+            peer, got, n = received(peers, st)
             record = (op, f, cid, peer, got, n, t0, t1)
             message = message_class(message)
             message.info = (ch, f, peer, got, n)
@@ -486,8 +494,8 @@ def request_done(info, status, t1, extra=0) -> None:
     `status` (None when the request was freed before completing)."""
     ch, op, flags, peer, tag, n, t0 = info
     if status is not None and op in RECEIVES:
-        peer, tag, n = ch.peers[status.source], status.tag & U32, min(status.count, U32)
-    if flags & F_CANCELLED and (status is None or not status.cancelled):
+        peer, tag, n = received(ch.peers, status)
+    if flags & F_CANCELLED and (status is None or not _CANCELLED(status)):
         flags &= ~F_CANCELLED   # the program asked; MPI did not (or could not say that it did) cancel
     if ch.append(op, flags | extra | F_REQUEST, ch.cid, peer, tag, n, t0, t1) >= ch.bound[0]:
         ch.spill()

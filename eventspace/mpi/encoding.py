@@ -50,6 +50,10 @@ from r3 tag 7".
 
 from __future__ import annotations
 
+import copy
+
+import numpy as np
+
 # Op codes 0x0100..0x01FF; PATHS operations (paths.operation) use 1..0x00FF.
 FIRST_OP, LAST_OP = 0x0100, 0x01FF
 
@@ -169,3 +173,58 @@ def describe(op: int, flags: int, element: int, arg: int, comm: int | None = Non
     if flags & REQUEST:
         text = f"request {text}"
     return text
+
+
+class Collectors:
+    """What the collector ids of an MPI run's catalogue say, as arrays indexed by id (id 0 stands for
+    any id the catalogue does not know: `index` maps ids to it): `rank`, the world rank of the
+    collector's thread, and `comm`, its communicator (-1 where the collector is not an MPI rank's);
+    `p2p`, a source collector (point-to-point calls and completions on its communicator);
+    `collective`, a contribute collector (its communicator's collectives), and `member`, its
+    thread's rank in the communicator (-1 otherwise). `ranks` is the run's rank count (its threads
+    rK) and `sizes` {communicator: members} of the communicators with collective collectors."""
+
+    def __init__(self, catalogue):
+        entries = catalogue.entries
+        self.size = len(entries) + 1
+        self.rank = np.full(self.size, -1, dtype=np.int64)
+        self.comm = np.full(self.size, -1, dtype=np.int64)
+        self.member = np.full(self.size, -1, dtype=np.int64)
+        self.p2p = np.zeros(self.size, dtype=bool)
+        self.collective = np.zeros(self.size, dtype=bool)
+        self.sizes: dict[int, int] = {}
+        trees = getattr(catalogue, "trees", {})
+        for cid, entry in enumerate(entries, 1):
+            rank, comm = rank_of(entry.thread), comm_of(entry)
+            if rank is None or comm is None:
+                continue
+            if entry.role == "source":
+                self.rank[cid], self.comm[cid], self.p2p[cid] = rank, comm, True
+            elif entry.role == "contribute" and entry.tree in trees and entry.thread in trees[entry.tree].members:
+                members = trees[entry.tree].members
+                self.rank[cid], self.comm[cid], self.collective[cid] = rank, comm, True
+                self.member[cid] = members.index(entry.thread)
+                self.sizes[comm] = len(members)
+        ranks = [rank_of(thread) for thread, _ in getattr(catalogue, "threads", ())]
+        known = [r for r in ranks if r is not None] + [int(r) for r in self.rank if r >= 0]
+        self.ranks = max(known) + 1 if known else 0
+
+    def within(self, ids) -> Collectors:
+        """These collectors as seen through a view that has only `ids`: the others are unknown, and a
+        communicator some of whose members' collective collectors are left out has size 0 (none of
+        its rounds can be seen whole)."""
+        out = copy.copy(self)
+        keep = np.zeros(self.size, bool)
+        chosen = np.array([i for i in ids if 0 < i < self.size], dtype=np.int64)
+        keep[chosen] = True
+        out.rank, out.comm, out.member = (np.where(keep, a, -1) for a in (self.rank, self.comm, self.member))
+        out.p2p, out.collective = self.p2p & keep, self.collective & keep
+        seen = np.bincount(out.comm[out.collective], minlength=max(self.sizes, default=-1) + 1)
+        out.sizes = {comm: size if seen[comm] == size else 0 for comm, size in self.sizes.items()}
+        return out
+
+    def index(self, collector: np.ndarray) -> np.ndarray:
+        """The records' `collector` column as indices into these arrays (0 for an unknown id)."""
+        cid = collector.astype(np.int64)
+        cid[(cid < 1) | (cid >= self.size)] = 0
+        return cid

@@ -22,14 +22,15 @@ import time
 import traceback
 from pathlib import Path
 
-from .options import DEFAULT_KEEP, INSTRUMENT, Options
+from .options import DEFAULT_KEEP, INSTRUMENT, MAX_COMMUNICATORS, Options
 
 # Seconds a failing rank waits, its output written, before it aborts the job (see _abort_job).
 _FORWARD_GRACE = 0.2
 
 EXTRA_HINT = "pip install 'eventspace[mpi]'"
 # Options taking a value, so that splitting a command line knows where the program begins.
-VALUED = frozenset({"--name", "--archive", "--record", "--instrument", "--topology", "--keep", "--recording-dir"})
+VALUED = frozenset({"--name", "--archive", "--record", "--instrument", "--topology", "--keep", "--max-communicators",
+                    "--recording-dir"})
 # What launchers say a process's rank is, before MPI is up (for messages printed once).
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 
@@ -67,6 +68,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                                                              "(clusters: {rack1: [node01, node02]})")
     parser.add_argument("--keep", type=int, default=DEFAULT_KEEP,
                         help="records each trace element keeps for monitors (default %(default)s)")
+    parser.add_argument("--max-communicators", type=int, default=MAX_COMMUNICATORS, metavar="N",
+                        help="trace COMM_WORLD and the first communicators the program makes, N in all; later "
+                             "ones run untraced (each one declared makes the next one dearer; default %(default)s)")
     parser.add_argument("--insecure", action="store_true",
                         help="serve plaintext on non-loopback addresses (ranks on several hosts, no CURVE keys)")
     parser.add_argument("--recording-dir", help=argparse.SUPPRESS)   # eventspace mpirun's, for --archive
@@ -98,6 +102,8 @@ def parse(argv: list[str]):
     args = parser.parse_args(ours)
     if args.keep < 1:
         raise UsageError(f"--keep {args.keep}: give a positive number of records")
+    if args.max_communicators < 1:
+        raise UsageError(f"--max-communicators {args.max_communicators}: give a positive number (COMM_WORLD counts)")
     if args.archive is not None and args.record is not None:
         raise UsageError("--archive records every event and --record only the last ones: give one of them")
     if args.record is not None:
@@ -109,7 +115,8 @@ def parse(argv: list[str]):
             raise UsageError(str(exc)) from None
     default = program[1] if program[0] == "-m" else Path(program[0]).stem
     return Options(default_name=default, name=args.name, archive=args.archive, instrument=args.instrument,
-                   topology=args.topology, keep=args.keep, insecure=args.insecure, record=args.record,
+                   topology=args.topology, keep=args.keep, insecure=args.insecure,
+                   max_communicators=args.max_communicators, record=args.record,
                    recording_dir=args.recording_dir), program
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 INSTRUMENT = ("all", "p2p", "collectives", "none")
 DEFAULT_KEEP = 4096   # records per trace element: a monitor's stream pulls miss less of a busy rank
+MAX_COMMUNICATORS = 256   # communicators a run traces (each one declared makes the next one dearer)
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,8 @@ class Options:
     archive to build from every event the ranks record, or a flight recorder's window to keep
     (`record`, `last:30s`: eventspace.recorder.Spec), what to collect (all, p2p, collectives,
     none), a topology file, each trace element's `keep`, whether to serve plaintext on
-    non-loopback addresses, and the directory the ranks record into (`recording_dir`: made by
+    non-loopback addresses, how many communicators to trace at most (COMM_WORLD and the first ones
+    the program makes), and the directory the ranks record into (`recording_dir`: made by
     `eventspace mpirun`, which builds the archive if the job ends before its rank 0 could; None:
     rank 0 makes one in the run directory)."""
 
@@ -25,5 +27,6 @@ class Options:
     topology: str | None = None
     keep: int = DEFAULT_KEEP
     insecure: bool = False
+    max_communicators: int = MAX_COMMUNICATORS
     record: str | None = None
     recording_dir: str | None = None

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import os
+import secrets
 import socket
 import sys
 import threading
 
 import pastset
+from pastset import AuthError, BadArgument, LimitExceeded
 from pastset.terminal import counted
 from paths import NodeServer, PathmapError, RunError, rundir
 from paths.wrapper import PathsError
@@ -23,9 +26,11 @@ from .generate import Communicator, collector_ids, node_name, run_pathmap
 from .registry import Registration
 from .topology import Topology
 
-ADOPT = "eventspace.mpi.adopt"      # hosted on every rank: ([id, members, how]) -> None
-DECLARE = "eventspace.mpi.declare"  # hosted on rank 0: (members, how) -> the new communicator's id
+# Hosted for the run's own ranks, whose calls give the run's token first (see Rank.for_ranks):
+ADOPT = "eventspace.mpi.adopt"      # on every rank: (token, [id, members, how]) -> None
+DECLARE = "eventspace.mpi.declare"  # on rank 0: (token, members, how) -> the new communicator's id
 PREFIX = "eventspace.mpi:"
+MAX_HOW = 256             # characters of how a communicator was made
 
 
 def say(text: str) -> None:
@@ -81,15 +86,15 @@ class Rank:
         if decision[0] == "refused":
             raise Refused(decision[1])
         # Rank 0 made the run's pathmap (the others would each import networkx and lay the same trees out).
-        _, self.name, self.clusters, self.recording_dir, pathmap = decision
+        _, self.name, self.clusters, self.token, self.recording_dir, pathmap = decision
         self.comms = [Communicator(0, tuple(range(self.size)), "COMM_WORLD")]
         self.node = NodeServer(pathmap, node_name(self.rank))
         # The thread rK is the one that imported MPI: the program's (its stack is what `eventspace stack` shows).
-        self.node.host_thread(node_name(self.rank), threading.current_thread().ident)
+        self.node.host_thread(node_name(self.rank), threading.get_ident(), threading.get_native_id())
         self.space = NodeSpace.of(self.node)
-        self.node.server.host(ADOPT, self._adopt)
+        self.node.server.host(ADOPT, self.for_ranks(self._adopt))
         if self.rank == 0:
-            self.node.server.host(DECLARE, self._declare)
+            self.node.server.host(DECLARE, self.for_ranks(self._declare))
         problem = self._record()
         endpoint = self._serve() if problem is None else ("error", problem)
         endpoints = self.private.allgather(endpoint)
@@ -116,8 +121,9 @@ class Rank:
     # -- starting ------------------------------------------------------------------------------
 
     def _decide(self) -> tuple:
-        """Rank 0: ("ok", name, host -> cluster, recording directory or None, the run's pathmap), or
-        ("refused", why)."""
+        """Rank 0: ("ok", name, host -> cluster, the run's token, recording directory or None, the run's
+        pathmap), or ("refused", why). The token goes to the other ranks over MPI, never through a
+        node's endpoint."""
         o = self.options
         try:
             topology = Topology.load(o.topology) if o.topology else Topology()
@@ -141,7 +147,19 @@ class Rank:
                 self.registration.remove()
                 self.registration = None
             return ("refused", str(exc))
-        return ("ok", name, clusters, directory, pathmap)
+        return ("ok", name, clusters, secrets.token_hex(16), directory, pathmap)
+
+    def for_ranks(self, fn):
+        """`fn`, to host for the run's own ranks only: their calls give the run's token first (shared
+        over MPI at start); any other caller of the node gets AuthError, and `fn` never runs."""
+        token, name = self.token, self.name
+
+        def hosted(given=None, *args):
+            if not (isinstance(given, str) and hmac.compare_digest(given, token)):
+                raise AuthError(f"only the ranks of MPI run {name} may make this call on its nodes")
+            return fn(*args)
+
+        return hosted
 
     def _record(self) -> str | None:
         """Start this rank's recorder (--archive: its file in the run's recording directory; --record:
@@ -248,14 +266,15 @@ class Rank:
         """Rank 0 gives the communicator an id and every node its collectors; the id."""
         if self.rank == 0:
             return self._declare(list(members), how)
-        return self.node.client(node_name(0)).call(DECLARE, list(members), how, timeout=60)
+        return self.node.client(node_name(0)).call(DECLARE, self.token, list(members), how, timeout=60)
 
     def _declare(self, members: list, how: str) -> int:
         with self._declare_lock:
-            wire = [len(self.comms), list(members), str(how)]
+            wire = [len(self.comms), members, how]
+            self._communicator(wire)   # refused here, before any rank takes it
             for node in self.endpoints:
                 if node != self.node.name:
-                    self.node.client(node).call(ADOPT, wire, timeout=60)
+                    self.node.client(node).call(ADOPT, self.token, wire, timeout=60)
             self._adopt(wire)
             self.registration.update(self.node.pathmap, self.comms)
             return wire[0]
@@ -272,10 +291,7 @@ class Rank:
     def _adopt(self, wire: list) -> None:
         """Take communicator [id, members, how] into this node's pathmap (every node, in id order)."""
         with self._adopt_lock:
-            comm = Communicator(int(wire[0]), tuple(int(m) for m in wire[1]), str(wire[2]))
-            if comm.id != len(self.comms):
-                raise PathsError(f"node {self.node.name}: communicator {comm.id} declared out of order "
-                                 f"(it knows {len(self.comms)})")
+            comm = self._communicator(wire)
             comms = [*self.comms, comm]
             o = self.options
             self.space.adopt(run_pathmap(self.name, self.hosts, self.clusters, comms, o.instrument, o.keep))
@@ -284,6 +300,27 @@ class Rank:
                 from .record import communicators
 
                 self.recorder.note({"communicators": communicators(comms)})
+
+    def _communicator(self, wire) -> Communicator:
+        """The communicator [id, members, how] declares, the next one of the run: at most
+        `Options.max_communicators` in all (LimitExceeded), its members distinct world ranks, `how` a
+        short text (BadArgument)."""
+        if not (isinstance(wire, list) and len(wire) == 3 and type(wire[0]) is int and isinstance(wire[1], list)
+                and isinstance(wire[2], str)):
+            raise BadArgument(f"node {self.node.name}: a communicator is [id, members, how], got {wire!r:.80}")
+        cid, members, how = wire
+        if cid != len(self.comms):
+            raise PathsError(f"node {self.node.name}: communicator {cid} declared out of order "
+                             f"(it knows {len(self.comms)})")
+        most = self.options.max_communicators
+        if cid >= most:
+            raise LimitExceeded(f"run {self.name} traces {most} communicators at most (--max-communicators); "
+                                "later ones run untraced")
+        if (not 1 <= len(members) <= self.size or len(set(members)) != len(members)
+                or not all(type(m) is int and 0 <= m < self.size for m in members) or len(how) > MAX_HOW):
+            raise BadArgument(f"node {self.node.name}: communicator {cid} must have distinct world ranks from 0 to "
+                              f"{self.size - 1} as members and say how it was made in at most {MAX_HOW} characters")
+        return Communicator(cid, tuple(members), how)
 
     # -- finishing -----------------------------------------------------------------------------
 

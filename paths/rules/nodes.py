@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..sections import MAX_CLOCK_OFFSET_NS
 from .checker import Checker
 from .values import count_problem, port_problem, template_problem
 
@@ -24,6 +25,9 @@ def _check_nodes(c: Checker) -> None:
         key = ("nodes", node.name)
         if not node.host.strip():
             c.add(key + ("host",), "empty host; give the host name or address the node runs on")
+        if not -MAX_CLOCK_OFFSET_NS <= node.clock_offset_ns <= MAX_CLOCK_OFFSET_NS:
+            c.add(key + ("clock_offset_ns",), f"clock offset {node.clock_offset_ns} ns is beyond +-2^62 ns (146 years), "
+                                              "the most a node's clock is shifted by; give a smaller one")
         problem = port_problem(node.port)
         if problem:
             c.add(key + ("port",), problem)

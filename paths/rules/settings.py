@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from pastset.client import check_grace
 from pastset.errors import PastSetError
 from pastset.security import problems as key_problems
@@ -39,6 +41,12 @@ def _check_clock(c: Checker) -> None:
 
 
 def _check_security(c: Checker) -> None:
+    for i, endpoint in enumerate(c.pm.security.join_endpoints):
+        parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
+        if parts is None or not (parts.scheme == "tcp" and parts.hostname and _port(parts)
+                                 or parts.scheme == "ipc" and len(endpoint) > len("ipc://")):
+            c.add(("security", "join_endpoints", i), f"{endpoint!r} is not an endpoint; write tcp://HOST:PORT "
+                                                     "or ipc://PATH")
     keys = c.pm.security.keys
     if keys is None:
         return
@@ -49,3 +57,10 @@ def _check_security(c: Checker) -> None:
     # Every node serves and connects with these keys: it needs all of them.
     for what in key_problems(keys, serve=True):
         c.add(("security", "keys"), what)
+
+
+def _port(parts) -> int | None:
+    try:
+        return parts.port
+    except ValueError:   # not a number, or out of range
+        return None

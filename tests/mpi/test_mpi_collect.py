@@ -278,3 +278,20 @@ def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
             and flags == e.PICKLED | e.ANY_SOURCE | e.ANY_TAG | e.REQUEST and arg == 54] == \
         [n for (thread, o, flags, _peer, arg, n, _where), k in rows.items() if thread == "r0" and o == e.ISEND
          and flags == e.PICKLED | e.REQUEST and arg == 54]
+
+
+@pytest.mark.parametrize("how", ["compiled", "pure"])
+def test_a_program_with_a_status_class_of_its_own_runs_as_without_eventspace(tmp_path, how):
+    """A Status subclass whose Get_source and Get_tag say something else than MPI (the program's own
+    labels): the program sees its labels, and the records MPI's source and tag (the run aborted with
+    IndexError when the collector read the source through the subclass)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **({"EVENTSPACE_PURE": "1"} if how == "pure" else {})}
+    archive = tmp_path / "status.sqlite"
+    result = mpirun("-n", 2, "--archive", archive, "status_subclass.py", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[(1000, -4), (1000, -7), (1000, -5, 3), (1000, -6), (1000, -8)]"
+    with Archive.open(archive) as db:
+        _, rows = db.query("SELECT op, element, arg FROM events WHERE thread = 'r1' AND op IN "
+                           f"({e.RECV}, {e.IRECV}, {e.PROBE}) AND (op != {e.IRECV} OR flags & {e.REQUEST})")
+    assert sorted(rows) == sorted([(e.RECV, 0, 4), (e.RECV, 0, 7), (e.PROBE, 0, 5), (e.RECV, 0, 5),
+                                   (e.IRECV, 0, 6), (e.IRECV, 0, 8)])

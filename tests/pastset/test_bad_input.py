@@ -124,10 +124,10 @@ def pack(*fields) -> bytes:
 
 # name -> (frames for element id `eid`, error class the reply names, words its message holds)
 WIRE = {
-    "not msgpack": (lambda eid: [b"\xc1\xc1"], "ProtocolError", ["not valid msgpack"]),
+    "not msgpack": (lambda eid: [b"\xc1\xc1"], "ProtocolError", ["malformed request: not msgpack"]),
     "truncated msgpack": (lambda eid: [pack(1, p.MOVE, eid, [1], None)[:-3]], "ProtocolError",
-                          ["not valid msgpack"]),
-    "empty frame": (lambda eid: [b""], "ProtocolError", ["not valid msgpack"]),
+                          ["malformed request: not msgpack"]),
+    "empty frame": (lambda eid: [b""], "ProtocolError", ["malformed request: not msgpack"]),
     "not an array": (lambda eid: [msgpack.packb({"op": 3})], "ProtocolError", ["[request_id, op, *args]"]),
     "too short": (lambda eid: [pack(1)], "ProtocolError", ["[request_id, op, *args]"]),
     "request id not an int": (lambda eid: [pack("one", p.PING)], "ProtocolError", ["[request_id, op"]),
@@ -252,6 +252,23 @@ def test_an_oversized_frame_is_refused_with_limit_exceeded(small_served, raw_pee
     assert reply[1:3] == [p.ERROR, "LimitExceeded"] and "4096-byte frame limit" in reply[3]
     peer.send(bytes(20_000))               # far beyond: the server drops that peer's connection
     assert e.last() == 1 and e.observe() == (bytes(3_000),)
+
+
+def test_a_request_of_too_many_values_is_refused_to_the_client_that_sent_it(endpoint, raw_peer, names):
+    """A request holds at most Limits.max_objects values (a frame of empty maps is a gigabyte of
+    Python objects otherwise): refused, with the request's own id, so that its client hears of it."""
+    with connect(endpoint) as client:
+        e = client.enter(names(), ["any"])
+        for value in ([0] * 400_000, [[0]] * 200_000, [{"k": i} for i in range(160_000)]):
+            with pytest.raises(LimitExceeded, match=r"Limits\.max_objects"):
+                e.move((value,))
+        assert e.move(([0] * 200_000,)) == 0 and e.latest(1)[1] == [([0] * 200_000,)]
+        peer = raw_peer(endpoint)
+        peer.send(b"\x95\x07\x03" + p.pack(e.id) + b"\x91\xdd" + (1 << 20).to_bytes(4, "big") + b"\x80" * (1 << 20)
+                  + b"\xc0")
+        reply = peer.reply()
+        assert reply[:3] == [7, p.ERROR, "LimitExceeded"] and "Limits.max_objects" in reply[3], reply
+        assert e.last() == 1
 
 
 def test_parked_request_limit(small_served, raw_peer, background):

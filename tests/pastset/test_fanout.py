@@ -178,6 +178,51 @@ def test_a_round_gives_up_on_a_node_whose_process_ends_under_it_without_waiting_
     assert waited < 30, f"the round waited {waited:.1f} s of its 60 s for a node that was gone"
 
 
+@pytest.mark.parametrize("garbage, words", [
+    (lambda rid: b"\xc1\xc1", "not msgpack"),
+    (lambda rid: b"\x91" * 5000 + b"\xc0", "not msgpack"),
+    (lambda rid: msgpack.packb([rid, 0, 7]), "malformed reply to latest_records"),
+    (lambda rid: msgpack.packb([rid, 0, [b"\x05\x00\x00\x00", b"x" * 7]]), "malformed reply to latest_records"),
+    (lambda rid: msgpack.packb([rid, 9]), "malformed reply"),
+], ids=["not msgpack", "nested 5000 deep", "a number", "5 records in 7 bytes", "too short"])
+def test_a_node_that_answers_garbage_answers_its_requests_with_a_protocol_error(garbage, words):
+    """A node is not trusted: whatever it sends that is not a reply to what was asked is the error of
+    its requests in the round, named after it; the round goes on, and so do the other nodes' requests."""
+    good = pastset.TupleServer("good")
+    good.enter_rings(["r"], FMT, keep=4)[0].move((1, 2))
+    ctx = zmq.Context()
+    hostile = ctx.socket(zmq.ROUTER)
+    hostile.setsockopt(zmq.LINGER, 0)
+    bad = f"tcp://127.0.0.1:{hostile.bind_to_random_port('tcp://127.0.0.1')}"
+
+    stop = threading.Event()
+
+    def answer():
+        while not stop.is_set():
+            if hostile.poll(50):
+                peer, frame = hostile.recv_multipart()
+                hostile.send_multipart([peer, garbage(msgpack.unpackb(frame)[0])])
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    fanout = pastset.Fanout({"good": good.serve("tcp://127.0.0.1:0"), "bad": bad})
+    try:
+        pulls = fanout.round(5)
+        mine = [pulls.latest_records("bad", ["a"]), pulls.latest_records("bad", ["b", "c"])]
+        fine = pulls.latest_records("good", ["r"])
+        assert pulls.wait() == set()
+        for reply in mine:
+            assert isinstance(reply.error, pastset.ProtocolError) and "node bad" in str(reply.error), reply.error
+            assert words in str(reply.error), reply.error
+        assert fine.result() == struct.pack(FMT, 1, 2)
+    finally:
+        fanout.close()
+        stop.set()
+        thread.join(10)
+        ctx.destroy(linger=0)
+        good.close()
+
+
 def test_a_monitor_may_hold_many_fanouts_over_64_nodes():
     """Each node a fan-out reaches takes three ZeroMQ sockets: ZeroMQ's default limit of 1,023 sockets
     per context ended a benchmark's sixth scope over 64 nodes with "Too many open files"."""

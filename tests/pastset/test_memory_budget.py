@@ -1,12 +1,18 @@
 """The memory budget of a node server: what it holds is counted before it is allocated, a refusal
 changes nothing, and everything comes back when elements are deleted or replies are sent."""
 
+import tracemalloc
+
+import msgpack
 import pytest
+import zmq
 
 from harness import TRACE, eventually
 from pastset import LimitExceeded, Limits, TemplateMismatch, TupleServer, connect
+from pastset.protocol import ERROR, LATEST, MOVE, OK
 
 KIB = 1024
+MIB = 1024 * KIB
 # 256 KiB, of which elements may hold 192 KiB (a quarter is kept for replies).
 TIGHT = Limits(max_memory=256 * KIB, max_ring=64 * KIB, max_reply=48 * KIB)
 
@@ -122,3 +128,71 @@ def test_everything_comes_back_to_the_budget():
     finally:
         server.close()
 
+
+
+def test_replies_a_client_does_not_read_are_counted_and_held_to_its_share():
+    """Every reply counts in the budget until ZeroMQ has written it out, small ones too; a client may
+    leave at most twice Limits.max_reply of them unread (then it is told LimitExceeded), and what it
+    left unread comes back when it disconnects."""
+    share = 2 * MIB
+    server = TupleServer("unread", limits=Limits(max_memory=64 * MIB, max_reply=share // 2))
+    ctx = zmq.Context()
+    try:
+        endpoint = server.serve("tcp://127.0.0.1:0")
+        e = server.enter("e", ["bytes"])
+        e.move((bytes(100 * KIB),))
+        done = server.enter("done", ["int"])
+        done.move((0,))
+        held = server.budget.used
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 1)          # read nothing: the replies stay queued on the server
+        sock.setsockopt(zmq.RCVBUF, 4096)
+        sock.connect(endpoint)
+        for rid in range(200):                    # 20 MB of replies of 100 KiB
+            sock.send(msgpack.packb([rid, LATEST, e.id, 1]))
+        sock.send(msgpack.packb([200, MOVE, done.id, [1], None]))
+        assert eventually(lambda: done.last() == 2, timeout=10)
+        unread = server.budget.used - held       # and the errors, and up to 256 KiB taken ahead for replies
+        assert 0 < unread <= share + 512 * KIB, f"{unread:,} bytes of unread replies counted"
+        replies = []
+        while len(replies) < 201:
+            assert sock.poll(10_000), f"only {len(replies)} replies came"
+            frame = sock.recv()
+            if frame:
+                replies.append(msgpack.unpackb(frame, raw=False))
+        refused = [r for r in replies if r[1] == ERROR]
+        # The share's worth of replies (20), and what the kernel's socket buffers took off ZeroMQ (up
+        # to 4 MB here): the rest are refused.
+        assert 130 < len(refused) < 185, f"{len(refused)} of 200 refused"
+        assert all(r[2] == "LimitExceeded" and "not read" in r[3] for r in refused), refused[0]
+        assert replies[200] == [200, OK, 1]
+        sock.close()
+        assert eventually(lambda: server.budget.used == held, timeout=10), f"{server.budget.used - held:,} left"
+    finally:
+        ctx.destroy(linger=0)
+        server.close()
+
+
+@pytest.mark.parametrize("make", [lambda i: {"a": i}, lambda i: {"k": i, "v": "abc", "f": 1.5},
+                                  lambda i: {"a": [i, {"b": "c"}]}, lambda i: [{"x": i}, {"y": -i}]],
+                         ids=["small dict", "dict of three", "nested", "list of dicts"])
+def test_an_any_field_is_counted_at_least_as_what_its_objects_take(make):
+    """Values of `any` fields as they come off the wire (decoded, so each holds objects of its own):
+    what holding them costs the server, measured, is never more than the budget counts."""
+    server = TupleServer("objects")
+    try:
+        e = server.enter("e", ["any"])
+        frames = [msgpack.packb(make(1000 + i)) for i in range(5_000)]
+        before = server.budget.used
+        tracemalloc.start()
+        try:
+            for frame in frames:
+                e.move((msgpack.unpackb(frame, raw=False),))
+            taken = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        counted = server.budget.used - before
+        assert taken <= counted < 2 * taken, f"{taken / 5_000:.0f} bytes a tuple taken, {counted / 5_000:.0f} counted"
+    finally:
+        server.close()

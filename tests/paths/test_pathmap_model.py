@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from paths import (Clock, ElementSpec, Instrument, Node, Path, Pathmap, PathmapError, Selector, Stage,
+from paths import (Clock, ElementSpec, Instrument, Node, Path, Pathmap, PathmapError, SecuritySpec, Selector, Stage,
                    Thread, Tree)
 from paths.registry import BUILTIN_TYPES, registered_types
 
@@ -110,6 +110,7 @@ def test_round_trip_keeps_awkward_names_and_values(base_text):
                      if s.id == "T0/e01/remote" else s for s in pm.stages),
         allow_modules=("mylib.wrappers", "other.pkg"),
         clock=Clock(samples=2, drift=True, scheme="tree"),
+        security=SecuritySpec(join_endpoints=("tcp://10.0.0.9:7000", "ipc:///tmp/relay")),
     )
     odd.validate()
     assert Pathmap.loads(odd.dumps()) == odd

@@ -2,7 +2,10 @@
 
 import time
 
+import numpy as np
+
 from paths import Wrapper
+from paths import operation as op
 
 
 def ring(ctx):
@@ -93,6 +96,29 @@ class Count(Wrapper):
     def __call__(self, code, args):
         self.seen[code] = self.seen.get(code, 0) + 1
         return self.next(code, args)
+
+
+class NumpyIndices(Wrapper):
+    """A user wrapper type (`type: programs:NumpyIndices`): hands back the index a move got, and
+    the one an observe read, as numpy integers, as code built on numpy may."""
+
+    def __call__(self, code, args):
+        result = self.next(code, args)
+        if code == op.MOVE:
+            return np.int64(result)
+        if code == op.OBSERVE:
+            return np.int64(result[0]), result[1]
+        return result
+
+
+def numpy_moves(ctx):
+    """`rounds` times (1 by default): move `(numpy.int64(i),)` three times into elements `s` and
+    `w`, and observe `w`'s back; what each returned in the last round, as plain ints."""
+    s, w = ctx.path("s"), ctx.path("w")
+    for _ in range(int(ctx.args.get("rounds", 1))):
+        moved = [int(s.move((np.int64(i),))) for i in range(3)] + [int(w.move((np.int64(i),))) for i in range(3)]
+        seen = [[int(v) for v in w.observe(index)] for index in moved[3:]]
+    return {"moved": moved, "seen": seen}
 
 
 def double_items(result):

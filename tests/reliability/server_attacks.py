@@ -1,5 +1,6 @@
 """Shared by the attacks on a node server process: its memory, raw wire peers, and a bystander client
-in a process of its own that times its moves while the attack runs."""
+in a process of its own that times its moves while the attack runs; and by the attacks of a server
+on its clients: a hostile server."""
 
 from __future__ import annotations
 
@@ -7,22 +8,24 @@ import json
 import select
 import subprocess
 import sys
+import threading
 import time
 
 import msgpack
 import zmq
 
-from runs import REPO
+from pastset import protocol as p
+from runs import REPO, memory_kb  # noqa: F401 - the attacks use it from here
 
 
-def memory_kb(pid: int) -> dict[str, int]:
-    """The process's resident memory now (VmRSS) and at its peak (VmHWM), in kB."""
-    found = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                found[line.split(":")[0]] = int(line.split()[1])
-    return found
+def until(condition, timeout: float) -> bool:
+    """Poll `condition` until it holds or `timeout` seconds pass; whether it held."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def pack(obj) -> bytes:
@@ -72,6 +75,54 @@ class Peer:
 
     def close(self) -> None:
         self.sock.close(linger=0)
+
+
+def fill(ctx: zmq.Context, endpoint: str, names: list[str]) -> None:
+    """Small elements of these names, pipelined over connections of 5,000 each (one may create only
+    its share, pastset.Limits().max_elements_per_client)."""
+    for start in range(0, len(names), 5_000):
+        peer = Peer(ctx, endpoint)
+        mine = names[start:start + 5_000]
+        for i, name in enumerate(mine):
+            peer.request(i, p.ENTER, name, ["int"], None, None)
+        for _ in mine:
+            reply, _ = peer.reply()
+            assert reply[1] == p.OK, reply
+        peer.close()
+
+
+class HostileServer:
+    """A ZeroMQ ROUTER in a thread of this process that passes for a node server: it answers pings as
+    one does ([name, max_frame]), and every other request with `answer(rid, op)`: the frame to send
+    back, or None to send nothing (a server that answers only pings)."""
+
+    def __init__(self, answer):
+        self._answer = answer
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self.endpoint = f"tcp://127.0.0.1:{self._sock.bind_to_random_port('tcp://127.0.0.1')}"
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            if not self._sock.poll(50):
+                continue
+            peer, frame = self._sock.recv_multipart()[:2]
+            try:
+                rid, op = msgpack.unpackb(frame, raw=False)[:2]
+            except Exception:  # noqa: BLE001 - not a request: nothing to answer
+                continue
+            reply = pack([rid, p.OK, ["hostile", 16 << 20]]) if op == p.PING else self._answer(rid, op)
+            if reply is not None:
+                self._sock.send_multipart([peer, reply], copy=False)
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(10)
+        self._ctx.destroy(linger=0)
 
 
 # A well-behaved client: moves small tuples into its own element in a loop (one every millisecond),

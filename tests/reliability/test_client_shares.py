@@ -110,3 +110,67 @@ def test_one_connection_cannot_fill_the_element_table(target):
     assert pipelined(greedy, [(2, p.ENTER, "greedy/new", ["int"], None, None)])[0][2] == "LimitExceeded"
     client.delete("greedy/0")
     assert pipelined(greedy, [(3, p.ENTER, "greedy/new", ["int"], None, None)])[0][1] == p.OK
+
+
+# A node server whose hosted call `hold(seconds)` is answered that many seconds later, by the loop that
+# carries it (an inline call returning a Deferred, as a scope join's pull that waits on a silent node is).
+HOLDING_SERVER = """\
+import sys, time
+import pastset
+from pastset.deferred import Deferred
+
+
+class Held(Deferred):
+    def __init__(self, seconds):
+        super().__init__()
+        self.at = time.monotonic() + seconds
+
+    def sockets(self):
+        return []
+
+    def wake_at(self):
+        return self.at
+
+    def readable(self, sock):
+        pass
+
+    def tick(self):
+        if time.monotonic() >= self.at:
+            self._settle("held")
+
+
+server = pastset.TupleServer("holding")
+server.host("hold", lambda seconds: Held(float(seconds)), inline=True)
+print(server.serve("tcp://127.0.0.1:0"), flush=True)
+sys.stdin.read()
+server.close()
+"""
+DEFERRED = 512             # pastset.Limits().max_calls: deferred calls one endpoint carries at once
+DEFERRED_SHARE = 32        # pastset.Limits().max_deferred_per_client: of them, one connection's
+
+
+@pytest.fixture
+def holding(spawn_server):
+    """(endpoint of a node server process hosting `hold`, zmq context)."""
+    server = spawn_server(HOLDING_SERVER)
+    ctx = zmq.Context()
+    yield server.endpoint, ctx
+    ctx.destroy(linger=0)
+
+
+def test_one_connection_cannot_take_every_deferred_call_slot(holding):
+    """Attack: 600 calls that wait 60 s on the loop (as pulls of a join whose child is on a silent node
+    do), pipelined from one connection, then 40 from each of 20 more; then a neighbour's call."""
+    endpoint, ctx = holding
+    greedy = Peer(ctx, endpoint)
+    refused = pipelined(greedy, [(rid, p.CALL, "hold", [60]) for rid in range(600)])
+    print(f"600 pipelined deferred calls: {600 - len(refused)} carried, {len(refused)} refused")
+    crowd = [Peer(ctx, endpoint) for _ in range(20)]
+    carried = 600 - len(refused)
+    for peer in crowd:
+        carried += 40 - len(pipelined(peer, [(rid, p.CALL, "hold", [60]) for rid in range(40)]))
+    with pastset.connect(endpoint) as neighbour:
+        assert neighbour.call("hold", 0, timeout=10) == "held"
+    assert len(refused) == 600 - DEFERRED_SHARE
+    assert all(r[2] == "LimitExceeded" and "Limits.max_deferred_per_client" in r[3] for r in refused)
+    assert carried < DEFERRED

@@ -25,6 +25,7 @@ REFUSED = {
     "a call": ('__import__("os").system("true")', "call is not allowed"),
     "syntax": ("f0 >", "does not parse"),
     "nested too deeply": ("+".join(["f0"] * 600) + " > 0", "nested too deeply"),
+    "a string computed with": ('"x" * 3000000000 == f0', "arithmetic takes numbers"),
 }
 
 

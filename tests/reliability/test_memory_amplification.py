@@ -12,7 +12,7 @@ import zmq
 
 import pastset
 from pastset import protocol as p
-from server_attacks import Bystander, Peer, memory_kb
+from server_attacks import Bystander, Peer, memory_kb, until
 
 TRACE = "=HHIIIIQQ"
 MIB = 1 << 20
@@ -127,13 +127,14 @@ def test_an_unbounded_typed_element_is_held_to_the_memory_budget(attacked):
 
 
 def test_an_any_field_of_many_small_objects_is_counted_as_what_it_holds(attacked):
-    """Attack: moves of [[]] * 1_000_000 into an element of ["any"]: 1 MB on the wire, 64 MB of objects."""
+    """Attack: moves of [[]] * 290_000 into an element of ["any"]: 290 KB on the wire, 18 MB of objects
+    (a million was 1 MB and 64 MB: one request may decode to at most 300,000 values now)."""
     server, _ = attacked
-    lists = [[]] * 1_000_000
+    lists = [[]] * 290_000
     with pastset.connect(server.endpoint, gone_after=30) as client:   # each move takes the server long
         hoard = client.enter("objects", ["any"])
-        refused, grown = move_until_refused(server.proc.pid, hoard, (lists,), BUDGET_MIB // 64 + 16)
-        print(f"moves of a million empty lists: {hoard.last()} held, server peak +{grown:.0f} MiB; {refused}")
+        refused, grown = move_until_refused(server.proc.pid, hoard, (lists,), BUDGET_MIB // 16 + 16)
+        print(f"moves of 290,000 empty lists: {hoard.last()} held, server peak +{grown:.0f} MiB; {refused}")
         assert refused is not None and "Limits.max_memory" in str(refused), "the element grew without bound"
         assert grown < BUDGET_MIB + 192     # the budget, and the request being decoded
 
@@ -206,5 +207,108 @@ def test_replies_a_client_does_not_read_are_held_to_a_share(attacked):
         assert seen["errors"] == [] and seen["worst_s"] < STALL_S
         hoarder.close()                                     # its queued replies go with it
         time.sleep(0.5)
+        start, items = client.element("ten").latest(1)
+        assert start == 0 and items == [(b"y" * 10_000_000,)]
+
+
+def test_small_replies_a_client_does_not_read_are_counted_and_capped(attacked):
+    """Attack: 3,000 pipelined latest() of a 1,000,000-byte tuple (18 KB of requests; each reply under a
+    megabyte, so none was counted) by a peer that never reads its replies: 3 GB queued; then it leaves."""
+    server, ctx = attacked
+    pid = server.proc.pid
+    with pastset.connect(server.endpoint) as client:
+        near = client.enter("near", ["bytes"])
+        near.move((b"n" * 1_000_000,))
+        done = client.enter("done", ["int"])
+        hoarder = Peer(ctx, server.endpoint, rcvhwm=1)
+        with Bystander(server.endpoint) as bystander:
+            before = memory_kb(pid)
+            for rid in range(3_000):
+                hoarder.request(rid, p.LATEST, near.id, 1)
+                if rid % 100 == 99 and grown_mib(pid, before) > BUDGET_MIB + 512:
+                    break  # enough to fail: stop before the machine suffers
+            hoarder.request(3_000, p.MOVE, done.id, [1], None)   # answered after all of them
+            until(lambda: done.last() == 1 or grown_mib(pid, before) > BUDGET_MIB + 512, timeout=60)
+            grown = grown_mib(pid, before)
+            seen = bystander.finish()
+        print(f"3,000 unread latest() replies of 1 MB: server peak +{grown:.0f} MiB; bystander worst "
+              f"{seen['worst_s'] * 1000:.0f} ms over {seen['moves']} moves, errors {seen['errors']}")
+        assert grown < 256, "the server queued the replies of a peer that reads none of them"
+        assert done.last() == 1, "the server did not get through the requests"
+        assert seen["errors"] == [] and seen["worst_s"] < STALL_S
+        hoarder.close()                                      # what it left unread is given back
+        back = until(lambda: memory_kb(pid)["VmRSS"] < before["VmRSS"] + 64 * 1024, timeout=15)
+        print(f"resident after it left: {memory_kb(pid)['VmRSS'] / 1024:.0f} MiB, "
+              f"{before['VmRSS'] / 1024:.0f} MiB before")
+        assert back, "the memory of the replies was not given back when their client left"
+        assert near.latest(1) == (0, [(b"n" * 1_000_000,)])
+
+
+def many_empty_maps(eid: int, lists: int) -> bytes:
+    """A 16 MiB move whose value is `lists` arrays of empty maps (one byte each on the wire, some 64 in
+    memory): 16 million Python dicts if decoded whole."""
+    per_list = (15 * MIB) // lists
+    value = b"".join(b"\xdd" + per_list.to_bytes(4, "big") + b"\x80" * per_list for _ in range(lists))
+    return b"\x95\x01\x03" + p.pack(eid) + b"\x91\xdd" + lists.to_bytes(4, "big") + value + b"\xc0"
+
+
+@pytest.mark.parametrize("lists", [1, 64])
+def test_a_frame_of_empty_maps_cannot_hold_the_loop_or_take_a_gigabyte(attacked, lists):
+    """Attack: 16 MiB frames of empty maps (in one array, refused at its header; or in 64 of 245,760,
+    each under the limit, counted as they are built), four in a row: each once took the server's
+    loop 1.0-1.5 s and 1.26 GB."""
+    server, ctx = attacked
+    pid = server.proc.pid
+    with pastset.connect(server.endpoint) as client:
+        eid = client.enter("maps", ["any"]).id
+        frame = many_empty_maps(eid, lists)
+        assert len(frame) <= pastset.Limits().max_frame
+        peer = Peer(ctx, server.endpoint)
+        with Bystander(server.endpoint) as bystander:
+            before = memory_kb(pid)
+            replies, slowest = [], 0.0
+            for _ in range(4):
+                started = time.perf_counter()
+                peer.sock.send(frame)
+                replies.append(peer.reply()[0])
+                slowest = max(slowest, time.perf_counter() - started)
+            grown = grown_mib(pid, before)
+            seen = bystander.finish()
+        print(f"4 frames of empty maps in {lists} array(s): slowest reply {slowest * 1000:.0f} ms, server peak "
+              f"+{grown:.0f} MiB, bystander worst {seen['worst_s'] * 1000:.0f} ms; reply {replies[0]}")
+        assert all(r[1] == p.ERROR and r[2] == "LimitExceeded" and "Limits.max_objects" in r[3] for r in replies)
+        assert grown < 160, "the frame was decoded whole"
+        assert slowest < STALL_S
+        assert seen["errors"] == [] and seen["worst_s"] < STALL_S
+
+
+def test_slow_readers_of_big_replies_cost_the_server_two_replies_each(attacked):
+    """Attack: 8 connections each ask 12 times for a 10 MB tuple and read nothing. Each big reply the
+    server builds is fresh memory (a page fault every 4 KiB: 25-45 ms for 10 MB on a virtual machine),
+    so 96 of them (a client could leave 128 MiB unread) held the loop for seconds and took a gigabyte;
+    now a client may leave two replies of a megabyte or more unread, and is refused the rest."""
+    server, ctx = attacked
+    pid = server.proc.pid
+    with pastset.connect(server.endpoint) as client:
+        eid = ten_megabyte_element(client, p.LATEST).id
+        done = client.enter("done", ["int"])
+        readers = [Peer(ctx, server.endpoint, rcvhwm=1) for _ in range(8)]
+        with Bystander(server.endpoint) as bystander:
+            before = memory_kb(pid)
+            for rid in range(12):
+                for reader in readers:
+                    reader.request(rid, p.LATEST, eid, 1)
+            for reader in readers:   # answered after all of its reads
+                reader.request(12, p.MOVE, done.id, [1], None)
+            until(lambda: done.last() == len(readers) or grown_mib(pid, before) > BUDGET_MIB + 512, timeout=60)
+            grown = grown_mib(pid, before)
+            seen = bystander.finish()
+        print(f"8 slow readers x 12 latest() of 10 MB: server peak +{grown:.0f} MiB; bystander worst "
+              f"{seen['worst_s'] * 1000:.0f} ms over {seen['moves']} moves, errors {seen['errors']}")
+        assert grown < 256, "the server built the big replies of readers that read none of them"
+        assert done.last() == len(readers)
+        assert seen["errors"] == [] and seen["worst_s"] < STALL_S
+        for reader in readers:
+            reader.close()
         start, items = client.element("ten").latest(1)
         assert start == 0 and items == [(b"y" * 10_000_000,)]

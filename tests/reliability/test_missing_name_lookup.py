@@ -10,10 +10,9 @@ import zmq
 
 import pastset
 from pastset import protocol as p
-from server_attacks import Bystander, Peer
+from server_attacks import Bystander, Peer, fill
 
 ELEMENTS = 99_999
-PEERS = 20               # elements entered over several connections (one may create only its share)
 TARGET_S = 0.050         # what a missing-name lookup should take at most
 LOOKUPS = 50
 STALL_S = 1.0            # "not stalled", for the bystander and for the test's bound: generous
@@ -23,20 +22,6 @@ def name_of(style: str, i: int) -> str:
     return f"trace/{i:05d}" if style == "short" else f"{i:05d}/" + "n" * 234
 
 
-def fill(ctx, endpoint: str, style: str) -> None:
-    """ELEMENTS small elements, pipelined over PEERS connections."""
-    per_peer = -(-ELEMENTS // PEERS)
-    for k in range(PEERS):
-        peer = Peer(ctx, endpoint)
-        mine = range(k * per_peer, min(ELEMENTS, (k + 1) * per_peer))
-        for i in mine:
-            peer.request(i, p.ENTER, name_of(style, i), ["int"], None, None)
-        for _ in mine:
-            reply, _ = peer.reply()
-            assert reply[1] == p.OK, reply
-        peer.close()
-
-
 @pytest.mark.slow   # 5-10 s: a hundred thousand elements entered
 @pytest.mark.parametrize("style", ["short", "240-character"])
 def test_a_missing_name_among_100k_elements_is_answered_at_once(spawn_server, style):
@@ -44,7 +29,7 @@ def test_a_missing_name_among_100k_elements_is_answered_at_once(spawn_server, st
     server = spawn_server()
     ctx = zmq.Context()
     try:
-        fill(ctx, server.endpoint, style)
+        fill(ctx, server.endpoint, [name_of(style, i) for i in range(ELEMENTS)])
         peer = Peer(ctx, server.endpoint)
         missing = name_of(style, 123_456)[:-1] + "q"
         with Bystander(server.endpoint) as bystander:

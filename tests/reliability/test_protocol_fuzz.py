@@ -24,7 +24,7 @@ TRACE = "=HHIIIIQQ"
 LIMITS = p.Limits()
 # The protocol's contract: arguments after [rid, op] per operation, and which may wait (be parked).
 ARITY = {p.PING: 0, p.ENTER: 4, p.LOOKUP: 1, p.MOVE: 3, p.OBSERVE: 3, p.FIRST: 1, p.LAST: 1, p.DELTA: 2,
-         p.AXE: 2, p.READ_RANGE: 3, p.LATEST: 2, p.LATEST_MANY: 2, p.DELETE: 1, p.ELEMENTS: 0, p.FIND: 4,
+         p.AXE: 2, p.READ_RANGE: 3, p.LATEST: 2, p.LATEST_MANY: 2, p.DELETE: 1, p.ELEMENTS: 2, p.FIND: 4,
          p.CALL: 2, p.RANGE_MANY: 3, p.OBSERVE_INDEXED: 3}
 MAY_WAIT = {p.MOVE, p.OBSERVE, p.OBSERVE_INDEXED, p.FIND, p.CALL}
 FILLERS = 2_000        # elements entered first, so that the good client's element ids are not small ints
@@ -107,7 +107,7 @@ def requests(eids):
         st.tuples(st.just(p.LATEST_MANY), refs, indices),
         st.tuples(st.just(p.RANGE_MANY), refs, st.one_of(st.lists(indices, max_size=6), values), indices),
         st.tuples(st.just(p.DELETE), names),
-        st.tuples(st.just(p.ELEMENTS)),
+        st.tuples(st.just(p.ELEMENTS), st.one_of(st.none(), names), bounds),
         st.tuples(st.just(p.FIND), eid, patterns, values, timeouts),
         st.tuples(st.just(p.CALL), names, st.one_of(st.lists(values, max_size=3), values)),
         # right operation, wrong number of arguments
@@ -173,16 +173,17 @@ def messages(eids):
 # -- what the server owes each message ------------------------------------------------------------------
 
 def owed(frames: list[bytes]) -> tuple[str, bool, bool]:
-    """(key of the request id the reply must carry, must it be an error, may it be parked unanswered)."""
+    """(key of the request id the reply must carry, must it be an error, may it be parked unanswered).
+    A frame that is not a request is answered with an error carrying the id its head names, if any."""
     if len(frames) != 1:
         return repr(None), True, False
     try:
         request = msgpack.unpackb(frames[0], raw=False, strict_map_key=True, use_list=True)
     except Exception:  # noqa: BLE001 - as the server: msgpack raises several unrelated types
-        return repr(None), True, False
+        return repr(p.request_id(frames[0])), True, False
     if not (isinstance(request, list) and len(request) >= 2 and isinstance(request[0], int)
             and isinstance(request[1], int)):
-        return repr(None), True, False
+        return repr(p.request_id(frames[0])), True, False
     rid, op = request[0], request[1]
     if op not in ARITY or len(request) - 2 != ARITY[op]:
         return repr(rid), True, False
@@ -426,7 +427,7 @@ def test_a_frame_beyond_the_limit_is_refused_and_far_beyond_it_drops_only_that_c
             sock.send(pack([5, p.MOVE, e.id, [bytes(LIMITS.max_frame + 1)], None]))
             assert sock.poll(10_000)
             reply = msgpack.unpackb(sock.recv(), raw=False)
-            assert reply[1:3] == [p.ERROR, "LimitExceeded"], reply   # unparsed: no request id
+            assert reply[:3] == [5, p.ERROR, "LimitExceeded"], reply   # the id read from its head
             sock.send(bytes(2 * LIMITS.max_frame + 1))   # libzmq drops this peer unanswered
             assert not sock.poll(500)
         finally:

@@ -132,6 +132,17 @@ def test_the_default_size_limit(tmp_path):
     assert done.returncode == 0 and done.stdout.startswith("ok: at.yaml"), done.stdout[-500:]
 
 
+def test_a_file_of_tiny_nodes_under_the_size_limit_is_refused_before_it_is_built(tmp_path):
+    """Attack: a pathmap just under 16 MiB made of the smallest YAML nodes there are (`[a,a,a,...]`, two
+    bytes each, 8 million of them) took 132 s and 2.0 GB; PyYAML takes some 370 bytes a node."""
+    head = "name: tiny\nnodes: ["
+    count = (DEFAULT_LIMIT - len(head) - 4) // 2
+    (tmp_path / "tiny.yaml").write_text(head + "a," * count + "a]\n")
+    assert (tmp_path / "tiny.yaml").stat().st_size <= DEFAULT_LIMIT
+    refused(eventspace("pathmap", "validate", "tiny.yaml", cwd=tmp_path), "tiny.yaml", "tiny.yaml:2: (yaml):",
+            "more than 1,048,576 YAML nodes", "EVENTSPACE_YAML_MAX_BYTES")
+
+
 def test_a_bad_size_limit_setting_is_one_clear_line(tmp_path):
     """Attack: EVENTSPACE_YAML_MAX_BYTES that is not a number; main ignored it."""
     (tmp_path / "toy.yaml").write_text(TOY)

@@ -1,0 +1,244 @@
+"""The compiled MPI collectors (eventspace/_collector.c: MpiCall) fuzzed against the closures of
+eventspace.mpi.collector they stand in for: any arguments, any result, any Status. Run as a program
+(`python compiled_fuzz.py [examples]`, one process: MPI starts as a singleton, which pytest's own
+process must not do); tests/mpi/test_mpi_compiled_fuzz.py runs it.
+
+Each traced call is made twice, on a channel that runs compiled and on one that runs the closures,
+each with its own trace element, with one stand-in for mpi4py's method (`call`) that behaves the
+same for both: what the call got, what it returned or raised, the records written (but for their
+times), the spills and the in-flight marks must agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import sys
+import time
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mpi4py import MPI
+
+from eventspace import _collector, trace
+from eventspace.mpi import collector as mc
+from eventspace.mpi import encoding as e
+from eventspace.mpi.interpose import Request
+from pastset import TemplateMismatch, TupleServer
+
+ANY_SOURCE, ANY_TAG, PROC_NULL = MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.PROC_NULL
+SIZE = 3   # ranks of the communicator the calls are made on (world ranks 5, 6, 7)
+_server = TupleServer("fuzz")
+_names = itertools.count()
+
+
+class Behaviour:
+    """What the stand-in for an mpi4py method does, drawn once per call: what it returns or raises,
+    the Status it fills (source, tag, bytes), the bytes it says it pickled."""
+
+    def __init__(self, result, source, tag, count, pickled):
+        self.result, self.source, self.tag, self.count, self.pickled = result, source, tag, count, pickled
+        self.seen: list = []
+
+    def __call__(self, name, args, status=None, asked=None, ranks=(), tags=()):
+        self.seen.append((name, *["a Status" if isinstance(a, MPI.Status) else a for a in args]))
+        # as mpi4py and MPI check them, on a communicator of SIZE ranks: a Status, a rank, a tag
+        if status is not None and not isinstance(status, MPI.Status):
+            raise TypeError(f"Argument 'status' has incorrect type (expected Status, got {type(status).__name__})")
+        if any(operator.index(r) not in (*range(SIZE), PROC_NULL, ANY_SOURCE) for r in ranks):
+            raise MPI.Exception(MPI.ERR_RANK)
+        if any(not 0 <= operator.index(t) <= 2 ** 31 - 1 and t != ANY_TAG for t in tags):
+            raise MPI.Exception(MPI.ERR_TAG)
+        mc.DUMPED[0] += self.pickled
+        if isinstance(status, MPI.Status):   # as MPI fills it: what was asked, where it was named
+            source, tag = (operator.index(a) for a in asked)
+            null = source == PROC_NULL
+            status.Set_source(PROC_NULL if null else source if source >= 0 else self.source)
+            status.Set_tag(ANY_TAG if null else tag if tag >= 0 else self.tag)
+            status.Set_elements(MPI.BYTE, 0 if null else self.count)
+        if isinstance(self.result, BaseException):
+            raise self.result
+        return self.result
+
+
+behaviour: Behaviour
+
+
+# Stand-ins with mpi4py's signatures (the compiled call reads them to place keyword arguments).
+def Send(comm, buf, dest, tag=0):  # noqa: N802
+    return behaviour("Send", (buf, dest, tag), ranks=(dest,), tags=(tag,))
+
+
+def Recv(comm, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):  # noqa: N802
+    return behaviour("Recv", (buf, source, tag, status), status, (source, tag), (source,), (tag,))
+
+
+def Sendrecv(comm, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG,  # noqa: N802
+             status=None):
+    return behaviour("Sendrecv", (sendbuf, dest, sendtag, recvbuf, source, recvtag, status), status, (source, recvtag),
+                     (dest, source), (sendtag, recvtag))
+
+
+def Bcast(comm, buf, root=0):  # noqa: N802
+    return behaviour("Bcast", (buf, root), ranks=(root,))
+
+
+def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM):  # noqa: N802
+    return behaviour("Allreduce", (sendbuf, recvbuf, op))
+
+
+def bcast(comm, obj, root=0):
+    return behaviour("bcast", (obj, root), ranks=(root,))
+
+
+def channel(compiled: bool):
+    element = _server.enter(f"t{next(_names)}", trace.FORMAT, keep=6)
+    spills = []
+    ch = mc.Channel(1, _collector.RingAppender(element, True), [True], [3], lambda: spills.append(1),
+                    time.monotonic_ns, [0, 0, 0], mc.peer_table([5, 6, 7][:SIZE]), _collector if compiled else None, 0)
+    return ch, element, spills
+
+
+def traced(kind: str, ch):
+    """The collector of `kind` on channel `ch`: compiled (MpiCall) where the channel runs compiled."""
+    comm = "the communicator"
+    if kind == "Send":
+        return mc._send(comm, Send, e.SEND, ch, 0)
+    if kind == "send":
+        return mc._send(comm, Send, e.SEND, ch, e.PICKLED)
+    if kind == "Isend":
+        return mc._send(comm, Send, e.ISEND, ch, 0, Request)
+    if kind == "Recv":
+        return mc._recv(comm, Recv, e.RECV, ch, 0)
+    if kind == "Irecv":
+        return mc._post_recv(comm, lambda comm, buf, source=ANY_SOURCE, tag=ANY_TAG: behaviour(
+            "Irecv", (buf, source, tag), ranks=(source,), tags=(tag,)), ch, 0, Request)
+    if kind == "Sendrecv":
+        return mc._sendrecv(comm, Sendrecv, ch, 0)
+    stand_in = {"Bcast": Bcast, "Allreduce": Allreduce, "bcast": bcast}[kind]
+    return mc._collective(comm, stand_in, ch, itertools.count(), 0, SIZE, *mc.COLLECTIVES[kind])
+
+
+KINDS = ["Send", "send", "Isend", "Recv", "Irecv", "Sendrecv", "Bcast", "Allreduce", "bcast"]
+INTS = st.one_of(st.integers(-3, 4), st.sampled_from([ANY_SOURCE, ANY_TAG, PROC_NULL, 2 ** 31, 2 ** 32, -(2 ** 63)]),
+                 st.integers(), st.integers(-3, 4).map(np.int64), st.booleans())
+ANY = st.one_of(INTS, st.none(), st.floats(), st.text(max_size=3), st.binary(max_size=8))
+BUFFERS = st.one_of(st.binary(max_size=40), st.binary(max_size=40).map(bytearray),
+                    st.integers(0, 9).map(lambda n: np.zeros(n, "i4")), st.just(np.zeros((2, 3))),
+                    st.integers(0, 9).map(lambda n: [np.zeros(n, "i4"), MPI.INT]), st.just(MPI.IN_PLACE),
+                    st.binary(max_size=8).map(memoryview), ANY)
+ARGUMENTS = st.one_of(st.lists(st.one_of(BUFFERS, INTS, ANY), max_size=8),
+                      st.tuples(BUFFERS, INTS, INTS).map(list), st.tuples(BUFFERS).map(list))
+KEYWORDS = st.dictionaries(st.sampled_from(["dest", "tag", "source", "status", "root", "sendtag", "recvtag", "op",
+                                            "recvbuf", "buf", "bogus"]), st.one_of(INTS, BUFFERS), max_size=3)
+RESULTS = st.one_of(st.just(None), st.just("request"), st.sampled_from([ValueError("mpi"), MPI.Exception(MPI.ERR_RANK)]),
+                    ANY)
+
+
+def outcome(call):
+    try:
+        return "ok", call()
+    except BaseException as exc:   # noqa: BLE001 - compared
+        return "raised", exc
+
+
+def written(element):
+    records = trace.decode(element.read_range(0, 1 << 40)[1]).copy()
+    records["t_start"], records["t_end"] = 0, 0
+    return element.first(), element.last(), records.tobytes()
+
+
+def agree(kind, args, keywords, result, source, tag, count, pickled, with_status):
+    global behaviour
+    if isinstance(result, str) and result == "request":
+        result = MPI.Request()   # one for both calls: what a post wraps
+    got = {}
+    for compiled in (True, False):
+        ch, element, spills = channel(compiled)
+        fn = traced(kind, ch)
+        assert (type(fn).__name__ == "MpiCall") == compiled, (kind, type(fn))
+        behaviour = Behaviour(result, source, tag, count, pickled)
+        given_args = [MPI.Status() if with_status and a is None else a for a in args]   # a Status of its own
+        how, value = outcome(lambda: fn(*given_args, **keywords))
+        got[compiled] = how, value, behaviour.seen, written(element), len(spills), list(ch.inflight)
+        _server.delete(element.name)
+    (how, value, seen, records, spills, marks), (pure_how, expected, pure_seen, pure_records, pure_spills,
+                                                 pure_marks) = got[True], got[False]
+    assert how == pure_how, (kind, value, expected)
+    if how == "raised":
+        assert type(value) is type(expected), (kind, value, expected)
+    elif isinstance(expected, Request) and hasattr(expected, "info"):
+        assert type(value) is Request and value.info[1:6] == expected.info[1:6], (value.info, expected.info)
+    else:
+        assert value is expected, (value, expected)
+    assert seen == pure_seen, (kind, seen, pure_seen)
+    assert records == pure_records, (kind, trace.decode(records[2]), trace.decode(pure_records[2]))
+    assert (spills, marks) == (pure_spills, pure_marks)
+
+
+def both_raise(kind, spoil, error, args=(b"abc", 1, 2), offset_ns=0):
+    """`spoil(channel)` done to a channel that runs compiled and to one that runs the closures: the
+    traced call raises `error` on both, and neither ends its process."""
+    global behaviour
+    for compiled in (True, False):
+        ch, element, _ = channel(compiled)
+        if offset_ns:
+            ch.offset_ns, ch.clock = offset_ns, lambda: time.monotonic_ns() + offset_ns
+        fn = traced(kind, ch)
+        spoil(ch)
+        behaviour = Behaviour(None, 0, 0, 0, 0)
+        how, value = outcome(lambda: fn(*args))
+        assert how == "raised" and isinstance(value, error), (kind, compiled, value)
+        _server.delete(element.name)
+
+
+def edges() -> None:
+    """What the compiled calls read from the lists they share with Python, and the values they are
+    made with, checked where the unchecked reads crashed or wrapped."""
+    both_raise("Send", lambda ch: ch.on.clear(), IndexError)             # the switch's list, emptied
+    both_raise("Send", lambda ch: ch.bound.clear(), IndexError)          # the drain's bound, emptied
+    both_raise("Bcast", lambda ch: ch.bound.clear(), IndexError, args=(b"abc", 0))
+    dumped = list(mc.DUMPED)
+    both_raise("send", lambda ch: mc.DUMPED.clear(), IndexError)         # the bytes pickled so far, gone
+    mc.DUMPED[:] = dumped
+    # a clock offset that puts the times before 0: refused as the trace element refuses it
+    both_raise("Send", lambda ch: None, TemplateMismatch, offset_ns=-(2 ** 62))
+    # a round counter that yields no int
+    for compiled in (True, False):
+        ch, element, _ = channel(compiled)
+        fn = mc._collective("comm", Bcast, ch, iter(["round"]), 0, SIZE, *mc.COLLECTIVES["Bcast"])
+        assert isinstance(outcome(lambda: fn(b"abc", 0))[1], TypeError), compiled
+        _server.delete(element.name)
+    # op codes and flags that no record holds: refused when the call is made, not wrapped to 16 bits
+    ch, element, _ = channel(True)
+    for op, flags in ((2 ** 64 + e.SEND, 0), (2 ** 16, 0), (e.SEND, 2 ** 64), (e.SEND, -1)):
+        how, value = outcome(lambda: mc._send("comm", Send, op, ch, flags))
+        assert how == "raised" and isinstance(value, ValueError), (op, flags, value)
+    for op in (2 ** 64 + e.WAIT, -1):
+        how, value = outcome(lambda: _collector.RequestWait(Request.Wait, Request.Wait, Request, mc.Channel, op, 0, 0,
+                                                            0, 0, (), MPI.Status))
+        assert how == "raised" and isinstance(value, ValueError), (op, value)
+    _server.delete(element.name)
+    # only mpi4py's PyMPIStatus_Get is called as one (a compiled receive calls what it is given)
+    import datetime   # noqa: F401 - its C API capsule: a capsule of another kind
+    how, value = outcome(lambda: _collector.use_mpi_status(sys.modules["datetime"].datetime_CAPI, 1, 0, 4))
+    assert how == "raised" and isinstance(value, ValueError), value
+
+
+def main(examples: int) -> None:
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @given(kind=st.sampled_from(KINDS), args=ARGUMENTS, keywords=st.one_of(st.just({}), KEYWORDS),
+           result=RESULTS, source=st.integers(0, 2), tag=st.integers(0, 2 ** 31 - 1),
+           count=st.integers(0, 2 ** 31 - 1), pickled=st.integers(0, 2 ** 33), with_status=st.booleans())
+    def fuzz(**drawn):
+        agree(**drawn)
+
+    edges()
+    fuzz()
+    print(f"{examples} examples: the compiled MPI collectors agree with the closures")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300)
