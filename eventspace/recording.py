@@ -15,7 +15,10 @@ from urllib.parse import quote, unquote
 
 import numpy as np
 
+from pastset import PastSetError
+from pastset.terminal import counted
 from paths import rundir
+from paths.launch import ENDED_NORMALLY
 
 from . import blocks
 from .archive import BLOCKS, Archive, ArchiveError
@@ -23,9 +26,11 @@ from .catalogue import Catalogue
 from .clock import WallClock
 from .hosted import RECORD_WINDOW, RECORDING_ENVIRONMENT as ENVIRONMENT
 from .ignored import Ignored, check
-from .recorder import DUMP_CHUNK, Spec
+from .recorder import DUMP_CHUNK, Recorder, RecordingFile, Spec, Window
 
 SUFFIX = ".rec"   # a node's recording file, in its run's recording directory: NODE.rec
+# A PATHS collector does not spill its ring (an MPI rank's does): its node's recorder reads more often.
+PATHS_INTERVAL = 0.1
 
 
 def new_directory(run_dir, name: str) -> Path:
@@ -305,9 +310,15 @@ def dump_path(name: str, directory=".") -> Path:
     raise FileExistsError(f"{directory}: no free name for a dump of {name}")
 
 
+def closing_line(archive, built: Built, what: str = "node") -> str:
+    """`archive F.sqlite: 200,000 events from 2 nodes, 0 discarded (A: made ..., written ..., discarded ...;
+    ...); built in 0.05 s` (`what`: node, or rank)."""
+    return (f"archive {archive}: {counted(built.tuples, 'event')} from {counted(len(built.nodes), what)}, "
+            f"{built.discarded:,} discarded ({'; '.join(a.line() for a in built.nodes.values())}); "
+            f"built in {built.seconds:.2f} s")
+
+
 # -- the recording of a PATHS run: its nodes record, its launcher builds ---------------------------
-
-
 
 class RunRecording:
     """What a PATHS run records (`eventspace run ... --archive F.sqlite`, or `--record last:30s`), for
@@ -343,7 +354,7 @@ class RunRecording:
         try:
             built = dump({node: run.client(node) for node in run.endpoints}, lambda: Catalogue(run.pathmap), path,
                          meta={"run": run.name, "ended": ended}, timeout=5)
-        except Exception as exc:   # the run is ending anyway: say why the window is lost
+        except (ArchiveError, OSError, PastSetError) as exc:   # the run is ending anyway: say why
             return [f"the flight recorder could not be dumped: {type(exc).__name__}: {exc}"]
         return [f"flight recorder ({self.spec.text}) dumped to {path}: {built.tuples:,} events from "
                 f"{len(built.nodes)} nodes ({ended})"]
@@ -361,12 +372,7 @@ class RunRecording:
             return [f"the archive {self.archive} could not be built ({exc}); the recording stays in {self.directory} "
                     f"(`eventspace archive build {self.directory} F.sqlite --pathmap P.yaml` builds it)"]
         remove_directory(self.directory)
-        accounts = "; ".join(a.line() for a in built.nodes.values())
-        return [f"archive {self.archive}: {built.tuples:,} events from {len(built.nodes)} nodes, {built.discarded:,} "
-                f"discarded ({accounts}); built in {built.seconds:.2f} s"]
-
-
-ENDED_NORMALLY = "the program ended"
+        return [closing_line(self.archive, built)]
 
 
 def node_recorder(node_name: str, clock_offset_ns: int = 0):
@@ -375,8 +381,6 @@ def node_recorder(node_name: str, clock_offset_ns: int = 0):
     asked = os.environ.get(ENVIRONMENT)
     if not asked:
         return None
-    from .recorder import Recorder, RecordingFile, Window
-
     settings = json.loads(asked)
     spec = Spec.parse(settings["spec"])
     now = WallClock.now()
@@ -386,6 +390,3 @@ def node_recorder(node_name: str, clock_offset_ns: int = 0):
     return Recorder(sink, header, say=lambda line: print(f"node {node_name}: {line}", file=sys.stderr, flush=True),
                     interval=PATHS_INTERVAL)
 
-
-# A PATHS collector does not spill its ring (an MPI rank's does): its node's recorder reads more often.
-PATHS_INTERVAL = 0.1

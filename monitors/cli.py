@@ -147,10 +147,9 @@ def register(subparsers) -> None:
 
 def _build(args) -> int:
     from eventspace.mpi.record import build_recording
+    from eventspace.recording import closing_line
 
-    built = build_recording(args.recording, args.db, args.pathmap)
-    print(f"archive {args.db}: {built.tuples:,} events from {len(built.nodes)} nodes, {built.discarded:,} "
-          f"discarded ({'; '.join(a.line() for a in built.nodes.values())})")
+    print(closing_line(args.db, build_recording(args.recording, args.db, args.pathmap)))
     return 0
 
 

@@ -385,13 +385,14 @@ class Rank:
                 self.registration.run_file.end()
             try:
                 if self.options.archive is not None:
+                    from .. import recording
                     from . import record
 
                     streams = {node_name(r): data for r, data in enumerate(far) if data is not None}
                     built = record.build(self.recording_dir, self.options.archive, self.archive_meta(),
                                          self.space.catalogue, streams, ended=record.ENDED_NORMALLY,
                                          closed={node_name(r): c for r, c in enumerate(closed) if c is not None})
-                    say(record.closing_line(self.options.archive, built, self.size))
+                    say(recording.closing_line(self.options.archive, built, "rank"))
                 if not sum(written):
                     say("no MPI calls were collected" + (" (--instrument none)" if self.options.instrument == "none"
                                                          else ""))

@@ -101,13 +101,6 @@ def ending(notes: list[dict], nodes: list[str], how: str = "") -> str:
     return "; ".join(parts) or ENDED_NORMALLY
 
 
-def closing_line(archive: str, built: recording.Built, ranks: int) -> str:
-    """`archive F.sqlite: 200,000 events from 2 ranks, 0 discarded (r0: made ..., written ..., discarded ...; ...)`."""
-    return (f"archive {archive}: {counted(built.tuples, 'event')} from {counted(ranks, 'rank')}, "
-            f"{built.discarded:,} discarded ({'; '.join(a.line() for a in built.nodes.values())}); "
-            f"built in {built.seconds:.2f} s")
-
-
 def build_recording(directory, archive: str, pathmap_file: str | None = None) -> recording.Built:
     """The archive of the recording in `directory`, built by hand: an MPI run's catalogue is made
     from its files' notes, a PATHS run's from `pathmap_file`. The directory is removed once built.
@@ -147,7 +140,7 @@ def build_after_job(directory, archive: str, how: str, say) -> None:
         say(f"the archive {archive} could not be built ({exc}); the recording stays in {directory} "
             f"(`eventspace archive build {directory} F.sqlite` builds it)")
         return
-    say(closing_line(archive, built, len(built.nodes)))
+    say(recording.closing_line(archive, built, "rank"))
 
 
 def _rank_order(node: str) -> tuple:
