@@ -591,43 +591,11 @@ class EventScope:
 
     def look(self, skip=(), *, marks: bool = False, off: bool = False, threads: bool = False,
              stacks: bool = False, depth: int = DEPTH) -> Look:
-        """What the view's collectors and threads are doing now, asked of their nodes in one round
-        (one request each, all at once; nodes in `skip` are not asked): with `marks`, the operations
-        the collectors time (`in_flight_marks`), with `off` the collectors switched off, with `threads`
-        where the threads are (`thread_states`: CPU time and, with `stacks`, the Python stack). A node
-        busy in a C call that holds the GIL cannot answer: it is among the missing after the scope's
-        timeout. Nothing is captured on the nodes until this is called."""
-        mine = {e.id for e in self.entries}
-        wanted = {e.thread for e in self.entries if e.thread}
-        node_of = {t.name: t.node for t in self.pathmap.threads}
-        collector_nodes = {e.node for e in self.entries} if marks or off else set()
-        thread_nodes = {node_of[t] for t in wanted if t in node_of} if threads else set()
-        nodes = sorted((collector_nodes | thread_nodes) - set(skip))
+        """What the view's collectors and threads are doing now (`look`, in one round of this scope's
+        fan-out); nodes in `skip` are not asked."""
         with self._mutex:
-            asking = self._fanout.round(self.timeout)
-            asked = []
-            for node in nodes:
-                if node in collector_nodes and marks:
-                    asked.append(("marks", asking.call(node, INFLIGHT)))
-                if node in collector_nodes and off:
-                    asked.append(("off", asking.call(node, OFF)))
-                if node in thread_nodes:
-                    asked.append(("threads", asking.call(node, THREADS, bool(stacks), int(depth))))
-            missing = asking.wait()
-        found = Look({}, set(), {}, missing)
-        for what, reply in asked:
-            value = reply.value if reply.ok else None
-            if what == "marks" and isinstance(value, list):
-                found.marks.update((row[0], Mark(*row[1:7]) if len(row) == 7 else Mark(row[1], 0, 0, 0, 0, 0))
-                                   for row in value if row[0] in mine)
-            elif what == "off" and isinstance(value, list):
-                found.off.update(cid for cid in value if cid in mine)
-            elif what == "threads" and isinstance(value, dict):
-                found.threads.update((t, ThreadState.from_wire(t, reply.node, data)) for t, data in value.items()
-                                     if t in wanted)
-            elif reply.answered:
-                missing.add(reply.node)
-        return found
+            return look(self._fanout, self.pathmap, self.entries, self.timeout, skip, marks=marks, off=off,
+                        threads=threads, stacks=stacks, depth=depth)
 
     # -- reshaping -------------------------------------------------------------------------------
 
@@ -730,6 +698,47 @@ class EventScope:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def look(fanout: Fanout, pathmap: Pathmap, entries, timeout: float, skip=(), *, marks: bool = False,
+         off: bool = False, threads: bool = False, stacks: bool = False, depth: int = DEPTH) -> Look:
+    """What the collectors `entries` (catalogue entries of `pathmap`) and their threads are doing now,
+    asked of their nodes through `fanout` in one round (one request each, all at once, within
+    `timeout` seconds; nodes in `skip` are not asked): with `marks`, the operations the collectors
+    time (EventScope.in_flight_marks), with `off` the collectors switched off, with `threads` where
+    the threads are (EventScope.thread_states: CPU time and, with `stacks`, the Python stack). A node
+    busy in a C call that holds the GIL cannot answer: it is among the missing after the timeout.
+    Nothing is captured on the nodes until this is called."""
+    mine = {e.id for e in entries}
+    wanted = {e.thread for e in entries if e.thread}
+    node_of = {t.name: t.node for t in pathmap.threads}
+    collector_nodes = {e.node for e in entries} if marks or off else set()
+    thread_nodes = {node_of[t] for t in wanted if t in node_of} if threads else set()
+    nodes = sorted((collector_nodes | thread_nodes) - set(skip))
+    asking = fanout.round(timeout)
+    asked = []
+    for node in nodes:
+        if node in collector_nodes and marks:
+            asked.append(("marks", asking.call(node, INFLIGHT)))
+        if node in collector_nodes and off:
+            asked.append(("off", asking.call(node, OFF)))
+        if node in thread_nodes:
+            asked.append(("threads", asking.call(node, THREADS, bool(stacks), int(depth))))
+    missing = asking.wait()
+    found = Look({}, set(), {}, missing)
+    for what, reply in asked:
+        value = reply.value if reply.ok else None
+        if what == "marks" and isinstance(value, list):
+            found.marks.update((row[0], Mark(*row[1:7]) if len(row) == 7 else Mark(row[1], 0, 0, 0, 0, 0))
+                               for row in value if row[0] in mine)
+        elif what == "off" and isinstance(value, list):
+            found.off.update(cid for cid in value if cid in mine)
+        elif what == "threads" and isinstance(value, dict):
+            found.threads.update((t, ThreadState.from_wire(t, reply.node, data)) for t, data in value.items()
+                                 if t in wanted)
+        elif reply.answered:
+            missing.add(reply.node)
+    return found
 
 
 def _snapshot_of(run) -> tuple[str, int] | None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from eventspace.catalogue import Catalogue
 from eventspace.mpi import encoding as e
-from eventspace.scope import EventScope
+from eventspace.scope import look, resolve
+from eventspace.view import View
+from pastset import Fanout
 from paths.stack import DEPTH, from_the_program
 
 from .classes import names
-from .scoped import ScopeMon
 
 
 @dataclass
@@ -50,23 +52,27 @@ class StacksReport:
                 "not_answering": self.not_answering, "gone": self.gone, "ended": self.ended}
 
 
-class StacksMon(ScopeMon):
-    """Reads the stacks of the threads of `view` in a live run (`read()`): a scope over the view, placed
-    in this process (nothing is installed on the nodes), whose nodes are asked where their threads are
-    (paths.stack: nothing is captured until asked) and what operations their collectors time now."""
+class StacksMon:
+    """Reads the stacks of the threads of `view` in a live run (`read()`): their nodes are asked, in one
+    round, where their threads are (paths.stack: nothing is captured until asked) and what operations
+    their collectors time now. No scope tree is built and nothing is installed on the nodes: a stack
+    report costs one request per node."""
 
     def __init__(self, run, view: str = "all", *, depth: int = DEPTH, timeout: float = 2.0):
-        self.scope = EventScope(run, view, timeout=timeout, name="stack")
-        self.depth = depth
-        order = [t.name for t in self.scope.pathmap.threads]
-        self.order = order
-        self.threads = sorted({x.thread for x in self.scope.entries if x.thread}, key=order.index)
+        pathmap, endpoints = resolve(run)
+        self.catalogue = Catalogue(pathmap)
+        self.entries = View.parse(view).select(self.catalogue)
+        self.depth, self.timeout = depth, timeout
+        self._fanout = Fanout(endpoints)
+        self.order = [t.name for t in pathmap.threads]
+        self.threads = sorted({x.thread for x in self.entries if x.thread}, key=self.order.index)
 
     def read(self) -> StacksReport:
-        look = self.scope.look(marks=True, threads=True, stacks=True, depth=self.depth)
-        states, missing = look.threads, look.missing
-        doing = self._in_flight(look.marks)
-        node_of = {t.name: t.node for t in self.scope.pathmap.threads}
+        found = look(self._fanout, self.catalogue.pathmap, self.entries, self.timeout, marks=True, threads=True,
+                     stacks=True, depth=self.depth)
+        states, missing = found.threads, found.missing
+        doing = self._in_flight(found.marks)
+        node_of = {t.name: t.node for t in self.catalogue.pathmap.threads}
         groups: dict[tuple[str, ...], StackGroup] = {}
         failed = {}
         for thread in self.threads:
@@ -84,15 +90,24 @@ class StacksMon(ScopeMon):
             group.omitted = max(group.omitted, state.omitted)
             if thread in doing:
                 group.in_flight[thread] = doing[thread]
-        gone = self.scope.gone(missing)
+        gone = self._fanout.gone(missing)
         answered = {node_of[t] for t in self.threads} - missing
         ended = [t for t in self.threads if node_of[t] in answered and t not in states]
         return StacksReport(self.threads, sorted(groups.values(), key=lambda g: -len(g.threads)), failed,
                             sorted(missing - gone), sorted(gone), ended)
 
+    def close(self) -> None:
+        self._fanout.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def _in_flight(self, marks) -> dict[str, str]:
         """{thread: the operation it is in}, from the collectors' marks (MPI calls say what and with whom)."""
-        catalogue = self.scope.catalogue
+        catalogue = self.catalogue
         doing = {}
         for cid, mark in sorted(marks.items(), key=lambda item: item[1].t_start):
             entry = catalogue[cid]

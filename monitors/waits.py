@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
-
 from eventspace.mpi import encoding as e
 from eventspace.scope import EventScope
 from eventspace.space import Mark
@@ -125,6 +123,8 @@ def deadlock(found: dict[int, Wait], ranks, unknown=()) -> Deadlock | None:
         return None
     if any(w.any_of for w in stuck.values()):
         return Deadlock(tuple(stuck[r] for r in sorted(stuck)))
+    import networkx as nx   # here: a heartbeat that never sees ranks stuck never needs it (a fifth of a second)
+
     graph = nx.DiGraph((r, o) for r, w in stuck.items() for o in w.on if o in stuck)
     cycle = [u for u, _ in nx.find_cycle(graph, source=min(stuck))] if graph.number_of_edges() else sorted(stuck)
     start = cycle.index(min(cycle))

@@ -21,7 +21,6 @@ from . import runcommand, runfile
 from .atomicfile import write_atomically
 from .__main__ import add_grace_option
 from .document import PathmapError, listing
-from .generate import generate
 from .inputs import RULES, AppMap, ClusterMap, Placement
 from .instrument import PRESETS, preset
 from .pathmap import Pathmap
@@ -246,6 +245,8 @@ def _generate(args) -> int:
     cluster = ClusterMap.load(args.cluster)
     mapping = Placement(rule=args.mapping) if args.mapping in RULES else Placement.load(args.mapping)
     out = FilePath(args.output)
+    from .generate import generate   # here: networkx is for the generators, not every command
+
     pathmap = generate(app, cluster, mapping, args.tree_shape, name=args.name or out.stem)
     if args.allow_module:
         pathmap = dataclasses.replace(pathmap, allow_modules=_modules(args.allow_module)).validate()
