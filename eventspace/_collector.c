@@ -1305,15 +1305,16 @@ typedef struct {
     uint64_t op, flags, error, any_source_flag, any_tag_flag;
     uint64_t recv_op;             /* Sendrecv's receive half (its send half is `op`) */
     PyObject *dumped;             /* [bytes mpi4py has pickled so far] (S_PICKLED: what a call sent) */
+    PyObject *datatypes;          /* ((Datatype, size), ...): the predefined datatypes a message spec
+                                     ([buf, count, datatype]) is sized by in C, or NULL */
     int64_t offset_ns;
 } MpiCall;
 
 static PyObject *s_nbytes, *s_get_count, *s_get_source, *s_get_tag;
 
-/* Bytes of a send buffer: 0 and 1 for a numpy array, bytes or bytearray; -1 (no error set) for
- * anything else, which the closure reads. */
+/* Bytes of a plain buffer (a numpy array, bytes or bytearray): 0, or -1 (no error set) for anything else. */
 static int
-buffer_size(MpiCall *self, PyObject *buf, uint64_t *n)
+plain_size(MpiCall *self, PyObject *buf, uint64_t *n)
 {
     if (Py_IS_TYPE(buf, self->ndarray)) {
         PyObject *v = PyObject_GetAttr(buf, s_nbytes);
@@ -1336,6 +1337,57 @@ buffer_size(MpiCall *self, PyObject *buf, uint64_t *n)
         return 0;
     }
     return -1;
+}
+
+/* The size of `datatype` if it is one of the predefined datatypes the call was given (by identity:
+ * their size never changes), else 0. */
+static uint64_t
+datatype_size(MpiCall *self, PyObject *datatype)
+{
+    if (self->datatypes == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->datatypes); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(self->datatypes, i);
+        if (PyTuple_GET_ITEM(pair, 0) == datatype)
+            return (uint64_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(pair, 1));   /* checked when made */
+    }
+    return 0;
+}
+
+static int small_int(PyObject *obj, long long *out);
+
+/* Bytes of a send buffer as eventspace.mpi.message.buffer_bytes counts them: a plain buffer, or a
+ * message spec of one: [buf, count, datatype], [buf, (count, displ), datatype], [buf, count, displ,
+ * datatype] (a list or a tuple) with an int count and a predefined datatype (count x its size), or
+ * [plain buf, datatype] (the whole datatypes the buffer holds). 0, or -1 (no error set) for
+ * anything else, which the closure reads. */
+static int
+buffer_size(MpiCall *self, PyObject *buf, uint64_t *n)
+{
+    if (!PyList_CheckExact(buf) && !PyTuple_CheckExact(buf))
+        return plain_size(self, buf, n);
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(buf);
+    PyObject **items = PySequence_Fast_ITEMS(buf);
+    if (len < 2 || len > 4)
+        return -1;
+    uint64_t size = datatype_size(self, items[len - 1]);
+    if (size == 0)
+        return -1;
+    if (len == 2) {   /* [buf, datatype]: as many whole datatypes as the buffer holds */
+        uint64_t whole;
+        if (plain_size(self, items[0], &whole) < 0 || whole >= U32)
+            return -1;
+        *n = whole / size * size;
+        return 0;
+    }
+    PyObject *count = items[1];
+    if (len == 3 && PyTuple_CheckExact(count) && PyTuple_GET_SIZE(count) > 0)   /* (count, displ) */
+        count = PyTuple_GET_ITEM(count, 0);
+    long long k;
+    if (small_int(count, &k) < 0 || k < 0)
+        return -1;
+    *n = (uint64_t)k >= U32 ? U32 : (uint64_t)k * size < U32 ? (uint64_t)k * size : U32;
+    return 0;
 }
 
 /* An exact int's value; 0, or -1 (no error set) for anything else or out of range. */
@@ -2058,7 +2110,7 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                             "peers", "status", "rounds", "ndarray", "cid", "op", "flags", "error",
                             "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
                             "sends", "root_at", "rank", "params", "defaults", "request_class", "channel",
-                            "recv_op", "dumped", NULL};
+                            "recv_op", "dumped", "datatypes", NULL};
     int kind, sends = S_NONE;
     PyObject *comm, *call, *fallback, *append, *on, *bound, *spill, *marks, *peers, *status, *rounds,
         *ndarray;
@@ -2067,13 +2119,32 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     uint64_t op, flags, error, any_source_flag, any_tag_flag, recv_op;
     long long any_source, any_tag, offset_ns, rank = 0;
     PyObject *params = Py_None, *defaults = Py_None, *request_class = Py_None, *channel = Py_None;
-    PyObject *dumped = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnOOOLLOOL|inLOOOOOO:MpiCall", names, &kind, &comm, &call,
+    PyObject *dumped = Py_None, *datatypes = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnOOOLLOOL|inLOOOOOOO:MpiCall", names, &kind, &comm, &call,
                                      &fallback, &append, &on, &bound, &spill, &marks, &peers, &status, &rounds,
                                      &ndarray, &cid, &op_arg, &flags_arg, &error_arg, &any_source, &any_tag,
                                      &any_source_flag_arg, &any_tag_flag_arg, &offset_ns, &sends, &root_at, &rank,
-                                     &params, &defaults, &request_class, &channel, &recv_op_arg, &dumped))
+                                     &params, &defaults, &request_class, &channel, &recv_op_arg, &dumped,
+                                     &datatypes))
         return NULL;
+    if (datatypes != Py_None) {
+        int ok = PyTuple_CheckExact(datatypes);
+        for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(datatypes); i++) {
+            PyObject *pair = PyTuple_GET_ITEM(datatypes, i);
+            ok = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 && PyLong_CheckExact(PyTuple_GET_ITEM(pair, 1));
+            if (ok) {
+                unsigned long long size = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(pair, 1));
+                if (size == (unsigned long long)-1 && PyErr_Occurred())
+                    PyErr_Clear();
+                ok = size > 0 && size < 0x10000;
+            }
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError, "datatypes is a tuple of (datatype, size) pairs, each size an int from 1 "
+                            "to 65535");
+            return NULL;
+        }
+    }
     /* op codes and flags are the record's u16 fields */
     if (unsigned_arg(op_arg, 0xFFFF, "op", &op) < 0 || unsigned_arg(flags_arg, 0xFFFF, "flags", &flags) < 0
         || unsigned_arg(error_arg, 0xFFFF, "error", &error) < 0
@@ -2178,6 +2249,10 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_INCREF(dumped);
         self->dumped = dumped;
     }
+    if (datatypes != Py_None) {
+        Py_INCREF(datatypes);
+        self->datatypes = datatypes;
+    }
     return (PyObject *)self;
 }
 
@@ -2204,6 +2279,7 @@ mpicall_traverse(MpiCall *self, visitproc visit, void *arg)
     Py_VISIT(self->request_class);
     Py_VISIT(self->channel);
     Py_VISIT(self->dumped);
+    Py_VISIT(self->datatypes);
     return 0;
 }
 
@@ -2232,6 +2308,7 @@ mpicall_clear(MpiCall *self)
     Py_CLEAR(self->request_class);
     Py_CLEAR(self->channel);
     Py_CLEAR(self->dumped);
+    Py_CLEAR(self->datatypes);
     return 0;
 }
 

@@ -63,6 +63,29 @@ _SEND, _RECV, _COLLECTIVE, _IRECV, _SENDRECV = 0, 1, 2, 3, 4
 _COMPILED_SENDS = {"none": 0, "send": 1, "piece": 1, "root": 2, "root-send": 2, "pickled": 3}
 
 
+@functools.lru_cache(maxsize=None)
+def predefined_datatypes() -> tuple:
+    """((datatype, size), ...): the predefined MPI datatypes whose message specs ([buf, count, MPI.BYTE],
+    as OSU's programs pass them) the compiled calls size themselves, those this MPI has, with no lower
+    bound and an extent equal to their size (so count x size is what buffer_bytes counts)."""
+    found = []
+    for name in ("BYTE", "DOUBLE", "FLOAT", "INT", "LONG", "CHAR", "SIGNED_CHAR", "UNSIGNED_CHAR", "SHORT",
+                 "UNSIGNED_SHORT", "UNSIGNED", "UNSIGNED_LONG", "LONG_LONG", "UNSIGNED_LONG_LONG", "LONG_DOUBLE",
+                 "WCHAR", "C_BOOL", "INT8_T", "INT16_T", "INT32_T", "INT64_T", "UINT8_T", "UINT16_T", "UINT32_T",
+                 "UINT64_T", "C_FLOAT_COMPLEX", "C_DOUBLE_COMPLEX", "C_COMPLEX", "COMPLEX", "DOUBLE_COMPLEX",
+                 "PACKED", "AINT", "OFFSET", "COUNT"):
+            datatype = getattr(MPI, name, None)
+            if datatype is None or datatype == MPI.DATATYPE_NULL:
+                continue
+            try:
+                size, (lb, extent) = datatype.Get_size(), datatype.Get_extent()
+            except MPI.Exception:
+                continue
+            if 0 < size < 0x10000 and lb == 0 and extent == size:
+                found.append((datatype, size))
+    return tuple(found)
+
+
 def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None, sends=0, root_at=-1, rank=0,
                   request_class=None, recv_op=0, dumped=None):
     """The compiled form of collector `closure` (kind _SEND, _RECV, _COLLECTIVE, _IRECV or
@@ -79,7 +102,7 @@ def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None
                                ch.peers, ch.status, rounds, ndarray, ch.cid, op, flags, ERROR, ANY_SOURCE,
                                ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, root_at, rank,
                                params, defaults, request_class, ch if request_class is not None else None,
-                               recv_op, dumped)
+                               recv_op, dumped, predefined_datatypes())
 
 
 def _form(pickled) -> dict:
