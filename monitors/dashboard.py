@@ -215,8 +215,9 @@ def render(state: DashboardState) -> Layout:
                        f"{a.tuples_per_s:,.0f}", f"{a.bytes_per_s / 1024:,.1f}", f"{a.busy:.0%}")
     if state.events_per_s is None:
         pace = Text.assemble(("application: ", "bold"), f"step {state.steps:,}, {state.steps_per_s:,.1f} steps/s    ",
-                             ("monitors' CPU: ", "bold"), f"{state.cpu_seconds:.1f} s in {state.elapsed:.0f} s "
-                             f"({state.cpu_seconds / max(state.elapsed, 1e-6):.0%} of a core)")
+                             ("monitors' CPU: ", "bold"), f"{state.cpu_seconds:.1f} s in {state.elapsed:.0f} s",
+                             # a share of a core over less than a second is mostly the monitor's own start
+                             f" ({state.cpu_seconds / state.elapsed:.0%} of a core)" if state.elapsed >= 1 else "")
     else:
         pace = Text.assemble(("recorded: ", "bold"), f"{state.events_per_s:,.0f} events/s at {state.elapsed:.1f} s")
     layout["scopes"].update(Panel(Group(scopes, Text(""), pace), title="scopes and cost"))

@@ -289,8 +289,8 @@ def waitstates_tables(report, most: int = 16) -> Group:
                       ms(sum(report.pairs[w][r] for w in range(report.ranks))))
     shown.append(ranks)
     if report.ranks <= most:
-        pairs = Table(title="who waits for whom (ms)", title_justify="left", caption="row: the rank that waited; "
-                      "column: the rank it waited for", caption_justify="left")
+        pairs = Table(title="who waits for whom (ms)", title_justify="left", caption="row: who waited; column: for whom",
+                      caption_justify="left")
         pairs.add_column("waiter \\ cause")
         for c in range(report.ranks):
             pairs.add_column(f"r{c}", justify="right")
