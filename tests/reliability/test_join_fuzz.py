@@ -323,7 +323,7 @@ def test_the_scope_join_calls_under_a_fuzzer(run):
         print(f"  {kind:8} {outcome:16} {n}")
     print(f"node A: RSS {before / 1024:.0f} MB before, {memory['VmRSS'] / 1024:.0f} MB after, peak "
           f"{memory['VmHWM'] / 1024:.0f} MB; bystander: {seen_by['moves']} moves, slowest "
-          f"{seen_by['worst_s'] * 1000:.1f} ms, errors {seen_by['errors']}")
+          f"{seen_by['worst_s'] * 1000:.1f} ms, {seen_by['over_100ms']} over 100 ms, errors {seen_by['errors']}")
     assert run.client("A").ping() == "A", "node A stopped answering"
     assert not findings, "\n".join(findings[:10])
     assert not trapped, "the node sent requests to an address a client named"

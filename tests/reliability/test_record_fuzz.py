@@ -155,7 +155,7 @@ def test_forged_records_in_a_live_run_break_no_consumer(live, tmp_path):
     print(f"seed {SEED}: {rounds} rounds in {FUZZ_SECONDS:g} s, {written} records forged, {retemplated} trace "
           f"elements made again with another template; nodes up {sorted(up)}; node peak RSS growth "
           f"{ {n: round(g) for n, g in grown.items()} } MiB; bystander's worst move {seen['worst_s'] * 1000:.1f} ms "
-          f"in {seen['moves']} moves")
+          f"in {seen['moves']} moves ({seen['over_100ms']} over 100 ms)")
     assert not seen["errors"] and seen["worst_s"] < STALL_S, seen
     assert all(g < GROWTH_MIB for g in grown.values()), grown
     # The archives replay (in a hundred frames at most) and export, and hold only records in range. A
