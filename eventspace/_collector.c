@@ -666,7 +666,9 @@ static PyTypeObject TypedSizeType = {
 
 /* The memory a record touches besides the collector itself, prefetched (`ahead`) when a switched-on
  * collector starts an operation, so that it arrives while the operation runs instead of stalling the
- * record after it: in a running application each collector's objects, its trace element and its
+ * record after it, and again when the operation returns (so that what a waiting operation lost is
+ * fetched at once, not one miss after another): in a running application each collector's
+ * objects, its trace element and its
  * ring's next slot are out of the caches by the time its next operation comes (a wind tunnel step
  * touches 1,841 of them), and the record read them one after the other, each a miss (about 7 a
  * record; docs/RESULTS.md). Addresses only: one that went stale costs a miss, never a wrong record. */
@@ -1157,6 +1159,7 @@ collect_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         return NULL;
     }
     int64_t t1 = now(self->offset_ns);
+    ahead(self);   /* again: an operation that waited (an observe) may have lost them meanwhile */
     *self->inflight = 0;
     if (emit_done(self, args[0], args, result, t0, t1) < 0) {
         Py_DECREF(result);
