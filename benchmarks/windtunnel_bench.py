@@ -22,7 +22,8 @@ A and B but the collection: the same processes, the same placement of threads, t
 (the relaunch comparison above moves by ±0.1 on a 2-core machine from one launch to the next). A
 switched-off collector still forwards each operation (one call more than an uninstrumented path):
 that part of its cost is in neither side here, and in the relaunch comparison. At least 8 pairs; by
-default 16 short runs a size (small 10 steps, medium 4, large 2) after one pair left out as warm-up
+default many short runs a size (small 100 pairs of 10 steps, medium 40 of 4, large 24 of 2; about
+5 minutes in all) after one pair left out as warm-up
 (`--warmup`), each pair printed with the load average, and the pair ratios' median, quartiles and
 range. Beside the time a step takes, the CPU per step of all application threads together (each
 thread's own CPU clock; the collectors run in them), collectors on against off: other programs on
@@ -58,9 +59,11 @@ from paths import Instrument, Pathmap, launch
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = ROOT / "pathmaps" / "windtunnel-paper.yaml"
 DEFAULT_STEPS = {"small": 30, "medium": 10, "large": 4}
-# --compare switch: shorter runs, more of them (16 pairs after one left out as warm-up).
+# --compare switch: short runs, many of them, after one pair left out as warm-up. A pair's ratio
+# scatters by about ±8% on two shared cores, so the median of n pairs by about ±0.1/√n: 100 pairs
+# of small give ±0.01 (150 pairs, two invocations: 1.017 and 1.023).
 SWITCH_STEPS = {"small": 10, "medium": 4, "large": 2}
-SWITCH_PAIRS = 16
+SWITCH_PAIRS = {"small": 100, "medium": 40, "large": 24}
 TARGET = {"small": 1.04, "medium": 1.02, "large": 1.02}
 
 
@@ -109,7 +112,8 @@ def main() -> None:
                         help=f"sizes by name ({', '.join(SIZES)}) or rows N, comma-separated")
     parser.add_argument("--steps", help="steps per run, one number or one per size (default small 30, "
                                         "medium 10, large 4)")
-    parser.add_argument("--repeat", type=int, help="instrumented/uninstrumented pairs per size (default 3; switch: 16, at least 8)")
+    parser.add_argument("--repeat", type=int, help="instrumented/uninstrumented pairs per size (default 3; "
+                                                   "switch: small 100, medium 40, large 24, at least 8)")
     parser.add_argument("--warmup", type=int, default=1, help="switch: pairs run first and left out, per size")
     parser.add_argument("--pathmap", default=str(PAPER))
     parser.add_argument("--quick", action="store_true", help="small only, 10 steps, 2 pairs")
@@ -127,12 +131,13 @@ def main() -> None:
             parser.error("--steps takes one number, or one per size")
     else:
         steps = [(SWITCH_STEPS if args.compare == "switch" else DEFAULT_STEPS).get(s, 10) for s in sizes]
-    repeat = 2 if args.quick else args.repeat or (SWITCH_PAIRS if args.compare == "switch" else 3)
+    repeat = 2 if args.quick else args.repeat or 3
 
     if args.compare == "system":
         return compare_sampling(Pathmap.load(args.pathmap), sizes, steps, repeat)
     if args.compare == "switch":
-        return compare_switched(Pathmap.load(args.pathmap), sizes, steps, max(repeat, 8), args.warmup)
+        pairs = [8] * len(sizes) if args.quick else [max(args.repeat or SWITCH_PAIRS.get(s, 16), 8) for s in sizes]
+        return compare_switched(Pathmap.load(args.pathmap), sizes, steps, pairs, args.warmup)
     instrumented = Pathmap.load(args.pathmap)
     plain = dataclasses.replace(instrumented, name=f"{instrumented.name}-uninstrumented",
                                 instrument=Instrument()).validate()
@@ -203,11 +208,11 @@ def switch_all(run, pm: Pathmap, on: bool) -> None:
             switch_collectors(client, on, [e.id for e in catalogue.entries if e.node == node.name])
 
 
-def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], repeat: int, warmup: int = 1) -> None:
+def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], pairs: list[int], warmup: int = 1) -> None:
     """The slowdown from collecting, switched on against off in one launch (see the module's docstring).
 
     Each size runs `warmup` pairs first, which are printed but left out of its figures (the first
-    runs of a size still fault in its lattice's memory and warm the caches), then `repeat` pairs.
+    runs of a size still fault in its lattice's memory and warm the caches), then its `pairs`.
     Beside the time a step takes, the application threads' CPU per step: the same comparison, less
     moved by other programs on the machine."""
     collectors = len(Catalogue(pm))
@@ -216,7 +221,7 @@ def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], repeat: in
     with tempfile.TemporaryDirectory() as run_dir, launch(pm, run_dir=run_dir, start_timeout=300) as run:
         switch_sampling(run, pm, False)   # the collectors alone
         warm_up(run)
-        for size, count in zip(sizes, steps):
+        for size, count, repeat in zip(sizes, steps, pairs):
             on = Figure(f"{size}: collectors on ({collectors})", peer=f"{size}: collectors off")
             off = Figure(f"{size}: collectors off")
             cpu_on = Figure(f"{size}: thread CPU, collectors on", peer=f"{size}: thread CPU, collectors off")
@@ -264,7 +269,7 @@ def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], repeat: in
               f"(measured now) → expected slowdown ≤ {1 + records[size] * cost / off_figure.median:.3f}")
     report(f"Wind tunnel slowdown from collectors switched on against off, {pm.name}", figures, targets,
            "windtunnel_switch_bench.json", unit="ms",
-           extra={"settings": {"sizes": sizes, "steps": steps, "repeat": repeat, "warmup": warmup,
+           extra={"settings": {"sizes": sizes, "steps": steps, "pairs": pairs, "warmup": warmup,
                                "pathmap": pm.name, "collectors": collectors},
                   "pair_ratios": ratios, "cpu_pair_ratios": cpu_ratios, "load": loads,
                   "records_per_step": records, "collector_cost_s": cost,
