@@ -21,7 +21,13 @@ applied within milliseconds) between the runs of each A B B A pair, so that noth
 A and B but the collection: the same processes, the same placement of threads, the same warm caches
 (the relaunch comparison above moves by ±0.1 on a 2-core machine from one launch to the next). A
 switched-off collector still forwards each operation (one call more than an uninstrumented path):
-that part of its cost is in neither side here, and in the relaunch comparison. At least 8 pairs.
+that part of its cost is in neither side here, and in the relaunch comparison. At least 8 pairs; by
+default many short runs a size (small 100 pairs of 10 steps, medium 40 of 4, large 24 of 2; about
+5 minutes in all) after one pair left out as warm-up
+(`--warmup`), each pair printed with the load average, and the pair ratios' median, quartiles and
+range. Beside the time a step takes, the CPU per step of all application threads together (each
+thread's own CPU clock; the collectors run in them), collectors on against off: other programs on
+the machine move it far less than the step time, which waits for a core whenever one holds it.
 
 `--compare system` measures the system summary sampler instead (eventspace.system: every node
 server samples its CPU, memory and communication every 100 ms): both runs are the pathmap without
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -52,17 +59,25 @@ from paths import Instrument, Pathmap, launch
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = ROOT / "pathmaps" / "windtunnel-paper.yaml"
 DEFAULT_STEPS = {"small": 30, "medium": 10, "large": 4}
+# --compare switch: short runs, many of them, after one pair left out as warm-up. A pair's ratio
+# scatters by about ±8% on two shared cores, so the median of n pairs by about ±0.1/√n: 100 pairs
+# of small give ±0.01 (150 pairs, two invocations: 1.017 and 1.023).
+SWITCH_STEPS = {"small": 10, "medium": 4, "large": 2}
+SWITCH_PAIRS = {"small": 100, "medium": 40, "large": 24}
 TARGET = {"small": 1.04, "medium": 1.02, "large": 1.02}
 
 
-def per_step(run, size: str, steps: int) -> tuple[float, bytes]:
-    """(seconds per step of the slowest thread, the final grid's row digests in thread order).
+def per_step(run, size: str, steps: int, cpu: bool = False):
+    """(seconds per step of the slowest thread, the final grid's row digests in thread order); with
+    `cpu`, the CPU seconds per step of all application threads together (where the collectors run)
+    after them.
 
     `size` is a size name or a number of rows N."""
     results = run.run("windtunnel", {"size": size, "steps": steps}, timeout=3600)
     ordered = sorted(results.values(), key=lambda r: r["index"])
     made = min(r["steps"] for r in ordered)
-    return max(r["seconds"] for r in ordered) / made, b"".join(r["digests"] for r in ordered)
+    step, grid = max(r["seconds"] for r in ordered) / made, b"".join(r["digests"] for r in ordered)
+    return (step, grid, sum(r["cpu"] for r in ordered) / made) if cpu else (step, grid)
 
 
 def records_written(run, pm: Pathmap, system: bool = False) -> int:
@@ -97,7 +112,9 @@ def main() -> None:
                         help=f"sizes by name ({', '.join(SIZES)}) or rows N, comma-separated")
     parser.add_argument("--steps", help="steps per run, one number or one per size (default small 30, "
                                         "medium 10, large 4)")
-    parser.add_argument("--repeat", type=int, default=3, help="instrumented/uninstrumented pairs per size")
+    parser.add_argument("--repeat", type=int, help="instrumented/uninstrumented pairs per size (default 3; "
+                                                   "switch: small 100, medium 40, large 24, at least 8)")
+    parser.add_argument("--warmup", type=int, default=1, help="switch: pairs run first and left out, per size")
     parser.add_argument("--pathmap", default=str(PAPER))
     parser.add_argument("--quick", action="store_true", help="small only, 10 steps, 2 pairs")
     parser.add_argument("--compare", choices=("collectors", "switch", "system"), default="collectors",
@@ -113,13 +130,14 @@ def main() -> None:
         if len(steps) != len(sizes):
             parser.error("--steps takes one number, or one per size")
     else:
-        steps = [DEFAULT_STEPS.get(s, 10) for s in sizes]
-    repeat = 2 if args.quick else args.repeat
+        steps = [(SWITCH_STEPS if args.compare == "switch" else DEFAULT_STEPS).get(s, 10) for s in sizes]
+    repeat = 2 if args.quick else args.repeat or 3
 
     if args.compare == "system":
         return compare_sampling(Pathmap.load(args.pathmap), sizes, steps, repeat)
     if args.compare == "switch":
-        return compare_switched(Pathmap.load(args.pathmap), sizes, steps, max(repeat, 8))
+        pairs = [8] * len(sizes) if args.quick else [max(args.repeat or SWITCH_PAIRS.get(s, 16), 8) for s in sizes]
+        return compare_switched(Pathmap.load(args.pathmap), sizes, steps, pairs, args.warmup)
     instrumented = Pathmap.load(args.pathmap)
     plain = dataclasses.replace(instrumented, name=f"{instrumented.name}-uninstrumented",
                                 instrument=Instrument()).validate()
@@ -190,48 +208,71 @@ def switch_all(run, pm: Pathmap, on: bool) -> None:
             switch_collectors(client, on, [e.id for e in catalogue.entries if e.node == node.name])
 
 
-def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], repeat: int) -> None:
-    """The slowdown from collecting, switched on against off in one launch (see the module's docstring)."""
+def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], pairs: list[int], warmup: int = 1) -> None:
+    """The slowdown from collecting, switched on against off in one launch (see the module's docstring).
+
+    Each size runs `warmup` pairs first, which are printed but left out of its figures (the first
+    runs of a size still fault in its lattice's memory and warm the caches), then its `pairs`.
+    Beside the time a step takes, the application threads' CPU per step: the same comparison, less
+    moved by other programs on the machine."""
     collectors = len(Catalogue(pm))
-    figures, targets, ratios, records = [], {}, {}, {}
+    figures, targets, ratios, records, cpu_ratios, loads = [], {}, {}, {}, {}, {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as run_dir, launch(pm, run_dir=run_dir, start_timeout=300) as run:
         switch_sampling(run, pm, False)   # the collectors alone
         warm_up(run)
-        for size, count in zip(sizes, steps):
+        for size, count, repeat in zip(sizes, steps, pairs):
             on = Figure(f"{size}: collectors on ({collectors})", peer=f"{size}: collectors off")
             off = Figure(f"{size}: collectors off")
-            for i in range(repeat):
-                order = ((True, on), (False, off)) if i % 2 == 0 else ((False, off), (True, on))
-                grids = []
-                for state, figure in order:
+            cpu_on = Figure(f"{size}: thread CPU, collectors on", peer=f"{size}: thread CPU, collectors off")
+            cpu_off = Figure(f"{size}: thread CPU, collectors off")
+            load_before = os.getloadavg()[0]
+            for i in range(warmup + repeat):
+                order = ((True, on, cpu_on), (False, off, cpu_off)) if i % 2 == 0 else \
+                    ((False, off, cpu_off), (True, on, cpu_on))
+                grids, pair = [], {}
+                for state, figure, cpu_figure in order:
                     switch_all(run, pm, state)
                     before = records_written(run, pm)
-                    seconds, grid = per_step(run, size, count)
+                    seconds, grid, cpu = per_step(run, size, count, cpu=True)
+                    pair[state] = (seconds, cpu)
                     written = records_written(run, pm) - before
                     if state:
                         records[size] = written / count
                     elif written:
                         raise SystemExit(f"{size}: {written} records written with the collectors switched off")
-                    figure.rounds.append(seconds)
+                    if i >= warmup:
+                        figure.rounds.append(pair[state][0])
+                        cpu_figure.rounds.append(pair[state][1])
                     grids.append(grid)
                 if grids[0] != grids[1]:
                     raise SystemExit(f"{size}: the runs with collectors on and off ended with different grids")
-            figures += [off, on]
+                print(f"{size} pair {i + 1}{' (warm-up, left out)' if i < warmup else ''}: step "
+                      f"{pair[True][0] * 1e3:.2f} / {pair[False][0] * 1e3:.2f} ms = {pair[True][0] / pair[False][0]:.3f}"
+                      f", thread CPU {pair[True][1] * 1e3:.2f} / {pair[False][1] * 1e3:.2f} ms = "
+                      f"{pair[True][1] / max(pair[False][1], 1e-9):.3f}, load {os.getloadavg()[0]:.1f}", flush=True)
+            loads[size] = (load_before, os.getloadavg()[0])
+            figures += [off, on, cpu_off, cpu_on]
             limit = TARGET.get(size, 1.02)
             targets[on.name] = (f"slowdown ≤ {limit}", lambda f, ratio, limit=limit: ratio <= limit)
             ratios[size] = on.ratio_rounds(off)
-            print(f"{size} ({count} steps): pair ratios " + ", ".join(f"{r:.3f}" for r in ratios[size]), flush=True)
+            cpu_ratios[size] = cpu_on.ratio_rounds(cpu_off)
+            for name, values in (("step time", ratios[size]), ("thread CPU", cpu_ratios[size])):
+                q = statistics.quantiles(values, n=4) if len(values) >= 2 else values * 3
+                print(f"{size} ({count} steps, {repeat} pairs, load {loads[size][0]:.1f} → {loads[size][1]:.1f}): "
+                      f"{name} on/off median {statistics.median(values):.3f}, quartiles {q[0]:.3f}–{q[2]:.3f}, "
+                      f"range {min(values):.3f}–{max(values):.3f}", flush=True)
         switch_all(run, pm, True)
     cost = collector_cost()
-    for size, off_figure in zip(sizes, figures[0::2]):
+    for size, off_figure in zip(sizes, figures[0::4]):
         print(f"{size}: {records[size]:,.0f} trace records per step × {cost * 1e6:.2f} µs per collector "
               f"(measured now) → expected slowdown ≤ {1 + records[size] * cost / off_figure.median:.3f}")
     report(f"Wind tunnel slowdown from collectors switched on against off, {pm.name}", figures, targets,
            "windtunnel_switch_bench.json", unit="ms",
-           extra={"settings": {"sizes": sizes, "steps": steps, "repeat": repeat, "pathmap": pm.name,
-                               "collectors": collectors},
-                  "pair_ratios": ratios, "records_per_step": records, "collector_cost_s": cost,
+           extra={"settings": {"sizes": sizes, "steps": steps, "pairs": pairs, "warmup": warmup,
+                               "pathmap": pm.name, "collectors": collectors},
+                  "pair_ratios": ratios, "cpu_pair_ratios": cpu_ratios, "load": loads,
+                  "records_per_step": records, "collector_cost_s": cost,
                   "seconds": time.monotonic() - started})
 
 

@@ -235,16 +235,18 @@ has_waiters(PyObject *obj, const Py_ssize_t *offsets)
 
 /* -- RingAppender --------------------------------------------------------------------------- */
 
+/* What an append reads comes first (the element, its slots' offsets, cap, keep, single_writer: the
+ * object's first two cache lines, which a collector prefetches; see Collect's `ahead`). */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *element;
     Py_ssize_t offsets[A_COUNT];  /* of the element's slots _last, _first, _sleepers, _parked */
-    PyObject *ring_owner;
-    Py_buffer ring;
     Py_ssize_t cap, keep;
-    PyObject *acquire, *release;  /* the element's mutex, bound */
     int single_writer;
+    Py_buffer ring;
+    PyObject *ring_owner;
+    PyObject *acquire, *release;  /* the element's mutex, bound */
 } RingAppender;
 
 static PyTypeObject RingAppenderType;
@@ -662,27 +664,102 @@ static PyTypeObject TypedSizeType = {
 
 /* -- Collect ------------------------------------------------------------------------------- */
 
+/* The memory a record touches besides the collector itself, prefetched (`ahead`) when a switched-on
+ * collector starts an operation, so that it arrives while the operation runs instead of stalling the
+ * record after it, and again when the operation returns (so that what a waiting operation lost is
+ * fetched at once, not one miss after another): in a running application each collector's
+ * objects, its trace element and its
+ * ring's next slot are out of the caches by the time its next operation comes (a wind tunnel step
+ * touches 1,841 of them), and the record read them one after the other, each a miss (about 7 a
+ * record; docs/RESULTS.md). Addresses only: one that went stale costs a miss, never a wrong record. */
+enum {
+    AH_APPENDER,            /* the RingAppender's first two lines */
+    AH_SIZE = 2,            /* the TypedSize, and its kinds */
+    AH_SLOTS = 4,           /* the element's slots _last, _first, _sleepers, _parked */
+    AH_CURSORS = AH_SLOTS + A_COUNT,   /* the ints in _last and _first */
+    AH_RECORD = AH_CURSORS + 2,        /* the next record's first and last byte (written) */
+    AHEAD = AH_RECORD + 2
+};
+
+/* The fields every call reads first, then those a record reads: the object's first lines. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *next;             /* the next stage: next(code, args) */
-    PyObject *append;           /* append(op, flags, collector, element, arg, nbytes, t0, t1) */
+    const volatile char *on;    /* this collector's byte of the node's switches */
+    volatile int64_t *inflight; /* this collector's slot of the node's in-flight table */
+    int64_t offset_ns;
+    const void *ahead[AHEAD];   /* what the next record touches (see AH_*), refreshed by each record */
     RingAppender *ring;         /* `append` when it is a RingAppender (called without Python) */
     PyObject *size_of;          /* size_of(tuple) -> bytes on the wire; NULL: always `fixed_size` */
     uint64_t fixed_size;
-    const volatile char *on;    /* this collector's byte of the node's switches */
-    volatile int64_t *inflight; /* this collector's slot of the node's in-flight table */
-    PyObject *switches_owner, *inflight_owner;
-    Py_buffer switches, inflight_table;
     uint64_t cid, eid, flags, failed;
-    int64_t offset_ns;
     long move, observe;
     uint64_t collectives;       /* bit c set: code c is a collective operation */
     uint64_t rounds;            /* collectives seen (read and bumped with the GIL held) */
+    PyObject *append;           /* append(op, flags, collector, element, arg, nbytes, t0, t1) */
     /* move, observe and collectives again, as ints and a frozenset: for codes that are not exact
      * ints (last: the fields above are the ones every call reads) */
     PyObject *move_code, *observe_code, *collective_codes;
+    PyObject *switches_owner, *inflight_owner;
+    Py_buffer switches, inflight_table;
 } Collect;
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(address) __builtin_prefetch((address), 0, 3)
+#define PREFETCH_WRITE(address) __builtin_prefetch((address), 1, 3)
+#else
+#define PREFETCH(address) ((void)(address))
+#define PREFETCH_WRITE(address) ((void)(address))
+#endif
+
+/* Ask for the collector's own lines past the first, and for what its record will touch (a prefetch
+ * never faults, whatever the address). */
+static inline void
+ahead(Collect *self)
+{
+    const char *me = (const char *)self;
+    for (int line = 1; line * 64 < (int)offsetof(Collect, append); line++)
+        PREFETCH(me + line * 64);
+    for (int i = 0; i < AH_RECORD; i++)
+        PREFETCH(self->ahead[i]);
+    PREFETCH_WRITE(self->ahead[AH_RECORD]);
+    PREFETCH_WRITE(self->ahead[AH_RECORD + 1]);
+}
+
+/* Note where the next record goes (after a record, when all of it is in the caches). */
+static void
+aim(Collect *self)
+{
+    const void **a = self->ahead;
+    for (int i = 0; i < AHEAD; i++)
+        a[i] = self;
+    if (self->size_of != NULL && Py_IS_TYPE(self->size_of, &TypedSizeType)) {
+        a[AH_SIZE] = self->size_of;
+        a[AH_SIZE + 1] = PyBytes_AS_STRING(((TypedSize *)self->size_of)->kinds);
+    }
+    RingAppender *r = self->ring;
+    if (r == NULL)
+        return;
+    a[AH_APPENDER] = r;
+    a[AH_APPENDER + 1] = (const char *)r + 64;
+    for (int k = 0; k < A_COUNT; k++)
+        a[AH_SLOTS + k] = slot(r->element, r->offsets[k]);
+    PyObject *last = *slot(r->element, r->offsets[A_LAST]), *first = *slot(r->element, r->offsets[A_FIRST]);
+    if (last != NULL)
+        a[AH_CURSORS] = last;
+    if (first != NULL)
+        a[AH_CURSORS + 1] = first;
+    if (last != NULL && PyLong_CheckExact(last)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(last, &overflow);
+        if (!overflow && x >= 0) {
+            const char *record = (const char *)r->ring.buf + (x % r->cap) * RECORD;
+            a[AH_RECORD] = record;
+            a[AH_RECORD + 1] = record + RECORD - 1;
+        }
+    }
+}
 
 static PyObject *u32_mask;
 
@@ -940,7 +1017,10 @@ emit(Collect *self, PyObject *code, uint64_t flags, uint64_t arg, PyObject *arg_
             rc = field_value(nbytes_obj, U32, &v[5]);
         if (rc == 0) {
             Py_ssize_t index;
-            return ring_append(self->ring, v, &index);
+            if (ring_append(self->ring, v, &index) < 0)
+                return -1;
+            aim(self);
+            return 0;
         }
         if (rc < 0)
             return -1;
@@ -1061,6 +1141,7 @@ collect_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         self->rounds += (uint64_t)collective;
         return PyObject_Vectorcall(self->next, args, nargsf, NULL);
     }
+    ahead(self);
     int64_t t0 = now(self->offset_ns);
     *self->inflight = t0;
     PyObject *result = PyObject_Vectorcall(self->next, args, nargsf, NULL);
@@ -1078,6 +1159,7 @@ collect_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         return NULL;
     }
     int64_t t1 = now(self->offset_ns);
+    ahead(self);   /* again: an operation that waited (an observe) may have lost them meanwhile */
     *self->inflight = 0;
     if (emit_done(self, args[0], args, result, t0, t1) < 0) {
         Py_DECREF(result);
@@ -1175,6 +1257,7 @@ collect_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_INCREF(inflight);
     self->inflight_owner = inflight;
     self->inflight = (int64_t *)self->inflight_table.buf + cid;
+    aim(self);
     return (PyObject *)self;
 fail:
     Py_DECREF(self);

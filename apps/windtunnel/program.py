@@ -40,7 +40,8 @@ def thread(ctx) -> dict:
     """One application thread: `steps` steps of its slice (args: size, steps, seed, check_every,
     `until` (a time.time() after which the threads agree, at a check, to stop early), and the
     test hook `stall`: {thread, at_step, seconds}). Returns its rows' digests, particle counts,
-    the column blocks of matrix 0 for the picture, its exchange count and the steps it made."""
+    the column blocks of matrix 0 for the picture, its exchange count, the steps it made, and the
+    seconds its step loop took (`seconds`) and ran on a core (`cpu`: not waiting for one, nor for data)."""
     names = [t.name for t in ctx.pathmap.threads]
     count, index = len(names), names.index(ctx.thread)
     n = size_n(ctx.args.get("size", "small"))
@@ -61,7 +62,7 @@ def thread(ctx) -> dict:
     with _COMPUTE:
         mine = band.particles()
     initial = ctx.allreduce(mine, "sum", tree=TREE)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.thread_time()
     exchanges = 0
     ctx.report(step=0)
     for step in range(steps):
@@ -94,14 +95,14 @@ def thread(ctx) -> dict:
                 steps = step + 1
                 break
         ctx.report(step=step + 1)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.thread_time() - cpu
     with _COMPUTE:
         state = band.state
         particles, cells, obstacle = column_blocks(state[0], PICTURE_WIDTH)
         digests = row_digests(state)
         mine = band.particles()
     return {"index": index, "rows": list(band.rows), "digests": digests, "particles": mine,
-            "initial": initial, "exchanges": exchanges, "seconds": seconds, "steps": steps,
+            "initial": initial, "exchanges": exchanges, "seconds": seconds, "cpu": cpu, "steps": steps,
             "blocks": [particles.tolist(), cells.tolist(), obstacle.tolist()]}
 
 

@@ -218,6 +218,44 @@ def test_the_compiled_collect_does_what_the_pure_closure_does(calls, size, on, r
     assert compiled_inflight == pure_inflight == 0
 
 
+# What happens to a trace element between two records of its collector: a record, its cursors moved
+# on from outside (new int objects, held elsewhere too), or another writer's record.
+OUTSIDE = st.lists(st.one_of(st.just(("record",)), st.tuples(st.just("jump"), st.integers(0, 15)),
+                             st.just(("other",))), min_size=1, max_size=12)
+
+
+@FUZZ
+@given(steps=OUTSIDE)
+def test_records_land_where_the_pure_collectors_do_when_the_element_changed_since_the_last(steps):
+    """A compiled Collect prefetches where its next record will go when it starts an operation (the
+    element's cursors and the ring's next slot, noted at its last record): what changed the element
+    in between (its cursors replaced, another writer's records) must not move a record, which lands
+    where the pure collector's does."""
+    sides = {}
+    for side in ("compiled", "pure"):
+        element = trace_element()
+        switches, inflight = bytearray([0, 1]), array("q", bytes(16))
+        if side == "compiled":
+            collect = C.Collect(stage(5), switches, inflight, 1, 7, 3, 3 | trace.ERROR, 12, C.RingAppender(element, True),
+                                0, op.MOVE, op.OBSERVE, _COLLECTIVES_MASK)
+        else:
+            collect = collecting(stage(5), switches, inflight, 1, 7, 3, 3 | trace.ERROR, 12, element.appender(True),
+                                 time.monotonic_ns)
+        other, held = element.appender(), []
+        for step in steps:
+            if step[0] == "record":
+                collect(op.MOVE, ((1, b"x"), None))
+            elif step[0] == "other":
+                other(2, 0, 9, 9, 0, 0, 0, 0)
+            else:   # as if records were appended elsewhere: new int objects, which others hold too
+                element._last = int(str(element._last + step[1]))
+                element._first = int(str(max(element._first, element._last - element.keep)))
+                held.append((element._last, element._first))
+        sides[side] = written(element)
+        _server.delete(element.name)
+    assert sides["compiled"] == sides["pure"]
+
+
 def test_a_collect_refuses_a_fixed_size_that_no_record_holds():
     element = trace_element()
     for size in (-1, 2 ** 32, 2 ** 64, 1.5, "8"):
