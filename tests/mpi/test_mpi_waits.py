@@ -86,19 +86,27 @@ def test_a_late_rank_is_named_and_is_no_deadlock(tmp_path):
 def test_a_rank_blocked_in_its_first_call_with_a_tag_nobody_sends_yet_is_waiting_and_says_where(tmp_path):
     release = tmp_path / "release"
     job = start(tmp_path, 2, "first", "waits.py", "first", release)
+    seen = []
     try:
         until_live("first", job)
-        time.sleep(0.5)   # rank 0 is in its receive (its first MPI call: no record of it yet)
-        seen = beats("first", tmp_path, 3)
+        # until rank 0 is in its receive (its first MPI call: no record of it yet), which a loaded
+        # machine may take a while to reach
+        deadline = time.monotonic() + 90
+        while not seen or (_thread(seen[-1], "r0")["status"] != "waiting" and time.monotonic() < deadline):
+            seen += beats("first", tmp_path, 2)
         release.touch()
         out, err = job.communicate(timeout=60)
     finally:
         stop(job)
     assert job.returncode == 0, err
-    r0 = next(t for t in seen[-1]["threads"] if t["thread"] == "r0")
+    r0 = _thread(seen[-1], "r0")
     assert (r0["status"], r0["waiting_in"]) == ("waiting", "Recv from r1 tag 99 on comm 0"), seen[-1]
     assert r0["where"] == at("comm.recv(source=1, tag=99)")[4:]
     assert not any(beat["deadlock"] for beat in seen)   # rank 1 is free: it will send
+
+
+def _thread(beat, name: str) -> dict:
+    return next(t for t in beat["threads"] if t["thread"] == name)
 
 
 def test_eventspace_stack_merges_identical_stacks_and_says_what_each_rank_is_in(tmp_path):
