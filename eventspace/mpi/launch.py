@@ -18,6 +18,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -46,7 +47,66 @@ class Terminated(BaseException):
 
 
 def _terminated(signum, frame):
+    _Unblock.heard.add(signum)
     raise Terminated()
+
+
+def _interrupted(signum, frame):
+    _Unblock.heard.add(signum)
+    raise KeyboardInterrupt
+
+
+class _Unblock:
+    """Ends a rank that Ctrl-C or SIGTERM cannot reach. Python runs a signal's handler in the main
+    thread between two bytecodes, so a rank blocked in a C call (an MPI receive nobody sends, a
+    collective a rank never joins: a hang, which is when users press Ctrl-C) never ran it, and
+    mpiexec waited on it for good. The C-level handler also writes the signal's number to a pipe
+    (signal.set_wakeup_fd); a thread reads it, and if the handler has not run `GRACE` seconds later
+    (it records that it ran in `heard`), ends the rank from that thread as the handler would have:
+    `end(status, why)` (its recording closed, the job aborted). Only while the handlers are still
+    ours: a program that installed its own handles its signals itself."""
+
+    GRACE = 2.0
+    heard: set = set()
+    HANDLERS = {signal.SIGINT: (_interrupted, 130, "Ctrl-C (SIGINT)"),
+                signal.SIGTERM: (_terminated, 143, "SIGTERM")}
+
+    @classmethod
+    def install(cls, end) -> None:
+        ours = [s for s, (handler, _, _) in cls.HANDLERS.items()
+                if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler)]
+        if not ours:
+            return
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        try:
+            signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        except ValueError:   # not the main thread: nothing to watch from
+            os.close(read)
+            os.close(write)
+            return
+        for s in ours:
+            signal.signal(s, cls.HANDLERS[s][0])
+        threading.Thread(target=cls._watch, args=(read, end), name="eventspace-unblock", daemon=True).start()
+
+    @classmethod
+    def _watch(cls, read: int, end) -> None:
+        while True:
+            try:
+                data = os.read(read, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in set(data):
+                if signum not in cls.HANDLERS or signal.getsignal(signum) is not cls.HANDLERS[signum][0]:
+                    continue
+                deadline = time.monotonic() + cls.GRACE
+                while signum not in cls.heard and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if signum not in cls.heard:   # the main thread is in a C call it does not leave
+                    _, status, why = cls.HANDLERS[signum]
+                    end(status, f"{why}, while blocked in a call that never returned")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -133,8 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     monitor = Monitor(options)
     monitor.watch_import()
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminated)
+    _Unblock.install(monitor.end_blocked)
     return monitor.run(program)
 
 
@@ -224,6 +283,18 @@ class Monitor:
             self._abort(1, exc)
         self._end()
         return 0
+
+    def end_blocked(self, status: int, why: str) -> None:
+        """End this rank from another thread while its program is blocked in a C call (_Unblock):
+        as _abort does, then at once, whatever the call does."""
+        if _first_rank():
+            print(f"eventspace.mpi: {why}: aborting the MPI job", file=sys.stderr, flush=True)
+        try:
+            self._abort(status, None, why)
+        except SystemExit:
+            pass
+        sys.stderr.flush()
+        os._exit(status)
 
     def _end(self) -> None:
         if self.rank is not None:

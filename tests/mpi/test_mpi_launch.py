@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,38 @@ def test_a_run_ended_by_ctrl_c_or_a_rank_killed_leaves_no_run_file(tmp_path, end
     finally:
         stop(job)
     assert not Path(run_file.path).exists() and not Path(run_file.pathmap_file).exists()
+
+
+@pytest.mark.parametrize("ending", ["ctrl-c", "sigterm"])
+def test_a_hung_run_ends_on_ctrl_c_or_sigterm_though_its_ranks_are_blocked_in_mpi(tmp_path, ending):
+    """Ranks blocked in MPI calls that never return (a deadlock: when users press Ctrl-C, or `timeout`
+    sends SIGTERM) never ran Python's handler of the signal, and eventspace mpirun waited for good."""
+    name = f"hung-{ending}"
+    job = start(tmp_path, 3, name, "waits.py", "collective")   # r0, r1 in an Allreduce, r2 in a receive
+    try:
+        run_file = until_live(name, job)
+        _until_in_flight(name, tmp_path, 3)
+        if ending == "ctrl-c":
+            os.killpg(job.pid, signal.SIGINT)      # the terminal's Ctrl-C reaches the whole job
+        else:
+            job.send_signal(signal.SIGTERM)        # what `timeout` or Slurm sends eventspace mpirun
+        out, err = job.communicate(timeout=60)
+    finally:
+        stop(job)
+    assert job.returncode == (130 if ending == "ctrl-c" else 143), err
+    why = "Ctrl-C (SIGINT)" if ending == "ctrl-c" else "SIGTERM"
+    assert f"eventspace.mpi: {why}, while blocked in a call that never returned: aborting the MPI job" in err
+    assert not Path(run_file.path).exists()
+
+
+def _until_in_flight(name: str, tmp_path, ranks: int, timeout: float = 90.0) -> None:
+    """Until `eventspace stack` shows every rank of run `name` inside an MPI call."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = subprocess.run([sys.executable, "-m", "eventspace.cli", "stack", "--run", name, "--json"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        report = json.loads(shown.stdout) if shown.returncode == 0 else {"groups": []}
+        if sum(len(g["in_flight"]) for g in report["groups"]) == ranks:
+            return
+        assert time.monotonic() < deadline, shown.stdout + shown.stderr
+        time.sleep(0.2)
