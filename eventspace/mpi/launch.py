@@ -73,8 +73,7 @@ class _Unblock:
 
     @classmethod
     def install(cls, end) -> None:
-        ours = [s for s, (handler, _, _) in cls.HANDLERS.items()
-                if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler)]
+        ours = [s for s in cls.HANDLERS if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler)]
         if not ours:
             return
         read, write = os.pipe()

@@ -3,8 +3,6 @@ archive writer drains the rings: it is left out and said once, and every other r
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,7 +10,7 @@ import time
 import pastset
 from eventspace import ignored, trace
 from eventspace.catalogue import Catalogue
-from jobs import PROGRAMS, requires_mpi
+from jobs import PROGRAMS, requires_mpi, stop
 from monitors.archive import Archive
 from paths import RunError, RunFile
 from paths.runfile import run_dir
@@ -23,9 +21,9 @@ pytestmark = requires_mpi
 def test_a_forged_time_in_a_rank_ring_does_not_stop_the_archive(tmp_path):
     """Attack: one record with t_end = 2**63 in r1's ring: the archive writer died on it (ValueError),
     and every record after it was lost."""
-    stop = tmp_path / "stop"
+    stop_file = tmp_path / "stop"
     process = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "2", "--name", "forged",
-                                "--archive", tmp_path / "run.sqlite", PROGRAMS / "live.py", stop], cwd=tmp_path,
+                                "--archive", tmp_path / "run.sqlite", PROGRAMS / "live.py", stop_file], cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         run_file = None
@@ -42,12 +40,10 @@ def test_a_forged_time_in_a_rank_ring_does_not_stop_the_archive(tmp_path):
             now = client.call("eventspace.clock")
             client.enter(victim.trace, trace.FORMAT).move((0x0100, 0, victim.id, 0, 0, 0, now, 2**63))
         time.sleep(1.0)   # the writer takes every 0.1 s: it meets the record, and the program goes on
-        stop.touch()
+        stop_file.touch()
         out, err = process.communicate(timeout=120)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+        stop(process)
     assert process.returncode == 0, err
     steps = {line.split()[0]: int(line.split()[2]) for line in out.splitlines() if " steps " in line}
     with Archive.open(tmp_path / "run.sqlite") as archive:

@@ -7,8 +7,6 @@ out, never removes.)"""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +15,7 @@ import pastset
 from eventspace.archive import Archive
 from eventspace.mpi import encoding as e
 from eventspace.mpi.rank import ADOPT, DECLARE
-from jobs import PROGRAMS, mpirun, ours, requires_mpi, until_live
+from jobs import PROGRAMS, mpirun, ours, requires_mpi, stop, until_live
 from runs import memory_kb
 
 pytestmark = requires_mpi
@@ -28,9 +26,9 @@ def test_only_the_runs_own_ranks_declare_and_adopt_communicators(tmp_path):
     0's memory), a rogue ADOPT on rank 1 alone (the ranks then disagreed on their collectors). Each is
     refused at once; then the program declares its own communicator, and the archive holds it and its
     calls from both ranks."""
-    stop, archive = tmp_path / "stop", tmp_path / "declares.sqlite"
+    stop_file, archive = tmp_path / "stop", tmp_path / "declares.sqlite"
     job = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "2", "--name", "declares",
-                            "--archive", str(archive), str(PROGRAMS / "declares.py"), str(stop)], cwd=tmp_path,
+                            "--archive", str(archive), str(PROGRAMS / "declares.py"), str(stop_file)], cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         run_file = until_live("declares", job)
@@ -52,12 +50,10 @@ def test_only_the_runs_own_ranks_declare_and_adopt_communicators(tmp_path):
                 assert isinstance(got, pastset.PastSetError), f"ADOPT{forged!r} was answered {got!r}"
         assert time.monotonic() - started < 30
         assert memory_kb(run_file.pids["r0"])["VmRSS"] - rss < 20_000
-        stop.touch()
+        stop_file.touch()
         out, err = job.communicate(timeout=120)
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.communicate()
+        stop(job)
     assert job.returncode == 0, err
     assert sorted(out.split("\n")[:2]) == ["0 total 1", "1 total 1"]
     with Archive.open(archive) as db:
