@@ -31,7 +31,7 @@ class Collector(Wrapper):
     A collector that only its own thread calls (source, contribute) appends to a local trace
     element without taking its lock (NodeSpace.appender).
 
-    Two implementations with these same semantics: the compiled one (eventspace/_collector.c, a
+    Two implementations with these same semantics: the compiled one (eventspace/collector_c/, a
     vectorcall object that writes the ring from C) and the pure-Python closure `collecting` makes,
     which is the reference and the fallback (EVENTSPACE_PURE=1, or no compiler at install;
     NodeSpace chooses).
@@ -68,7 +68,7 @@ class Collector(Wrapper):
 
 def collecting(nxt, switches, inflight, cid, eid, flags, failed, size_of, append, clock):
     """The pure collecting callable `collect(code, args)`, with everything it needs in cells: the
-    reference that the compiled `Collect` (eventspace/_collector.c), given the same arguments but
+    reference that the compiled `Collect` (eventspace/collector_c/), given the same arguments but
     the clock's offset and the operation codes, must agree with (tests/eventspace/test_compiled_fuzz.py).
     `size_of` is a function of a tuple, or a number: every tuple's size."""
     if not callable(size_of):

@@ -1,4 +1,4 @@
-"""Which collector hot path a node runs: the compiled one (eventspace/_collector.c) or the pure-Python reference."""
+"""Which collector hot path a node runs: the compiled one (eventspace/collector_c/) or the pure-Python reference."""
 
 from __future__ import annotations
 

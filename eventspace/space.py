@@ -58,7 +58,7 @@ class NodeSpace:
     thread that applies what is moved into the node's control element, so that collectors are
     switched while the application runs (within a few milliseconds).
 
-    Its collectors run compiled (eventspace/_collector.c) unless EVENTSPACE_PURE=1 or the extension
+    Its collectors run compiled (eventspace/collector_c/) unless EVENTSPACE_PURE=1 or the extension
     was not built (`implementation` says which; see eventspace.compiled).
     """
 

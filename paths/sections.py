@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 # Each trace element's discard threshold (tuples) when the instrument section names none.
 DEFAULT_KEEP = 200
 # The most a node's clock may be shifted either way (ns; 146 years): collectors add the offset to
-# their clock's reading (below 2^62) in 64 bits (eventspace/_collector.c holds the same bound).
+# their clock's reading (below 2^62) in 64 bits (eventspace/collector_c/ holds the same bound).
 MAX_CLOCK_OFFSET_NS = 1 << 62
 
 

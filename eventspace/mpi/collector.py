@@ -58,7 +58,7 @@ class Channel:
         self.compiled, self.offset_ns = (compiled if fast else None), offset_ns
 
 
-# What the compiled call is (eventspace/_collector.c, MpiCall): its kinds, and what a collective sends.
+# What the compiled call is (eventspace/collector_c/, MpiCall): its kinds, and what a collective sends.
 _SEND, _RECV, _COLLECTIVE, _IRECV, _SENDRECV = 0, 1, 2, 3, 4
 _COMPILED_SENDS = {"none": 0, "send": 1, "piece": 1, "root": 2, "root-send": 2, "pickled": 3}
 

@@ -181,7 +181,7 @@ _COMPLETIONS = (
 for _name, _op, _family, _outcome in _COMPLETIONS:
     setattr(Request, _name, _completion(_name, _op, _family, _outcome))
 
-# The same outcomes as the compiled completions read them (_collector.c, O_*).
+# The same outcomes as the compiled completions read them (eventspace/collector_c/, O_*).
 _OUTCOMES = {(_ALL, _always): 0, (_ALL, _itself): 1, (_ALL, _first): 2, (_ANY, _itself): 3, (_ANY, _first): 4,
              (_ANY, _found): 5, (_SOME, _itself): 6, (_SOME, _first): 7}
 
@@ -382,7 +382,7 @@ def count_pickled() -> None:
 def compile_waits(compiled) -> None:
     """Request.Wait, wait, Test and test, and the calls on many requests (Waitall, Testall, Waitany,
     Testany, Waitsome, Testsome and their pickle-form twins) in C (`compiled.RequestWait` and
-    `RequestWaitall`, eventspace/_collector.c) where the compiled collector runs: they write what
+    `RequestWaitall`, eventspace/collector_c/) where the compiled collector runs: they write what
     `_one` and `_many` write, which stay the reference and take what they leave (a channel that
     runs pure, a cancelled request, keyword arguments, requests in a tuple)."""
     if compiled is None or isinstance(Request.__dict__["Wait"], compiled.RequestWait):

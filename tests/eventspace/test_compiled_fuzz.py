@@ -1,4 +1,4 @@
-"""The compiled collector's entry points (eventspace/_collector.c: Collect, RingAppender, TypedSize)
+"""The compiled collector's entry points (eventspace/collector_c/: Collect, RingAppender, TypedSize)
 fuzzed against the pure-Python references they stand in for (eventspace.collector.collecting,
 BinaryElement.appender, Template.sizer): any type, any value. Each pair returns the same and writes
 the same records, or both raise (the same exception, where the values an operation hands back are

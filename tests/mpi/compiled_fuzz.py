@@ -1,4 +1,4 @@
-"""The compiled MPI collectors (eventspace/_collector.c: MpiCall) fuzzed against the closures of
+"""The compiled MPI collectors (eventspace/collector_c/: MpiCall) fuzzed against the closures of
 eventspace.mpi.collector they stand in for: any arguments, any result, any Status. Run as a program
 (`python compiled_fuzz.py [examples]`, one process: MPI starts as a singleton, which pytest's own
 process must not do); tests/mpi/test_mpi_compiled_fuzz.py runs it.

@@ -179,7 +179,7 @@ def test_every_wrapped_call_and_constructor_is_collected(tmp_path):
 
 def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     """Buffer sends, Recv, buffer collectives, posts and the completions of their requests run
-    compiled where the extension is built (eventspace/_collector.c: MpiCall, RequestWait,
+    compiled where the extension is built (eventspace/collector_c/: MpiCall, RequestWait,
     RequestWaitall); each form of those calls gives the same records as the pure-Python closures,
     which stay the reference (EVENTSPACE_PURE=1)."""
     fields = ("thread", "op", "flags", "element", "arg", "nbytes", "coalesce(element_name, tree)")

@@ -1,4 +1,4 @@
-"""Attacks on the compiled collector (eventspace/_collector.c): values it read from Python objects
+"""Attacks on the compiled collector (eventspace/collector_c/): values it read from Python objects
 without checking them. Each reproducer runs in a process of its own (a node, or `python -c`), since
 on the unfixed code it ends that process with SIGSEGV; the hypothesis fuzz of the same entry points
 runs in this process (tests/eventspace/test_compiled_fuzz.py)."""

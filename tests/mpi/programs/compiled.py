@@ -1,4 +1,4 @@
-"""The calls whose collectors run compiled (eventspace/_collector.c, MpiCall), in every form that
+"""The calls whose collectors run compiled (eventspace/collector_c/, MpiCall), in every form that
 path takes and a few it hands to the closure, on 2 ranks; prints the type of comm.Send's
 collector and how compiled receives read a Status's count (tests/mpi/test_mpi_collect.py runs it
 compiled and pure and compares the records)."""

@@ -1,0 +1,627 @@
+/* Part of the compiled collector (module.c includes it after collect.c): MpiCall's type, marks and the
+ * readers of an MPI call's arguments (buffers, datatypes, peers, statuses), used by mpi_call.c. */
+
+/* -- MpiCall -------------------------------------------------------------------------------- */
+
+/* The hot path of one MPI collector closure (eventspace/mpi/collector.py), for the calls a program
+ * makes in its inner loops with buffers: a blocking buffer send (Send, Ssend, Rsend, Bsend), a
+ * buffer Recv, and the buffer collectives. It handles the common form of the call (positional
+ * arguments; a numpy array, bytes or bytearray where bytes are counted; int ranks and tags) and
+ * writes exactly what the closure writes: the mark in `marks[cid]` while the call runs, then the
+ * record, then spill() when the drain's bound is reached. Any other form of the call goes to the
+ * closure (`fallback`), which stays the reference. */
+
+enum { K_SEND = 0, K_RECV = 1, K_COLLECTIVE = 2, K_IRECV = 3, K_SENDRECV = 4 };
+enum { S_NONE = 0, S_SEND = 1, S_ROOT = 2, S_PICKLED = 3 };   /* what a collective sends: see COLLECTIVES */
+#define PEER_NONE 0xFFFFFFFFull
+
+/* An MpiCall's mark: what a Mark tuple of eventspace.space holds (t_start, op, flags, element,
+ * arg, nbytes), as a sequence of six ints, rewritten in place by each call (no allocation on the
+ * hot path); it stands in the node's marks while a call runs. */
+typedef struct {
+    PyObject_HEAD
+    int64_t t0;
+    uint64_t fields[5];
+} MpiMark;
+
+static Py_ssize_t
+mark_length(PyObject *self)
+{
+    return 6;
+}
+
+static PyObject *
+mark_item(PyObject *self, Py_ssize_t i)
+{
+    MpiMark *m = (MpiMark *)self;
+    if (i == 0)
+        return PyLong_FromLongLong(m->t0);
+    if (i > 0 && i < 6)
+        return PyLong_FromUnsignedLongLong(m->fields[i - 1]);
+    PyErr_SetString(PyExc_IndexError, "a mark has six fields");
+    return NULL;
+}
+
+static PySequenceMethods mark_sequence = {.sq_length = mark_length, .sq_item = mark_item};
+
+static PyTypeObject MpiMarkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.MpiMark",
+    .tp_doc = PyDoc_STR("(t_start, op, flags, element, arg, nbytes) of the MPI call under way."),
+    .tp_basicsize = sizeof(MpiMark),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_as_sequence = &mark_sequence,
+};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    MpiMark *mark;
+    int kind, sends;
+    Py_ssize_t root_at;           /* a collective's root parameter, or -1 */
+    long long rank;               /* this rank in the communicator (is it the root?) */
+    PyObject *comm, *call, *fallback;
+    RingAppender *ring;
+    PyObject *on, *bound, *spill, *marks, *peers, *status, *rounds;
+    uint32_t *peer_table;         /* peers, as u32s (peer_of) */
+    Py_ssize_t npeers;
+    PyObject *bound_seen;         /* the bound's int last read (a reference), and its value */
+    Py_ssize_t bound_value;
+    PyObject *get_count, *get_source, *get_tag;   /* MPI.Status's, unbound: what a receive got */
+    PyObject *params, *defaults;  /* the method's parameter names after self, and the defaults of the
+                                     last of them (mpi4py's): where keyword arguments go, or NULL */
+    PyTypeObject *ndarray;
+    PyObject *request_class;      /* a nonblocking post's: wraps its request, which gets `info` */
+    PyObject *channel;            /* the closure's Channel, first in a request's info */
+    Py_ssize_t info_at;           /* where a request keeps its info (slot_offset), or -1 */
+    long long any_source, any_tag;
+    Py_ssize_t cid;
+    uint64_t op, flags, error, any_source_flag, any_tag_flag;
+    uint64_t recv_op;             /* Sendrecv's receive half (its send half is `op`) */
+    PyObject *dumped;             /* [bytes mpi4py has pickled so far] (S_PICKLED: what a call sent) */
+    PyObject *datatypes;          /* ((Datatype, size), ...): the predefined datatypes a message spec
+                                     ([buf, count, datatype]) is sized by in C, or NULL */
+    int64_t offset_ns;
+} MpiCall;
+
+static PyObject *s_nbytes, *s_get_count, *s_get_source, *s_get_tag;
+
+/* Bytes of a plain buffer (a numpy array, bytes or bytearray): 0, or -1 (no error set) for anything else. */
+static int
+plain_size(MpiCall *self, PyObject *buf, uint64_t *n)
+{
+    if (Py_IS_TYPE(buf, self->ndarray)) {
+        PyObject *v = PyObject_GetAttr(buf, s_nbytes);
+        if (v == NULL) {
+            PyErr_Clear();
+            return -1;
+        }
+        unsigned long long k = PyLong_AsUnsignedLongLong(v);
+        Py_DECREF(v);
+        if (k == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        *n = k < U32 ? k : U32;
+        return 0;
+    }
+    if (PyBytes_CheckExact(buf) || PyByteArray_CheckExact(buf)) {
+        Py_ssize_t k = PyBytes_CheckExact(buf) ? PyBytes_GET_SIZE(buf) : PyByteArray_GET_SIZE(buf);
+        *n = (uint64_t)k < U32 ? (uint64_t)k : U32;
+        return 0;
+    }
+    return -1;
+}
+
+/* The size of `datatype` if it is one of the predefined datatypes the call was given (by identity:
+ * their size never changes), else 0. */
+static uint64_t
+datatype_size(MpiCall *self, PyObject *datatype)
+{
+    if (self->datatypes == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->datatypes); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(self->datatypes, i);
+        if (PyTuple_GET_ITEM(pair, 0) == datatype)
+            return (uint64_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(pair, 1));   /* checked when made */
+    }
+    return 0;
+}
+
+static int small_int(PyObject *obj, long long *out);
+
+/* Bytes of a send buffer as eventspace.mpi.message.buffer_bytes counts them: a plain buffer, or a
+ * message spec of one: [buf, count, datatype], [buf, (count, displ), datatype], [buf, count, displ,
+ * datatype] (a list or a tuple) with an int count and a predefined datatype (count x its size), or
+ * [plain buf, datatype] (the whole datatypes the buffer holds). 0, or -1 (no error set) for
+ * anything else, which the closure reads. */
+static int
+buffer_size(MpiCall *self, PyObject *buf, uint64_t *n)
+{
+    if (!PyList_CheckExact(buf) && !PyTuple_CheckExact(buf))
+        return plain_size(self, buf, n);
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(buf);
+    PyObject **items = PySequence_Fast_ITEMS(buf);
+    if (len < 2 || len > 4)
+        return -1;
+    uint64_t size = datatype_size(self, items[len - 1]);
+    if (size == 0)
+        return -1;
+    if (len == 2) {   /* [buf, datatype]: as many whole datatypes as the buffer holds */
+        uint64_t whole;
+        if (plain_size(self, items[0], &whole) < 0 || whole >= U32)
+            return -1;
+        *n = whole / size * size;
+        return 0;
+    }
+    PyObject *count = items[1];
+    if (len == 3 && PyTuple_CheckExact(count) && PyTuple_GET_SIZE(count) > 0)   /* (count, displ) */
+        count = PyTuple_GET_ITEM(count, 0);
+    long long k;
+    if (small_int(count, &k) < 0 || k < 0)
+        return -1;
+    *n = (uint64_t)k >= U32 ? U32 : (uint64_t)k * size < U32 ? (uint64_t)k * size : U32;
+    return 0;
+}
+
+/* An exact int's value; 0, or -1 (no error set) for anything else or out of range. */
+static int
+small_int(PyObject *obj, long long *out)
+{
+    if (!PyLong_CheckExact(obj))
+        return -1;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* peers[rank] as a u32 (the communicator rank's world rank, or PEER_NONE/PEER_ANY for the special
+ * ranks, which index the table from its end), PEER_NONE when it has none. The table is the
+ * channel's list of world ranks (fixed for the communicator), copied to C when the call is made. */
+static uint64_t
+peer_of(MpiCall *self, long long rank)
+{
+    Py_ssize_t n = self->npeers;
+    if (rank < 0)
+        rank += n;
+    if (rank < 0 || rank >= n)
+        return PEER_NONE;
+    return self->peer_table[rank];
+}
+
+/* The copy of `peers` (a list of world ranks) peer_of reads; -1 with an error set. An entry that
+ * is no u32 reads as PEER_NONE, as the closure's lookup gives for it. */
+static int
+copy_peers(MpiCall *self, PyObject *peers)
+{
+    Py_ssize_t n = PyList_GET_SIZE(peers);
+    self->peer_table = PyMem_New(uint32_t, n > 0 ? n : 1);
+    if (self->peer_table == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(peers, i));
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            v = PEER_NONE;
+        }
+        self->peer_table[i] = (uint32_t)(v & U32);
+    }
+    self->npeers = n;
+    return 0;
+}
+
+/* marks[cid] = this call's mark, or 0 (mark NULL). */
+static int
+set_mark(MpiCall *self, MpiMark *mark)
+{
+    if (self->cid >= PyList_GET_SIZE(self->marks)) {
+        PyErr_SetString(PyExc_IndexError, "the node's marks hold no slot for this collector");
+        return -1;
+    }
+    PyObject *v = mark == NULL ? zero : (PyObject *)mark;
+    Py_INCREF(v);
+    return PyList_SetItem(self->marks, self->cid, v);  /* steals v */
+}
+
+static void
+fill_mark(MpiMark *m, int64_t t0, uint64_t op, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
+{
+    m->t0 = t0;
+    m->fields[0] = op;
+    m->fields[1] = flags;
+    m->fields[2] = peer;
+    m->fields[3] = arg;
+    m->fields[4] = n;
+}
+
+/* This collector's mark: a call `op` under way since t0 (mark_start: the call's own op). */
+static int
+mark_as(MpiCall *self, uint64_t op, int64_t t0, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
+{
+    fill_mark(self->mark, t0, op, flags, peer, arg, n);
+    return set_mark(self, self->mark);
+}
+
+static int
+mark_start(MpiCall *self, int64_t t0, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
+{
+    return mark_as(self, self->op, t0, flags, peer, arg, n);
+}
+
+/* list[0] of a one-item list a collector shares with Python (its switch, the drain's bound, the
+ * bytes pickled so far): borrowed, or NULL with the IndexError `list[0]` raises once it is empty. */
+static PyObject *
+first_item(PyObject *list)
+{
+    if (PyList_GET_SIZE(list) < 1) {
+        PyErr_SetString(PyExc_IndexError, "list index out of range");
+        return NULL;
+    }
+    return PyList_GET_ITEM(list, 0);
+}
+
+/* 0 when a record fits the trace tuple (ids and counts read from Python within their fields, times
+ * not before the clock's 0); else 1, with the TemplateMismatch the trace element raises for it, as
+ * the closures' appends raise it. */
+static int
+record_refused(RingAppender *ring, const uint64_t v[8])
+{
+    int fits = (int64_t)v[6] >= 0 && (int64_t)v[7] >= 0;
+    for (int i = 0; i < 6 && fits; i++)
+        fits = v[i] <= LIMIT[i];
+    if (fits)
+        return 0;
+    PyObject *values[8] = {NULL};
+    int i = 0;
+    for (; i < 8; i++) {
+        values[i] = i < 6 ? PyLong_FromUnsignedLongLong(v[i]) : PyLong_FromLongLong((int64_t)v[i]);
+        if (values[i] == NULL)
+            break;
+    }
+    if (i == 8)
+        raise_mismatch(ring->element, values, 8);
+    while (i-- > 0)
+        Py_DECREF(values[i]);
+    return 1;
+}
+
+/* The drain's bound, as a comparison of an index with it says (clipped): -1 with an error set for
+ * what has no __index__. */
+static int
+bound_of(PyObject *bound_list, Py_ssize_t *out)
+{
+    PyObject *bound = first_item(bound_list);
+    if (bound == NULL)
+        return -1;
+    *out = PyNumber_AsSsize_t(bound, NULL);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The record of `op`, then spill() when the drain's bound is reached; -1 with an exception set
+ * (record: of the call's own op). */
+static int
+record_as(MpiCall *self, uint64_t op, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n, int64_t t0, int64_t t1)
+{
+    uint64_t v[8] = {op, flags, (uint64_t)self->cid, peer, arg, n, (uint64_t)t0, (uint64_t)t1};
+    Py_ssize_t last;
+    if (record_refused(self->ring, v) || ring_append(self->ring, v, &last) < 0)
+        return -1;
+    PyObject *bound = first_item(self->bound);
+    if (bound == NULL)
+        return -1;
+    if (bound != self->bound_seen) {   /* the drain moved it (rarely): read the new one */
+        Py_ssize_t b = PyNumber_AsSsize_t(bound, NULL);   /* clipped: as a comparison with it says */
+        if (b == -1 && PyErr_Occurred())
+            return -1;
+        Py_INCREF(bound);
+        Py_XSETREF(self->bound_seen, bound);
+        self->bound_value = b;
+    }
+    return last >= self->bound_value ? call_void(self->spill) : 0;
+}
+
+static int
+record(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n, int64_t t0, int64_t t1)
+{
+    return record_as(self, self->op, flags, peer, arg, n, t0, t1);
+}
+
+/* Call `op` failed: its record with the error flag, then the call's exception again (failed: the
+ * call's own op). */
+static PyObject *
+failed_as(MpiCall *self, uint64_t op, uint64_t flags, uint64_t peer, uint64_t arg, int64_t t0)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (set_mark(self, NULL) < 0
+        || record_as(self, op, flags | self->error, peer, arg, 0, t0, now(self->offset_ns)) < 0) {
+        _PyErr_ChainExceptions(type, value, tb);
+        return NULL;
+    }
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+static PyObject *
+failed(MpiCall *self, uint64_t flags, uint64_t peer, uint64_t arg, int64_t t0)
+{
+    return failed_as(self, self->op, flags, peer, arg, t0);
+}
+
+static PyObject *
+to_fallback(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static int
+collecting(MpiCall *self)
+{
+    PyObject *on = first_item(self->on);
+    return on == NULL ? -1 : PyObject_IsTrue(on);
+}
+
+static PyObject *s_info;
+
+/* Bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count) in
+ * *out: S_PICKLED, a call's bytes are the growth during it (`pickled_since`). -1 with an error set
+ * when the count is gone or no int. */
+static int
+pickled_so_far(MpiCall *self, uint64_t *out)
+{
+    PyObject *count = first_item(self->dumped);
+    if (count == NULL)
+        return -1;
+    *out = PyLong_AsUnsignedLongLongMask(count);
+    return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* What mpi4py pickled since `before` (pickled_so_far before a call), as a record's u32 nbytes. */
+static int
+pickled_since(MpiCall *self, uint64_t before, uint64_t *n)
+{
+    uint64_t now_count;
+    if (pickled_so_far(self, &now_count) < 0)
+        return -1;
+    *n = now_count - before < U32 ? now_count - before : U32;
+    return 0;
+}
+
+/* A nonblocking post's request wrapped in the request class, its `info` set as the closure sets it:
+ * (channel, op, flags, peer, tag, nbytes, t_start), what its completion records (interpose.py). */
+static PyObject *
+posted(MpiCall *self, PyObject *request, uint64_t flags, uint64_t peer, uint64_t tag, uint64_t n, int64_t t0)
+{
+    PyObject *wrapped = PyObject_CallOneArg(self->request_class, request);
+    Py_DECREF(request);
+    if (wrapped == NULL)
+        return NULL;
+    PyObject *info = PyTuple_New(7);
+    if (info == NULL) {
+        Py_DECREF(wrapped);
+        return NULL;
+    }
+    uint64_t fields[5] = {self->op, flags, peer, tag, n};
+    Py_INCREF(self->channel);
+    PyTuple_SET_ITEM(info, 0, self->channel);
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(fields[i]);
+        if (v == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(info, i + 1, v);
+    }
+    PyObject *start = PyLong_FromLongLong(t0);
+    if (start == NULL)
+        goto fail;
+    PyTuple_SET_ITEM(info, 6, start);
+    if (self->info_at > 0 && Py_TYPE(wrapped) == (PyTypeObject *)self->request_class) {
+        PyObject **slot = (PyObject **)((char *)wrapped + self->info_at);   /* the slot, as Python sets it */
+        Py_XSETREF(*slot, info);
+        return wrapped;
+    }
+    if (PyObject_SetAttr(wrapped, s_info, info) == 0) {
+        Py_DECREF(info);
+        return wrapped;
+    }
+fail:
+    Py_DECREF(info);
+    Py_DECREF(wrapped);
+    return NULL;
+}
+
+/* Send(buf, dest, tag=0), and the nonblocking sends (Isend...) with a request class; with S_PICKLED
+ * their pickle forms (send(obj, dest, tag=0), isend...), whose bytes are what mpi4py pickled */
+static PyObject *
+mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    long long dest, tag = 0;
+    uint64_t n = 0;
+    int pickled = self->sends == S_PICKLED;
+    if (kwnames != NULL || nargs < 2 || nargs > 3 || small_int(args[1], &dest) < 0
+        || (nargs == 3 && (small_int(args[2], &tag) < 0 || tag < 0 || (uint64_t)tag > U32))
+        || (!pickled && buffer_size(self, args[0], &n) < 0))
+        return to_fallback(self, args, nargsf, kwnames);
+    PyObject *call_args[4] = {self->comm, args[0], args[1], nargs == 3 ? args[2] : zero};
+    int on = collecting(self);
+    if (on <= 0)
+        return on < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 4, NULL);
+    uint64_t peer = peer_of(self, dest), before = 0;
+    if (pickled && pickled_so_far(self, &before) < 0)
+        return NULL;
+    int64_t t0 = now(self->offset_ns);
+    if (mark_start(self, t0, self->flags, peer, (uint64_t)tag, n) < 0)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(self->call, call_args, 4, NULL);
+    if (result == NULL)
+        return failed(self, self->flags, peer, (uint64_t)tag, t0);
+    int64_t t1 = now(self->offset_ns);
+    /* then what mpi4py pickled during the call */
+    if (set_mark(self, NULL) < 0 || (pickled && pickled_since(self, before, &n) < 0)) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    if (self->request_class != NULL
+        && (result = posted(self, result, self->flags, peer, (uint64_t)tag, n, t0)) == NULL)
+        return NULL;
+    if (record(self, self->flags, peer, (uint64_t)tag, n, t0, t1) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+/* A receive's (buf, source=ANY_SOURCE, tag=ANY_TAG, ...) of at most `most` arguments: the source
+ * and tag it wants, and the flags that says (ANY_SOURCE, ANY_TAG); -1 for another form. */
+static int
+wanted(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t most, long long *source,
+       long long *tag, uint64_t *flags)
+{
+    *source = self->any_source;
+    *tag = self->any_tag;
+    if (nargs < 1 || nargs > most || (nargs > 1 && small_int(args[1], source) < 0)
+        || (nargs > 2 && small_int(args[2], tag) < 0))
+        return -1;
+    *flags = self->flags | (*source == self->any_source ? self->any_source_flag : 0)
+             | (*tag == self->any_tag ? self->any_tag_flag : 0);
+    return 0;
+}
+
+/* Irecv(buf, source=ANY_SOURCE, tag=ANY_TAG): the post's record (no bytes yet: its completion
+ * records what came) and its request, wrapped, with the post's info; with S_PICKLED irecv, whose
+ * buf may be left out too. */
+static PyObject *
+mpi_irecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    long long source, tag;
+    uint64_t f;
+    PyObject *no_buf[1] = {Py_None};
+    if (nargs == 0 && kwnames == NULL && self->sends == S_PICKLED) {
+        args = no_buf;
+        nargs = 1;
+    }
+    if (kwnames != NULL || wanted(self, args, nargs, 3, &source, &tag, &f) < 0)
+        return to_fallback(self, args, nargsf, kwnames);
+    PyObject *call_args[4] = {self->comm, args[0], nargs > 1 ? args[1] : NULL, nargs > 2 ? args[2] : NULL};
+    int on = collecting(self);
+    if (on <= 0)
+        return on < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 1 + nargs, NULL);
+    uint64_t want = peer_of(self, source), wanted_tag = (uint64_t)tag & U32;
+    int64_t t0 = now(self->offset_ns);
+    if (mark_start(self, t0, f, want, wanted_tag, 0) < 0)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(self->call, call_args, 1 + nargs, NULL);
+    if (result == NULL)
+        return failed(self, f, want, wanted_tag, t0);
+    if ((result = posted(self, result, f, want, wanted_tag, 0, t0)) == NULL)
+        return failed(self, f, want, wanted_tag, t0);
+    int64_t t1 = now(self->offset_ns);
+    if (set_mark(self, NULL) < 0 || record(self, f, want, wanted_tag, 0, t0, t1) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+/* What Status method `get` (unbound: MPI.Status.Get_count, Get_source or Get_tag, called without
+ * a property or attribute lookup) says of `status`. */
+static int
+status_field(PyObject *get, PyObject *status, long long *out)
+{
+    PyObject *v = PyObject_Vectorcall(get, &status, 1, NULL);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* MPI_Get_count on a Status's MPI_Status, called here instead of through Status.Get_count (17 ns
+ * a call, a fifth of what a collected Recv adds): set by use_mpi_status from mpi4py's C API
+ * (PyMPIStatus_Get), the MPI library's MPI_Get_count and MPI_BYTE's handle, which is an int (MPICH)
+ * or a pointer (Open MPI). NULL: Status.Get_count. */
+typedef void *(*MPI_Status_of)(PyObject *);
+static MPI_Status_of status_of;
+static void *get_count_fn;
+static intptr_t mpi_byte;
+static int mpi_handle_size;
+static Py_ssize_t source_at = -1, tag_at = -1;   /* MPI_SOURCE's and MPI_TAG's offsets in MPI_Status */
+
+/* MPI_SOURCE (`at` source_at) or MPI_TAG (tag_at) of a Status, read from its MPI_Status, else as
+ * its method `get` (Get_source, Get_tag) says. */
+static int
+status_int(PyObject *get, PyObject *status, Py_ssize_t at, long long *out)
+{
+    if (at >= 0) {
+        char *st = status_of(status);
+        if (st != NULL) {
+            int v;
+            memcpy(&v, st + at, sizeof v);
+            *out = v;
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    return status_field(get, status, out);
+}
+
+/* The bytes a receive got, as Status.Get_count() says (MPI_BYTE); `get_count` the unbound method. */
+static int
+received_bytes_of(PyObject *get_count, PyObject *status, long long *count)
+{
+    if (get_count_fn != NULL) {
+        void *st = status_of(status);
+        int c = -1, rc = -1;
+        if (st == NULL)
+            PyErr_Clear();
+        else if (mpi_handle_size == 4)
+            rc = ((int (*)(void *, int, int *))get_count_fn)(st, (int)mpi_byte, &c);
+        else
+            rc = ((int (*)(void *, void *, int *))get_count_fn)(st, (void *)mpi_byte, &c);
+        if (rc == 0 && c >= 0) {   /* else MPI_UNDEFINED (over 2 GiB) or an error: mpi4py says */
+            *count = c;
+            return 0;
+        }
+    }
+    return status_field(get_count, status, count);
+}
+
+/* _collector.use_mpi_status(capsule, get_count, byte, handle_size, source_at=-1, tag_at=-1,
+ * status_size=0) -> bool: have compiled receives read a Status's count with MPI_Get_count (address
+ * `get_count`) on MPI_BYTE (handle `byte`, of `handle_size` bytes), the Status's MPI_Status (of
+ * `status_size` bytes) found by mpi4py's PyMPIStatus_Get (`capsule`, refused unless it is that), and
+ * its source and tag at those byte offsets in it (-1, or not inside it: Get_source, Get_tag).
+ * False, and the Status's methods stay, for a handle size other than an int's or a pointer's. */
+static PyObject *
+py_use_mpi_status(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *capsule;
+    unsigned long long address;
+    long long byte;
+    int size;
+    Py_ssize_t source = -1, tag = -1, status_size = 0;
+    if (!PyArg_ParseTuple(args, "OKLi|nnn:use_mpi_status", &capsule, &address, &byte, &size, &source, &tag,
+                          &status_size))
+        return NULL;
+    if ((size != 4 && size != (int)sizeof(void *)) || address == 0)
+        Py_RETURN_FALSE;
+    void *of = PyCapsule_GetPointer(capsule, "MPI_Status *(PyObject *)");   /* mpi4py's, and no other */
+    if (of == NULL)
+        return NULL;
+    status_of = (MPI_Status_of)of;
+    mpi_byte = (intptr_t)byte;
+    mpi_handle_size = size;
+    get_count_fn = (void *)(uintptr_t)address;   /* trusted: MPI_Get_count, as the caller found it */
+    /* an int's offset inside the MPI_Status (of status_size bytes), else the Status's methods */
+    source_at = source >= 0 && source % 4 == 0 && source + 4 <= status_size ? source : -1;
+    tag_at = tag >= 0 && tag % 4 == 0 && tag + 4 <= status_size ? tag : -1;
+    Py_RETURN_TRUE;
+}
+
