@@ -227,16 +227,16 @@ class Judge:
         for thread in self.threads:
             node = self.node_of[thread]
             state = states.get(thread)
-            at = {"where": state.where, "stack": tuple(f.text for f in from_the_program(state.frames)) if stacks else ()
-                  } if state else {}
+            place = {"where": state.where,
+                     "stack": tuple(f.text for f in from_the_program(state.frames)) if stacks else ()} if state else {}
             if node in missing:
                 status = GONE if node in gone else NOT_ANSWERING
                 beats.append(ThreadBeat(thread, node, status, self._last.get(thread, 0), 0.0))
             elif state is not None and state.failed:
-                beats.append(ThreadBeat(thread, node, FAILED, self._last.get(thread, 0), 0.0, state.failed, **at))
+                beats.append(ThreadBeat(thread, node, FAILED, self._last.get(thread, 0), 0.0, state.failed, **place))
             elif thread in off and (thread in still or thread not in newest):
                 # Its collectors write nothing: its progress cannot be seen, which is not a stall.
-                beats.append(ThreadBeat(thread, node, OFF, self._last.get(thread, 0), 0.0, **at))
+                beats.append(ThreadBeat(thread, node, OFF, self._last.get(thread, 0), 0.0, **place))
             elif thread not in newest:
                 # No record reached us: say so, never ALIVE on an old record (nor QUIET when the join
                 # that reads its node did not answer). One in an operation already (an MPI rank blocked
@@ -248,7 +248,7 @@ class Judge:
                 else:
                     status = QUIET if thread not in self._last and node not in unreached else UNSEEN
                 beats.append(ThreadBeat(thread, node, status, self._last.get(thread, 0), 0.0,
-                                        inside.get(thread, ""), **at))
+                                        inside.get(thread, ""), **place))
             elif thread in still:
                 status = WAITING if thread in inside else (
                     COMPUTING if thread in computing else IDLE if everyone_idle else STALLED)
@@ -257,7 +257,7 @@ class Judge:
                 if status == STALLED or (thread not in inside and thread not in computing):
                     suspects.add(thread)
                 beats.append(ThreadBeat(thread, node, status, self._last[thread], now - self._moved_at[thread],
-                                        inside.get(thread, ""), **at))
+                                        inside.get(thread, ""), **place))
             else:
                 beats.append(ThreadBeat(thread, node, ALIVE, self._last[thread], 0.0))
         self._suspects = suspects

@@ -102,6 +102,22 @@ def test_threads_that_all_stopped_are_idle_though_a_node_went_while_the_beat_ask
         report = judge.judge({**newest, "T1": 12}, now, lambda missing: Blocked({"T1": "observe x"}, {"B"}, {"B"}))
     assert {b.thread: b.status for b in report.threads} == {"T0": STALLED, "T1": WAITING, "T2": GONE, "T3": GONE}
 
+def test_a_beat_is_dated_by_its_time_when_its_threads_said_where_they_are():
+    """A beat whose threads said where they are (their ThreadState) is dated by its time, the live
+    beat's now and a replayed one's `at`: `at` once held the last thread's place (a dict), which
+    `--json` printed as the beat's time and the table's clock could not show."""
+    from paths.stack import Frame, ThreadState
+
+    state = ThreadState("T0", "A", 10, (Frame("heat.py", 88, "exchange", "heat"),))
+    judge = Judge(["T0"], {"T0": "A"})
+    judge.judge({"T0": 10}, 0.0, lambda missing: Blocked({}, set(), set()))
+    before = time.time()
+    live = judge.judge({"T0": 10}, 1.0, lambda missing: Blocked({}, set(), set(), set(), {"T0": state}))
+    assert type(live.at) is float and before <= live.at <= time.time()
+    replayed = judge.judge({"T0": 10}, 2.0, lambda missing: Blocked({}, set(), set(), set(), {"T0": state}), at=123.5)
+    assert replayed.at == 123.5
+    assert live.threads[0].where == "heat.py:88 in exchange"
+
 
 @pytest.mark.parametrize("how, status", [("compute", "computing"), ("sleep", "stalled")])
 def test_a_straggler_computing_is_told_from_a_stalled_one_and_says_where(tmp_path, how, status):
