@@ -22,7 +22,8 @@ class OpStats:
 
     `latency`: from the last member's arrival to the last member's return (what the tree itself
     costs), median and 95th percentile, microseconds. `in_op`: a member's time inside the call
-    (waiting for the others included). `slowest`: the member that arrived last most often, in
+    (waiting for the others included). `slowest`: the member that arrived last most often (of
+    members last equally often, the first in the tree's order), in
     `slowest_share` of the rounds, `lateness_us` after the median of the other members (mean over
     the rounds it was last). `worst_*`: the round whose last member was latest (one outlier that
     the mean over many rounds would dilute), that member, and its lateness. Microseconds on the
@@ -160,6 +161,7 @@ class Rounds:
         self.catalogue = catalogue
         self.tree = tree
         self.members = list(catalogue.trees[tree].members)
+        self._order = {m: i for i, m in enumerate(self.members)}
         self.fan_in = dict(catalogue.trees[tree].fan_in)
         self.keep_rounds = keep_rounds
         self.contribute = {e.id: e for e in catalogue.entries if e.tree == tree and e.role == "contribute"}
@@ -229,6 +231,9 @@ class Rounds:
         report.joins = self._joins(records[(roles == "arrival") & ok], records[(roles == "departure") & ok])
         return report
 
+    def _position(self, member: str) -> tuple[int, str]:
+        return self._order.get(member, len(self._order)), member
+
     def _ops(self, contrib: np.ndarray):
         catalogue = self.catalogue
         members = [catalogue[int(c)].thread for c in contrib["collector"]]
@@ -256,7 +261,8 @@ class Rounds:
         for code, rows in sorted(by_op.items()):
             latencies = np.array([row[0] for row in rows])
             lasts = [row[2] for row in rows]
-            slowest = max(set(lasts), key=lasts.count)
+            # Of members last equally often, the first in the tree's order: the same in every process.
+            slowest = max(sorted(set(lasts), key=self._position), key=lasts.count)
             worst = max(rows, key=lambda row: row[3])
             out.append(OpStats(
                 op=trace.OP_NAMES.get(code, str(code)), rounds=len(rows),
