@@ -170,19 +170,19 @@ def monitors(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
 
     def heartbeat(run):
         m = Heartbeat(run)
-        return m.beat, m.close
+        return m.read, m.close
 
     def getevent(run):
         m = GetEventMon(run, "all", sync_clocks=False)
-        return m.poll, m.close
+        return m.read, m.close
 
     def colop(run):
         m = ColOpMon(run, sync_clocks=False)
-        return m.poll, m.close
+        return m.read, m.close
 
     def archive(run):
         m = GetEventMon(run, "all", folder / f"archive-{time.monotonic_ns()}.sqlite", sync_clocks=False)
-        return m.poll, m.close
+        return m.read, m.close
 
     makers = {"heartbeat": heartbeat, "getevent": getevent, "colop": colop, "archive": archive}
     sets = [[name] for name in makers] + [list(makers)]

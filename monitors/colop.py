@@ -44,7 +44,7 @@ class OpStats:
 
 @dataclass(frozen=True)
 class OpenRound:
-    """A round under way at the last poll: the members inside the collective now (`arrived`), the
+    """A round under way at the last read: the members inside the collective now (`arrived`), the
     ones it waits for (not in it yet), and for how long its first member has been in it
     (seconds, monitor clock). Members enter and leave a round within microseconds when all is
     well; a round open for long is blocked on `waiting_for`."""
@@ -71,8 +71,12 @@ class JoinStats:
     up_median_us: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class ColOpReport:
+    """One tree's collective operations over the rounds kept: per op (OpStats), per join
+    (JoinStats), each member's mean lateness, the records analysed (`events`), and the round open
+    at the read, if any."""
+
     tree: str
     ops: list[OpStats] = field(default_factory=list)
     joins: list[JoinStats] = field(default_factory=list)
@@ -125,11 +129,10 @@ class ColOpMon(ScopeMon):
         self.rounds = Rounds(self.scope.catalogue, tree, keep_rounds)
         self.members = self.rounds.members
         self.missing: set[str] = set()
-        self._open: OpenRound | None = None
 
-    def poll(self) -> int:
-        """Pull the events written since the last poll, and see which members are inside the
-        tree's collective right now (the open round); how many events arrived."""
+    def read(self) -> ColOpReport:
+        """Pull the events written since the last read, and see which members are inside the
+        tree's collective right now (the open round); the report of every round kept."""
         pulled = self.scope.pull()
         self.missing = pulled.missing
         self.rounds.add(pulled.records)
@@ -140,11 +143,7 @@ class ColOpMon(ScopeMon):
             if entry is not None:
                 since = mark.t_start - self.scope.clock_offsets.get(entry.node, 0)
                 inside[entry.thread] = (mark.arg, since) if mark.op else since
-        self._open = self.rounds.open_round(inside, time.monotonic_ns())
-        return len(pulled.records)
-
-    def report(self) -> ColOpReport:
-        return self.rounds.report(self._open)
+        return self.rounds.report(self.rounds.open_round(inside, time.monotonic_ns()))
 
 
 class Rounds:
@@ -221,15 +220,13 @@ class Rounds:
         records = np.concatenate(self._records) if self._records else trace.empty()
         self._records = [records] if len(records) else []
         catalogue = self.catalogue
-        report = ColOpReport(self.tree, events=len(records), open=open)
         if not len(records):
-            return report
+            return ColOpReport(self.tree, events=0, open=open)
         roles = np.array([catalogue[int(c)].role for c in records["collector"]])
         ok = (records["flags"] & trace.ERROR) == 0
-        contrib = records[(roles == "contribute") & ok]
-        report.ops, report.lateness_us = self._ops(contrib)
-        report.joins = self._joins(records[(roles == "arrival") & ok], records[(roles == "departure") & ok])
-        return report
+        ops, lateness = self._ops(records[(roles == "contribute") & ok])
+        joins = self._joins(records[(roles == "arrival") & ok], records[(roles == "departure") & ok])
+        return ColOpReport(self.tree, ops, joins, lateness, len(records), open)
 
     def _position(self, member: str) -> tuple[int, str]:
         return self._order.get(member, len(self._order)), member
@@ -305,11 +302,10 @@ def instrumented_trees(run) -> list[str]:
 
 
 def wait_for(mon: ColOpMon, rounds: int, timeout: float = 30.0, interval: float = 0.05) -> ColOpReport:
-    """Poll until `rounds` complete rounds were seen (or `timeout` seconds); the report."""
+    """Read until `rounds` complete rounds were seen (or `timeout` seconds); the report."""
     deadline = time.monotonic() + timeout
     while True:
-        mon.poll()
-        report = mon.report()
+        report = mon.read()
         if sum(o.rounds for o in report.ops) >= rounds or time.monotonic() >= deadline:
             return report
         time.sleep(interval)

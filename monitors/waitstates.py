@@ -27,7 +27,7 @@ a round (a communicator's collectives are numbered alike on every member).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -193,7 +193,7 @@ class TopWait:
     waiting_ns: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class WaitReport:
     """What the wait-state analysis found in the records it was given (plain data; times in ns).
 
@@ -693,7 +693,7 @@ def has_mpi(catalogue) -> bool:
 class WaitStatesMon(ScopeMon):
     """The wait states of a live MPI run: a stream scope over `view` (default: every collector;
     a wait is found where both its ends are in the view), its nodes' clocks estimated once (one
-    offset per host), each pull's records fed to a WaitStates (`poll`), and `finish` when the run
+    offset per host), each pull's records fed to a WaitStates (`read`), and `finish` when the run
     has ended. ValueError for a run without MPI collectors."""
 
     def __init__(self, run, view: str = "all", *, timeout: float = 2.0, top: int = 10):
@@ -716,8 +716,8 @@ class WaitStatesMon(ScopeMon):
         self._catalogue = catalogue
         self.discarded = 0
 
-    def poll(self) -> WaitReport:
-        """Pull the records written since the last poll and analyse them; the report so far."""
+    def read(self) -> WaitReport:
+        """Pull the records written since the last read and analyse them; the report so far."""
         pulled = self.scope.pull()
         self.discarded += pulled.discarded
         if self.scope.catalogue is not self._catalogue:   # the run grew: new communicators' collectors
@@ -732,6 +732,5 @@ class WaitStatesMon(ScopeMon):
         return self.report()
 
     def report(self) -> WaitReport:
-        report = self.states.report()
-        report.discarded = self.discarded
-        return report
+        """The report so far, without pulling."""
+        return replace(self.states.report(), discarded=self.discarded)

@@ -70,8 +70,7 @@ def test_an_open_round_says_whom_it_waits_for(tmp_path):
             run.start("programs:hold_back", {"rounds": rounds, "late": "T4", "hold": hold})
             deadline = time.monotonic() + 60
             while True:
-                mon.poll()
-                report = mon.report()
+                report = mon.read()
                 if report.open is not None and report.open.open_for_s >= 1.0:
                     break
                 assert time.monotonic() < deadline, f"no round stayed open: {report.open}"

@@ -21,7 +21,7 @@ def ring(name):
 def update_until(board, done, timeout=60.0, what="the dashboard never showed it"):
     deadline = time.monotonic() + timeout
     while True:
-        state = board.update()
+        state = board.read()
         if done(state):
             return state
         assert time.monotonic() < deadline, f"{what}: {state}"
@@ -57,7 +57,7 @@ def test_the_dashboard_shows_every_tree_and_every_scope_of_every_monitor(tmp_pat
             briefly = EventScope(run, "thread:T1", name="briefly")
             update_until(board, lambda s: "briefly" in names(s))
             briefly.close()
-            assert "briefly" not in names(board.update(beat=False))
+            assert "briefly" not in names(board.read(beat=False))
             other.kill()
             other.wait()
             update_until(board, lambda s: "getevent" not in names(s), timeout=STALE_AFTER + 10,

@@ -284,19 +284,19 @@ def test_the_heartbeat_shows_a_paused_node_as_not_answering_and_a_killed_one_as_
     """Heartbeat over a run whose node is SIGSTOPped, resumed, then killed: not answering, alive, gone."""
     with windtunnel_with_source_collectors(tmp_path) as run:
         with Heartbeat(run, timeout=0.5) as heartbeat:
-            heartbeat.beat()
+            heartbeat.read()
             root = heartbeat.scope.installed()[-1][0]   # the node that answers the monitor's pulls
             victim = "B" if root != "B" else "A"
             victims = {t.name for t in run.pathmap.threads if t.node == victim}
             with Paused(run.pids[victim]):
                 time.sleep(0.3)
-                paused = heartbeat.beat()
+                paused = heartbeat.read()
             deadline = time.monotonic() + 30
-            while (resumed := heartbeat.beat()).not_answering:
+            while (resumed := heartbeat.read()).not_answering:
                 assert time.monotonic() < deadline, "the resumed node never answered the heartbeat again"
             run.kill(victim)
             time.sleep(0.3)
-            killed = heartbeat.beat()
+            killed = heartbeat.read()
     assert paused.not_answering == {victim} and not paused.gone, (paused.not_answering, paused.gone)
     assert {b.thread for b in paused.threads if b.status == NOT_ANSWERING} == victims
     assert f"nodes not answering: {victim}" in _text(heartbeat_summary(paused, "now"))
