@@ -13,7 +13,7 @@ from pastset import AuthError, BadArgument, Expired, LimitExceeded, PastSetError
 from pastset import Fanout
 from pastset.caller import Caller
 from pastset.deferred import Deferred
-from paths.wrapper import PathsError
+from paths.errors import PathsError
 
 from . import compiled, trace
 from .catalogue import Catalogue

@@ -21,10 +21,10 @@ from pastset.security import bind_problem
 from . import mpiexec as by_mpiexec
 from . import rundir, runfile
 from . import snapshot as snapshots
+from .errors import PathsError
 from .node import ABORT, INFO, JOIN, LINK, START, STOP
 from .pathmap import Pathmap
 from .runfile import RunFile
-from .wrapper import PathsError
 
 # One INFO record per run started, naming its run file (the `eventspace` command prints it), and the
 # lines a recorded run's end says (its archive, its flight recorder's dump).
@@ -183,11 +183,11 @@ class Run:
         why = f"thread {failed[0]} failed ({first[1]}: {first[2]})"
         for end in (False, True):   # every node learns why before any ends what its threads wait in
             for node in self._nodes_with_threads():   # a stage one waits in may be on a node whose threads ended
-                with contextlib.suppress(pastset.PastSetError):
+                with contextlib.suppress(pastset.EventSpaceError):
                     self._call(node, ABORT, why, end)
         deadline = time.monotonic() + self._STOP_THREADS
         for node in sorted(pending):
-            with contextlib.suppress(pastset.PastSetError):
+            with contextlib.suppress(pastset.EventSpaceError):
                 outcomes.update(self._call(node, JOIN, max(0.0, deadline - time.monotonic()))["outcomes"])
 
     def run(self, program: str, args: dict | None = None, timeout: float | None = None) -> dict[str, object]:
@@ -266,7 +266,7 @@ class Run:
                 self.run_file.end()
         for node, proc in self._processes.items():
             if proc.poll() is None:
-                with contextlib.suppress(pastset.PastSetError):
+                with contextlib.suppress(pastset.EventSpaceError):
                     self.client(node).call(STOP, timeout=1)
         self.close_clients()
         _stop_processes(self._processes, timeout)

@@ -17,10 +17,10 @@ import pastset
 
 from . import rundir
 from . import snapshot as snapshots
+from .errors import PathsError
 from .pathmap import Pathmap
 from .process import Owner, exited, refused
 from .rundir import RunError, run_dir
-from .wrapper import PathsError
 
 # Seconds a launcher whose program has ended waits, nodes still serving, for the monitors attached to
 # make their final read (RunFile.end). A monitor that sees the end reads once more and detaches:

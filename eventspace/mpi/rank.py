@@ -15,7 +15,7 @@ import pastset
 from pastset import AuthError, BadArgument, LimitExceeded
 from pastset.terminal import counted
 from paths import NodeServer, PathmapError, RunError, rundir
-from paths.wrapper import PathsError
+from paths.errors import PathsError
 
 from ..hosted import RECORD_FLUSH
 from ..space import NodeSpace
