@@ -401,7 +401,7 @@ def _size_of(spec: JoinSpec, collectors: int) -> int:
             + _STAGE_CHAR_BYTES * sum(len(text) for text in spec.stages))
 
 
-def register(node) -> None:
+def start_event_space(node) -> None:
     """Entry point (eventspace.node_services): every node server gets its event space at start."""
     NodeSpace.of(node)
 

@@ -271,7 +271,7 @@ class Run:
         self.close_clients()
         _stop_processes(self._processes, timeout)
         if self._processes:
-            self.run_file.unregister()
+            self.run_file.release()
 
 
 @contextlib.contextmanager
@@ -283,7 +283,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
            record: str | None = None) -> Iterator[Run]:
     """Start one node server process per pathmap node on this machine; stop them all on exit.
 
-    Registers the run (`paths.runfile.register`: its name is the pathmap's, or `NAME-2`, ... while
+    Registers the run (`paths.runfile.claim`: its name is the pathmap's, or `NAME-2`, ... while
     another run of that name is live), waits until every node answers (PathsError naming a node
     that does not within `start_timeout` seconds, by default 60, or 10 per node if more, after
     stopping the others), tells each where the others listen, and publishes the run file in
@@ -342,7 +342,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     recording = _recording(archive, record)
     node_env = node_environment(env, path)
     source = pathmap.source if pathmap.source.startswith("<") else os.path.abspath(pathmap.source)
-    run_file = runfile.register(pathmap.name, run_dir, source=source)
+    run_file = runfile.claim(pathmap.name, run_dir, source=source)
     ended = ENDED_NORMALLY
     snapshot = FilePath(run_file.pathmap_file)
     logs = {n.name: run_file.log(n.name) for n in pathmap.nodes}
@@ -390,7 +390,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
             run.stop()
         else:
             _stop_processes(processes, 2.0)
-        run_file.unregister()
+        run_file.release()
         run_file.drop_empty_logs(logs)
         if recording is not None and run is not None:
             _tell(recording.finish, run_file, pathmap, ended)

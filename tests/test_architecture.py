@@ -86,6 +86,34 @@ def test_no_module_imports_itself_back():
     assert cycles == [], "import circles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:5])
 
 
+def classes() -> dict[str, list[str]]:
+    """Class name -> the modules that define a class of that name."""
+    defined: dict[str, list[str]] = {}
+    for module, file in modules().items():
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(module)
+    return defined
+
+
+def test_no_two_classes_share_a_name():
+    """A reader knows the class from its name, wherever it is met (STYLE.md: one name, one thing)."""
+    shared = {name: where for name, where in classes().items() if len(where) > 1}
+    assert shared == {}, "classes of one name in several modules"
+
+
+def test_a_class_is_imported_under_its_own_name():
+    """`from m import A as B` of a project class gives it a second name."""
+    defined = classes()
+    renamed = []
+    for module, file in modules().items():
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in LAYERS):
+                renamed += [f"{module}: {a.name} as {a.asname}" for a in node.names
+                            if a.asname and a.asname != a.name and a.name in defined]
+    assert renamed == []
+
+
 def test_no_module_imports_its_own_package():
     """A package's __init__ re-exports its modules; a module that imported it would go round."""
     inward = [(a, b) for a, b in imports() if a.startswith(b + ".") and modules()[b].name == "__init__.py"]

@@ -40,7 +40,7 @@ class UsageError(ValueError):
     """A command line that does not say what to run, or how."""
 
 
-class Terminated(BaseException):
+class RankTerminated(BaseException):
     """SIGTERM reached this rank (a launcher's, or Slurm's, way to end a job): raised in the
     program where it is, as Ctrl-C raises KeyboardInterrupt, so that the rank ends as an
     interrupted one does (its recording closed, the job aborted)."""
@@ -48,7 +48,7 @@ class Terminated(BaseException):
 
 def _terminated(signum, frame):
     _Unblock.heard.add(signum)
-    raise Terminated()
+    raise RankTerminated()
 
 
 def _interrupted(signum, frame):
@@ -247,11 +247,11 @@ class Monitor:
 
     def _start(self, mpi) -> None:
         from . import interpose
-        from .rank import Rank, Refused, say
+        from .rank import Rank, RunRefused, say
 
         try:
             rank = Rank(mpi, self.options)
-        except Refused as exc:
+        except RunRefused as exc:
             if mpi.COMM_WORLD.Get_rank() == 0:
                 say(str(exc).replace("\n", "; "))
             raise SystemExit(2) from None
@@ -276,7 +276,7 @@ class Monitor:
             raise
         except KeyboardInterrupt:
             self._abort(130, None, "Ctrl-C (SIGINT)")
-        except Terminated:
+        except RankTerminated:
             self._abort(143, None, "SIGTERM")
         except BaseException as exc:
             self._abort(1, exc)
