@@ -20,7 +20,7 @@ the `scout` analyser's MPI patterns):
 
 A wait whose size is within the clock error between the two ranks (`ClockBounds`) is reported as
 uncertain, not as a wait. Point-to-point waits need both ends' records, matched by MPI's
-non-overtaking rule (`eventspace.mpi.matching.Matcher`); collectives need every member's record of
+non-overtaking rule (`eventspace.mpi.matching.MessageMatcher`); collectives need every member's record of
 a round (a communicator's collectives are numbered alike on every member).
 """
 
@@ -34,7 +34,7 @@ import numpy as np
 from eventspace import clock as clocks
 from eventspace import trace
 from eventspace.mpi import encoding as e
-from eventspace.mpi.matching import ENDS, Matcher, channel_ends, end_positions, post_rows
+from eventspace.mpi.matching import ENDS, MessageMatcher, channel_ends, end_positions, post_rows
 from eventspace.scope import EventScope
 
 from .scoped import ScopeMon
@@ -266,7 +266,7 @@ class WaitStates:
         if top < 0:
             raise ValueError(f"top {top}: give how many of the largest waits to list, 0 or more")
         self.top = top
-        self._matcher = Matcher(_END)
+        self._matcher = MessageMatcher(_END)
         self._awaiting = np.empty(0, _REQUEST)
         self._calls = np.empty(0, _CALL)
         self._next_call = 0

@@ -20,7 +20,8 @@ from .caller import Caller
 from .checks import check_index, check_timeout
 from .deferred import Deferred, waited
 from .element import FIND, MOVE, OBSERVE, WOULD_BLOCK, Element
-from .errors import AuthError, BadArgument, LimitExceeded, PastSetError, ProtocolError, Timeout, hosted_failure
+from .errors import (AuthError, BadArgument, EventSpaceError, LimitExceeded, PastSetError, ProtocolError, Timeout,
+                     hosted_failure)
 from .parking import Parked, Parking
 from .security import Security
 from .table import read_once
@@ -282,7 +283,7 @@ class Endpoint:
     def _deliver_deferred(self, peer, rid, deferred: Deferred) -> None:
         try:
             payload = p.pack([rid, p.OK, deferred.result()])
-        except PastSetError as exc:
+        except EventSpaceError as exc:
             payload = p.error_reply(rid, exc)
         except Exception as exc:
             payload = p.error_reply(rid, hosted_failure("a deferred call", exc))
@@ -312,7 +313,7 @@ class Endpoint:
                     f"{p.OP_NAMES[op]} takes {arity} arguments, got {len(args)}"
                 )
             result = handler(peer, rid, *args)
-        except PastSetError as exc:
+        except EventSpaceError as exc:
             self._send(peer, p.error_reply(rid, exc))
             return
         except Exception as exc:  # a hostile or buggy request must not stop the loop
@@ -683,7 +684,7 @@ class Endpoint:
         """On a worker thread: run the hosted callable, hand the reply to the loop."""
         try:
             payload = p.pack([rid, p.OK, waited(fn(*args))])
-        except PastSetError as exc:
+        except EventSpaceError as exc:
             payload = p.error_reply(rid, exc)
         except Exception as exc:
             payload = p.error_reply(rid, hosted_failure(name, exc))

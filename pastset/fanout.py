@@ -11,7 +11,7 @@ import zmq
 from . import protocol as p
 from .client import as_batch
 from .deferred import Deferred
-from .errors import BadArgument, PastSetError, ProtocolError, ServerGone
+from .errors import BadArgument, EventSpaceError, PastSetError, ProtocolError, ServerGone
 from .local import SCHEME as LOCAL, LocalClient
 from .requests import Channel, Matcher, shared_context
 from .security import Security, resolve
@@ -163,7 +163,7 @@ class Fanout:
 
 class Reply:
     """The reply to one request of a round, once the round's `wait` returned: `value` if it was
-    answered with one, `error` (a PastSetError) if it was answered with that, neither if its node
+    answered with one, `error` (an EventSpaceError) if it was answered with that, neither if its node
     did not answer (`answered` False: the node is in the round's `missing`)."""
 
     __slots__ = ("node", "value", "error", "answered")
@@ -171,7 +171,7 @@ class Reply:
     def __init__(self, node: str):
         self.node = node
         self.value = None
-        self.error: PastSetError | None = None
+        self.error: EventSpaceError | None = None
         self.answered = False
 
     @property
@@ -528,7 +528,7 @@ def _call_local(fanout: Fanout, request, missing: set[str]) -> None:
     except ServerGone:
         missing.add(node)   # not served (any more): gone, as a node whose process ended
         return
-    except PastSetError as exc:
+    except EventSpaceError as exc:
         reply._set(False, exc)
         return
     except Exception as exc:  # bad arguments, as a server would answer them

@@ -7,7 +7,7 @@ import threading
 
 from . import transport
 from .deferred import waited
-from .errors import BadArgument, PastSetError, ServerGone, hosted_failure
+from .errors import BadArgument, EventSpaceError, PastSetError, ServerGone, hosted_failure
 
 SCHEME = "local://"
 
@@ -59,7 +59,7 @@ class LocalClient(transport.Transport):
 
     Element handles are the server's own elements, so an operation costs what it costs on the
     server itself. A hosted call runs in the caller's thread (`timeout` and `grace` do not apply:
-    it cannot be silent), and fails as it would remotely: a PastSetError as raised, anything else
+    it cannot be silent), and fails as it would remotely: an EventSpaceError as raised, anything else
     as a ProtocolError naming it. Once the server stops serving the name, every call is ServerGone.
     """
 
@@ -105,7 +105,7 @@ class LocalClient(transport.Transport):
         fn = self._live().hosted(name)[0]
         try:
             return waited(fn(*args))
-        except PastSetError:
+        except EventSpaceError:
             raise
         except Exception as exc:
             raise hosted_failure(name, exc) from exc

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from .errors import ERRORS_BY_NAME, LimitExceeded, PastSetError, ProtocolError
+from .errors import ERRORS_BY_NAME, EventSpaceError, LimitExceeded, PastSetError, ProtocolError
 
 OK, ERROR = 0, 1
 
@@ -296,11 +296,11 @@ def check_result(op: int, result) -> None:
 
 
 def error_reply(rid, exc: BaseException) -> bytes:
-    name = type(exc).__name__ if isinstance(exc, PastSetError) else "ProtocolError"
+    name = type(exc).__name__ if isinstance(exc, EventSpaceError) else "ProtocolError"
     return pack([rid, ERROR, name, str(exc)])
 
 
-def error_of(name, message) -> PastSetError:
+def error_of(name, message) -> EventSpaceError:
     """The error a reply names, by name: unknown names become ProtocolError, never anything else."""
     cls = ERRORS_BY_NAME.get(name, ProtocolError) if name.__class__ is str else ProtocolError
     return cls(message)

@@ -21,8 +21,9 @@ class Transport(ABC):
     `pastset.fanout.Fanout`, over the same backends.
 
     Errors are the same whatever the backend: every failure is a PastSetError, one that the
-    server raised arrives as the same class with the same message, a hosted callable that fails
-    with another error is a ProtocolError naming it, and a server that cannot be reached is
+    server raised arrives as the same class with the same message (so does a hosted callable's
+    EventSpaceError of a layer above, such as a PathsError), one that fails with another error
+    is a ProtocolError naming it, and a server that cannot be reached is
     ServerGone (NotAnswering when its connection is open but it is silent).
 
     `endpoint` is what was connected to; `name` the server's name.
