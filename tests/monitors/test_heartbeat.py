@@ -107,9 +107,9 @@ def test_a_beat_is_dated_by_its_time_when_its_threads_said_where_they_are():
     """A beat whose threads said where they are (their ThreadState) is dated by its time, the live
     beat's now and a replayed one's `at`: `at` once held the last thread's place (a dict), which
     `--json` printed as the beat's time and the table's clock could not show."""
-    from paths.stack import Frame, ThreadState
+    from paths.stack import StackFrame, ThreadState
 
-    state = ThreadState("T0", "A", 10, (Frame("heat.py", 88, "exchange", "heat"),))
+    state = ThreadState("T0", "A", 10, (StackFrame("heat.py", 88, "exchange", "heat"),))
     judge = Judge(["T0"], {"T0": "A"})
     judge.judge({"T0": 10}, 0.0, lambda missing: Blocked({}, set(), set()))
     before = time.time()
