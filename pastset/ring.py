@@ -26,9 +26,9 @@ from .errors import TemplateMismatch
 from .template import Template
 
 try:
-    from ._ring import HELD, LOCKED, SINGLE_WRITER, Appender
+    from ._ring import CONTRACT_VERSION, HELD, LOCKED, SINGLE_WRITER, Appender
 except ImportError:   # not built (no compiler at install): appends run the Python reference
-    Appender = None
+    Appender = CONTRACT_VERSION = None
 
 # `keep` for a ring without one: an append never discards.
 _NO_KEEP = 1 << 62
@@ -284,6 +284,9 @@ def _new_ring(nbytes: int):
     for as long as that takes (tens of milliseconds a 64 MiB ring)."""
     return bytearray(nbytes) if nbytes < _MAPPED_RING else mmap.mmap(-1, nbytes)
 
+
+# CONTRACT_VERSION: the version of the ring appender contract an appender's `contract` capsule holds
+# (pastset_ring.h), or None where pastset's C part is not built (appenders then have no contract).
 
 # Rings of at least this many bytes are anonymous maps (see _new_ring).
 _MAPPED_RING = 1 << 20
