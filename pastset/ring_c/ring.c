@@ -126,7 +126,11 @@ cursor(PyObject *v, const char *name, Py_ssize_t *out)
 static inline int
 set_cursor(PyObject **at, Py_ssize_t value)
 {
+#if SIZEOF_LONG == SIZEOF_SIZE_T   /* PyLong_FromLong has a fast path for one-digit values */
+    PyObject *v = PyLong_FromLong((long)value), *old = *at;
+#else
     PyObject *v = PyLong_FromSsize_t(value), *old = *at;
+#endif
     if (v == NULL)
         return -1;
     *at = v;
