@@ -1,4 +1,7 @@
-/* Part of the compiled collector (module.c includes it after typed_size.c): uses the clock and the appender. */
+/* Part of the compiled collector (module.c includes it after typed_size.c): Collect, the collecting
+ * stage a linked path calls. Uses the clock and the appender; relies on the node's switches and
+ * in-flight table as buffers (eventspace/space.py), and for prefetching only on the fields of
+ * pastset's ring appender contract (pastset_ring.h), never on what they point to being current. */
 
 /* -- Collect ------------------------------------------------------------------------------- */
 
