@@ -316,8 +316,7 @@ class Endpoint:
             self._send(peer, p.error_reply(rid, exc))
             return
         except Exception as exc:  # a hostile or buggy request must not stop the loop
-            self._send(peer, p.error_reply(rid, ProtocolError(
-                f"bad arguments for {p.OP_NAMES.get(op, op)}: {type(exc).__name__}: {exc}")))
+            self._send(peer, p.error_reply(rid, p.bad_arguments(op, exc)))
             return
         if result is not _ANSWERED:
             self._deliver(peer, rid, (self._pack_read if op in _READS else self._pack)([rid, p.OK, result]))

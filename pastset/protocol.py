@@ -118,9 +118,10 @@ class Packed:
     """An argument encoded once, for a request sent again and again (a monitor's list of trace
     element names): `pack_request` splices its bytes instead of encoding it on every send."""
 
-    __slots__ = ("data",)
+    __slots__ = ("obj", "data")
 
     def __init__(self, obj):
+        self.obj = obj
         self.data = pack(obj)
 
 
@@ -293,6 +294,12 @@ def check_result(op: int, result) -> None:
     """ProtocolError unless `result` has the shape of a result of `op`."""
     if not _RESULTS[op](result):
         raise ProtocolError(f"malformed reply to {OP_NAMES[op]}: {result!r:.60}")
+
+
+def bad_arguments(op, exc: Exception) -> ProtocolError:
+    """What a request is answered with whose arguments its operation `op` cannot take (they made it
+    fail with `exc`, an error that is not a PastSetError): remotely and in-process alike."""
+    return ProtocolError(f"bad arguments for {OP_NAMES.get(op, op)}: {type(exc).__name__}: {exc}")
 
 
 def error_reply(rid, exc: BaseException) -> bytes:

@@ -58,8 +58,8 @@ def test_latest_many_is_one_round_trip(client, names, monkeypatch):
     for h in handles:
         h.move((1, 2, 3, 4, 5, 6, 7, 8))
     requests = []
-    call = client._call
-    monkeypatch.setattr(client, "_call", lambda op, *rest, **kw: requests.append(op) or call(op, *rest, **kw))
+    call = client.submit
+    monkeypatch.setattr(client, "submit", lambda op, *rest, **kw: requests.append(op) or call(op, *rest, **kw))
     by_handle = client.latest_many(handles)
     by_name = client.latest_many([h.name for h in handles])
     assert requests == [p.LATEST_MANY, p.LATEST_MANY]
