@@ -160,28 +160,40 @@ def decode(frame: bytes, most: int, what: str):
     that), values are counted as their lists and maps are built, and decoding stops at the first
     list or map that takes the count past `most` (so at most twice `most` values are built).
     LimitExceeded naming Limits.max_objects then; ProtocolError for a frame that is not msgpack."""
+    if len(frame) <= _BIG_FRAME:   # every request and reply of a round trip: no hooks, no pause
+        try:
+            return _unpackb(frame, raw=False, strict_map_key=True, use_list=True, max_array_len=most,
+                            max_map_len=most // 2)
+        except Exception as exc:  # msgpack raises several unrelated types for bad input
+            raise _undecodable(exc, most, what) from None
     # Decoding a frame of many small lists or maps runs the cyclic garbage collector again and again
     # (five times the decoding itself): it is off while a big frame is decoded, as msgpack advises.
-    big = len(frame) > _BIG_FRAME
-    pause = big and gc.isenabled()
-    hooks = _Count(most).hooks() if big else {}
+    pause = gc.isenabled()
     if pause:
         gc.disable()
     try:
-        return msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True, max_array_len=most,
-                               max_map_len=most // 2, **hooks)
+        return _unpackb(frame, raw=False, strict_map_key=True, use_list=True, max_array_len=most,
+                        max_map_len=most // 2, **_Count(most).hooks())
     except _TooMany:
         raise LimitExceeded(f"{what} holds more than {most:,} values in its lists and maps (Limits.max_objects); "
                             "send fewer at once") from None
     except Exception as exc:  # msgpack raises several unrelated types for bad input
-        if exc.__class__ is ValueError and "exceeds max_" in str(exc):   # a list or map declared longer
-            raise LimitExceeded(f"{what} holds a list or map of more than {most:,} values "
-                                f"(Limits.max_objects); send fewer at once") from None
-        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise ProtocolError(f"malformed {what}: not msgpack ({why})") from None
+        raise _undecodable(exc, most, what) from None
     finally:
         if pause:
             gc.enable()
+
+
+_unpackb = msgpack.unpackb
+
+
+def _undecodable(exc: Exception, most: int, what: str) -> ProtocolError:
+    """The error of a frame msgpack could not decode (it raised `exc`)."""
+    if exc.__class__ is ValueError and "exceeds max_" in str(exc):   # a list or map declared longer
+        return LimitExceeded(f"{what} holds a list or map of more than {most:,} values "
+                             f"(Limits.max_objects); send fewer at once")
+    why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return ProtocolError(f"malformed {what}: not msgpack ({why})")
 
 
 def request_id(frame: bytes):
