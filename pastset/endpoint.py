@@ -88,7 +88,7 @@ class Endpoint:
             raise
         # Under CURVE a request's frame carries the key its client authenticated with (a hosted
         # call may ask, see Caller): frames are received as zmq.Frames then, the last one kept.
-        self._recv = sock.recv_multipart if self._auth is None else self._recv_keyed
+        self._recv = self._recv_plain if self._auth is None else self._recv_keyed
         self._request: zmq.Frame | None = None
         try:
             self.endpoint = _bind(sock, bind)
@@ -201,6 +201,16 @@ class Endpoint:
         self._deferred.clear()
         self._deferred_of.clear()
         self._sock.close(linger=0)
+
+    def _recv_plain(self, flags=0) -> list[bytes]:
+        """A request's frames: a ROUTER's message is its peer's id and at least one frame, read as
+        two, then one look whether more follow (recv_multipart looks after each: some 2 µs of a
+        round trip)."""
+        sock = self._sock
+        frames = [sock.recv(flags), sock.recv(flags)]
+        while sock.get(_RCVMORE):
+            frames.append(sock.recv(flags))
+        return frames
 
     def _recv_keyed(self, flags=0) -> list[bytes]:
         """A request's frames, its last one kept for the CURVE key of its client (see _caller)."""
@@ -783,6 +793,7 @@ _TRIM_PEAK = 64 << 20
 _RECLAIM_MS = 10
 _HELD_CHARGE = attrgetter("held_charge")
 _NOWAIT = int(zmq.NOBLOCK)
+_RCVMORE = int(zmq.RCVMORE)
 _MORE_NOWAIT = int(zmq.SNDMORE | zmq.NOBLOCK)
 
 
