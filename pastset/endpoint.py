@@ -745,7 +745,9 @@ class Endpoint:
                 self._send(peer, self._pack([rid, p.OK, found]))
                 return True
             reply = found if waiter.op == p.OBSERVE_INDEXED else found[1]
-            if self._deliver(peer, rid, self._pack_read([rid, p.OK, reply])) and waiter.consumes:
+            # A tuple is at most what its element holds: from a small element, packed as bytes at once.
+            pack = self._pack_read if element.held_charge >= _TRACKED else self._pack
+            if self._deliver(peer, rid, pack([rid, p.OK, reply])) and waiter.consumes:
                 element.commit(found[0])
             return True
         except PastSetError as exc:
