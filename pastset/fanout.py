@@ -38,12 +38,12 @@ class Fanout:
     thread its own. A node that does not answer in time is reported missing, and its late replies
     are recognised by request id and dropped. `gone(missing)` tells which of the missing nodes are
     gone (their connection is closed, or a local one is no longer served) rather than not
-    answering (connected, but paused, swapping or busy). Counts the bytes it sends and receives (`bytes_sent`, `bytes_received`). `security`
-    holds the CURVE keys its sockets speak with (None: the process's, see
-    `pastset.security.default`); a server that refuses them never answers, so its node is
-    reported missing (and gone). Servers are not trusted, as `pastset.Client` does not trust
-    them (`limits.max_reply`): what a node sends that is not a reply, or a result of the wrong
-    shape, answers its requests with a ProtocolError naming it.
+    answering (connected, but paused, swapping or busy). Counts the bytes it sends and receives
+    (`bytes_sent`, `bytes_received`). `security` holds the CURVE keys its sockets speak with
+    (None: the process's, see `pastset.security.default`); a server that refuses them never
+    answers, so its node is reported missing (and gone). Servers are not trusted, as
+    `pastset.Client` does not trust them (`limits.max_reply`): what a node sends that is not a
+    reply, or a result of the wrong shape, answers its requests with a ProtocolError naming it.
     """
 
     def __init__(self, endpoints: dict[str, str], context: zmq.Context | None = None,
@@ -246,7 +246,7 @@ class Round:
 
     def start(self) -> Exchange:
         """Send the round's requests (all of them, or with `sequential` the first), make its
-        local calls, and return without waiting: the `Exchange` collects the replies, as `wait`
+        direct calls, and return without waiting: the `Exchange` collects the replies, as `wait`
         does, or step by step in the caller's own loop (a node server's, see
         `pastset.deferred`). Its result is the round's `missing`."""
         deadline = monotonic() + self.timeout
