@@ -316,11 +316,9 @@ class Endpoint:
         try:
             handler, arity = self._ops[op] if 0 <= op < len(self._ops) else (None, 0)
             if handler is None:
-                raise ProtocolError(f"unknown operation {op}; known: {sorted(p.OP_NAMES)}")
+                raise p.unknown_operation(op)
             if len(args) != arity:
-                raise ProtocolError(
-                    f"{p.OP_NAMES[op]} takes {arity} arguments, got {len(args)}"
-                )
+                raise p.wrong_count(op, arity, len(args))
             result = handler(peer, rid, *args)
         except PastSetError as exc:
             self._send(peer, p.error_reply(rid, exc))

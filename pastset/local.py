@@ -8,7 +8,7 @@ import threading
 from . import protocol as p
 from . import transport
 from .deferred import waited
-from .errors import BadArgument, PastSetError, ProtocolError, ServerGone, hosted_failure
+from .errors import BadArgument, PastSetError, ServerGone, hosted_failure
 from .template import Template
 
 SCHEME = "local://"
@@ -121,7 +121,10 @@ class LocalClient(transport.Transport):
         server = self._live()
         run = _OPS[op] if op.__class__ is int and 0 <= op < len(_OPS) else None
         if run is None:
-            raise ProtocolError(f"unknown operation {op}; known: {sorted(p.OP_NAMES)}")
+            raise p.unknown_operation(op)
+        arity = run.__code__.co_argcount - 2   # (client, server, *its arguments)
+        if len(args) != arity:
+            raise p.wrong_count(op, arity, len(args))
         try:
             return run(self, server, *args)
         except PastSetError:

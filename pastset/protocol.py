@@ -308,6 +308,16 @@ def check_result(op: int, result) -> None:
         raise ProtocolError(f"malformed reply to {OP_NAMES[op]}: {result!r:.60}")
 
 
+def unknown_operation(op) -> ProtocolError:
+    """What a request of an operation code that is none of the protocol's is answered with."""
+    return ProtocolError(f"unknown operation {op}; known: {sorted(OP_NAMES)}")
+
+
+def wrong_count(op: int, arity: int, got: int) -> ProtocolError:
+    """What a request of `op` with `got` arguments is answered with, where it takes `arity`."""
+    return ProtocolError(f"{OP_NAMES[op]} takes {arity} arguments, got {got}")
+
+
 def bad_arguments(op, exc: Exception) -> ProtocolError:
     """What a request is answered with whose arguments its operation `op` cannot take (they made it
     fail with `exc`, an error that is not a PastSetError): remotely and in-process alike."""
