@@ -33,10 +33,34 @@ def check_index(index) -> None:
         raise Expired(f"index {index!r} is not valid: indices are integers from 0")
 
 
-def check_bound(what: str, n) -> None:
-    """BadArgument unless `n` (an element's keep or delta) is a positive integer."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise BadArgument(f"{what} must be a positive integer (or None), got {n!r}")
+def count_problem(value, what: str) -> str | None:
+    """What is wrong with a tuple count such as an element's keep or delta (None: not set), or None."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return None
+    return f"{what} must be a positive whole number of tuples, got {value!r}"
+
+
+# An element's keep discards and never blocks, its delta blocks moves: it has at most one of them.
+BOTH_BOUNDS = ("both keep and delta are set; keep discards old tuples and never blocks, delta blocks moves: "
+               "keep only one")
+
+
+def bound_problems(keep, delta) -> list[tuple[str, str]]:
+    """The one rule of an element's bounds, for pastset and for pathmaps: (`keep` or `delta`, what
+    is wrong) for each that is neither None nor a positive whole number of tuples, and for both set."""
+    problems = [(what, problem) for what, problem in (("keep", count_problem(keep, "keep")),
+                                                      ("delta", count_problem(delta, "delta"))) if problem]
+    if keep is not None and delta is not None:
+        problems.append(("delta", BOTH_BOUNDS))
+    return problems
+
+
+def check_bounds(keep, delta) -> None:
+    """BadArgument, saying what to do, unless `bound_problems(keep, delta)` finds nothing."""
+    problems = bound_problems(keep, delta)
+    if problems:
+        what, problem = problems[0]
+        raise BadArgument(problem if problem is BOTH_BOUNDS else f"{problem}; give one, or None for no {what}")
 
 
 def check_pattern(pattern, template) -> tuple:

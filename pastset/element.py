@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from time import monotonic
 
 from .budget import MemoryBudget
-from .checks import check_bound, check_index, check_pattern, check_timeout
+from .checks import check_bounds, check_index, check_pattern, check_timeout
 from .errors import Expired, TemplateMismatch, Timeout, UnknownElement
 from .template import Template
 
@@ -162,7 +162,7 @@ class Element(Cursors):
         with self.mutex:
             self._check_alive()
             if n is not None:
-                check_bound("delta", n)
+                check_bounds(self.keep, n)
                 self._bound_to(self.keep, n)
                 self._delta = n
                 self._signal_change()

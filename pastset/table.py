@@ -8,7 +8,7 @@ import threading
 from bisect import bisect_left
 
 from .budget import MemoryBudget
-from .checks import check_bound
+from .checks import check_bounds
 from .element import Element
 from .typed import TypedElement
 from .errors import BadArgument, LimitExceeded, TemplateMismatch, UnknownElement
@@ -95,6 +95,7 @@ class ElementTable:
         """Bind to (or create) element `name` for `creator` (a remote client, held to its share;
         None: an in-process caller). See `TupleServer.enter`."""
         self.check_name(name)
+        check_bounds(keep, delta)
         with self._mutex:
             element = self._by_name.get(name)
             if element is None:
@@ -125,6 +126,9 @@ class ElementTable:
         """New binary elements whose rings are rows of one slab (see `TupleServer.enter_rings`)."""
         if not template.is_binary:
             raise TemplateMismatch(f"rings need a binary template, not {template}")
+        if keep is None:
+            raise BadArgument("rings are bounded: give keep, a positive whole number of tuples")
+        check_bounds(keep, None)
         names = list(names)
         for name in names:
             self.check_name(name)
@@ -247,10 +251,7 @@ def make_element(name: str, template: Template, keep=None, delta=None, eid=0, sl
                  budget: MemoryBudget | None = None) -> Element:
     """The element variant for `template` (binary templates get a ring, a row of `slab` if given),
     its memory taken from `budget` (LimitExceeded if it cannot be)."""
-    if keep is not None:
-        check_bound("keep", keep)
-    if delta is not None:
-        check_bound("delta", delta)
+    check_bounds(keep, delta)
     if template.is_binary:
         return BinaryElement(name, template, keep, delta, eid, slab, row, budget)
     return TypedElement(name, template, keep, delta, eid, budget)

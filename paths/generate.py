@@ -117,7 +117,7 @@ def _tree(tree: AppTree, graph: TreeGraph, shape: str) -> tuple[list[Stage], Tre
             stages.append(Stage(remote, "remote", node(child)))
             edges[remote] = sid(parent)
     members = {m: entries[m] for m in tree.members}
-    return stages, Tree(tree.name, tree.kind, sid(root), members, edges, shape)
+    return stages, Tree(tree.name, tree.kind, sid(root), members, edges, shape=shape)
 
 
 def _mismatches(app: AppMap, cluster: ClusterMap, mapping: Placement) -> list[Problem]:

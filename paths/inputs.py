@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from yaml.nodes import ScalarNode, SequenceNode
 
 from .document import Document, Origin, PathmapError, read_text, suggest
+from .pathmap_yaml import read_section
 from .registry import TREE_KINDS
-from .rules.values import count_problem, port_problem, template_problem
-from .sections import Node
+from .rules.keys import key_problems
+from .rules.values import template_problem
+from .sections import INTEGER, NAME, NAMES, TEMPLATE, Node, bound_problems, key
 
 # The formats are fixed (users and tests write their own): docs/pathmaps.md describes each, with an
 # example (examples/ownprogram/app.yaml, cluster.yaml and mapping.yaml).
@@ -66,18 +69,18 @@ def _read_cluster_map(doc: Document) -> ClusterMap:
                                                           "e.g. nodes: {A: {host: 127.0.0.1}}")
         for name, nnode in entries:
             key = ckey + ("nodes", name)
-            f = doc.fields(nnode, key, ("host", "port"), example="{host: 127.0.0.1, port: 0}")
-            port = f.integer("port", 0)
-            problem = port_problem(port)
-            if problem:
-                doc.fail(key + ("port",), f.node("port"), problem)
+            # A pathmap's node (paths.sections.Node), of which a cluster map writes the host and port.
+            node = read_section(doc, nnode, key, Node, name, keys=("host", "port"),
+                                example="{host: 127.0.0.1, port: 0}", cluster=cluster)
+            for problem_key, problem in key_problems(node, key):
+                doc.fail(problem_key, None, problem)
             if name in first:
                 other, line = first[name]
                 doc.fail(key, None, f"node {name} is already in cluster {other} (line {line}); "
                                     "a node belongs to one cluster: rename one of them")
                 continue
             first[name] = (cluster, doc.origin.line(key) or 0)
-            nodes.append(Node(name, host=f.text("host", "127.0.0.1"), port=port, cluster=cluster))
+            nodes.append(node)
     if doc.root is not None and "clusters" in top and not nodes:
         doc.fail(("clusters",), top.node("clusters"), f"no nodes; write e.g. {example}")
     return ClusterMap(tuple(nodes), doc.origin)
@@ -86,13 +89,16 @@ def _read_cluster_map(doc: Document) -> ClusterMap:
 @dataclass(frozen=True)
 class AppElement:
     """An element of the application: its template, flow control, and the threads that use it
-    (the first user's node is its default home)."""
+    (the first user's node is its default home). Its keys are a pathmap element's
+    (paths.sections.ElementSpec), its name written as a key, and its users."""
 
-    name: str
-    template: tuple[str, ...] | str
-    users: tuple[str, ...]
-    keep: int | None = None
-    delta: int | None = None
+    EXAMPLE: ClassVar[str] = "{name: row_0_1, template: [bytes], delta: 2, users: [T0, T1]}"
+
+    name: str = key(NAME, example="row_0_1")
+    template: tuple[str, ...] | str = key(TEMPLATE, example="[bytes]")
+    keep: int | None = key(INTEGER, None, kw_only=True)
+    delta: int | None = key(INTEGER, None, kw_only=True)
+    users: tuple[str, ...] = key(NAMES, ())
 
 
 @dataclass(frozen=True)
@@ -130,26 +136,20 @@ def _read_app_map(doc: Document) -> AppMap:
     known = set(threads)
     elements, names = [], {}
     for key, item in doc.items(top.node("elements"), ("elements",), "[{name: e, template: [bytes], users: [T0]}]"):
-        f = doc.fields(item, key, ("name", "template", "keep", "delta", "users"),
-                       required={"name": "name: row_0_1", "template": "template: [bytes]"},
-                       example="{name: row_0_1, template: [bytes], delta: 2, users: [T0, T1]}")
-        name = f.name("name")
+        element = read_section(doc, item, key, AppElement)
+        name = element.name
         if name in names:
-            doc.fail(key + ("name",), f.node("name"), f"duplicate element {name!r} (first at "
-                                                      f"{names[name]}); give each element its own name")
+            doc.fail(key + ("name",), None, f"duplicate element {name!r} (first at "
+                                            f"{names[name]}); give each element its own name")
         names.setdefault(name, f"line {doc.origin.line(key)}")
-        template = _read_template(doc, f, key)
-        keep, delta = f.integer("keep", None), f.integer("delta", None)
-        for what, value in (("keep", keep), ("delta", delta)):
-            problem = count_problem(value, what)
+        if key + ("template",) in doc.lines:   # written (a missing one is told already)
+            problem = template_problem(element.template)
             if problem:
-                doc.fail(key + (what,), f.node(what), problem)
-        if keep is not None and delta is not None:
-            doc.fail(key + ("delta",), f.node("delta"), "both keep and delta are set; keep discards old "
-                                                        "tuples and never blocks, delta blocks moves: keep only one")
-        users = f.names("users")
-        _known_threads(doc, users, key + ("users",), known)
-        elements.append(AppElement(name, template, users, keep, delta))
+                doc.fail(key + ("template",), None, problem)
+        for what, problem in bound_problems(element.keep, element.delta):
+            doc.fail(key + (what,), None, problem)
+        _known_threads(doc, element.users, key + ("users",), known)
+        elements.append(element)
     trees, tree_names = [], set()
     for key, item in doc.items(top.node("trees"), ("trees",), "[{name: count, kind: allreduce, members: all}]"):
         f = doc.fields(item, key, ("name", "kind", "members"),
@@ -194,17 +194,6 @@ def _read_threads(doc: Document, node) -> tuple[str, ...]:
         doc.fail(("threads",), node, f"{count} threads; write a count of at least 1, or a list of names")
         return ()
     return tuple(f"T{i}" for i in range(count))
-
-
-def _read_template(doc: Document, f, key) -> tuple[str, ...] | str:
-    spec = f.node("template")
-    if spec is None:
-        return ()
-    template = f.names("template") if isinstance(spec, SequenceNode) else f.text("template", "")
-    problem = template_problem(template)
-    if problem:
-        doc.fail(key + ("template",), spec, problem)
-    return template
 
 
 def _known_threads(doc: Document, names, key, known) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import ClassVar
 from pathlib import Path as FilePath
 
 from pastset.client import check_grace
@@ -13,8 +14,8 @@ from . import instrument, pathmap_yaml, rules
 from .document import Document, Origin, PathmapError, Problem, read_text
 from .instrument import CollectorPoint
 from .registry import JOIN_TYPES
-from .sections import (Clock, ElementSpec, Instrument, Liveness, Node, Path, SecuritySpec, Stage, Thread, Tree,
-                       TreePoints)
+from .sections import (NAME, NAMED, NAMES, SECTION, Clock, ElementSpec, Instrument, Liveness, Node, Path,
+                       SecuritySpec, Stage, Thread, Tree, TreePoints, key)
 
 
 @dataclass(frozen=True, repr=False)
@@ -26,19 +27,38 @@ class Pathmap:
     raise KeyError for a name the pathmap does not have. Equality ignores where it was read from.
     """
 
-    name: str
-    nodes: tuple[Node, ...]
-    threads: tuple[Thread, ...] = ()
-    elements: tuple[ElementSpec, ...] = ()
-    stages: tuple[Stage, ...] = ()
-    paths: tuple[Path, ...] = ()
-    trees: tuple[Tree, ...] = ()
-    instrument: Instrument = Instrument()
-    allow_modules: tuple[str, ...] = ()
-    clock: Clock = Clock()
-    security: SecuritySpec = SecuritySpec()
-    liveness: Liveness = Liveness()
-    origin: Origin = field(default=Origin(), compare=False)
+    # Its YAML form, key by key in this order (the file's name names a pathmap without `name`):
+    # see paths.sections for what a KeySpec says.
+    EXAMPLE: ClassVar[str] = "nodes: {A: {host: 127.0.0.1}}"
+    FLOW: ClassVar[bool] = False
+
+    name: str = key(NAME, kw_only=True)
+    allow_modules: tuple[str, ...] = key(NAMES, (), kw_only=True)
+    clock: Clock = key(SECTION, Clock(), always=True, section=Clock, kw_only=True)
+    security: SecuritySpec = key(SECTION, SecuritySpec(), section=SecuritySpec, kw_only=True, doc=(
+        "CURVE: node servers accept only clients whose keys are in this directory; traffic is encrypted; "
+        "join_endpoints: other addresses scope joins may reach the run's nodes at"))
+    liveness: Liveness = key(SECTION, Liveness(), section=Liveness, kw_only=True, doc=(
+        "seconds a node that keeps its connection but does not answer (paused, swapping) is waited for"))
+    nodes: tuple[Node, ...] = key(NAMED, section=Node, example="{A: {host: 127.0.0.1}}", kw_only=True,
+                                  doc="node servers: one process each (port 0: a free one)")
+    threads: tuple[Thread, ...] = key(NAMED, (), always=True, section=Thread, example="{T0: {node: A}}", kw_only=True,
+                                      doc="application threads and the node whose process runs each")
+    elements: tuple[ElementSpec, ...] = key(
+        NAMED, (), always=True, section=ElementSpec, example="{row: {node: A, template: [int]}}", kw_only=True,
+        doc="tuple elements: node, template, keep (discard threshold) or delta (flow control)")
+    stages: tuple[Stage, ...] = key(
+        NAMED, (), always=True, section=Stage, example="{s1: {type: remote, node: A}}", kw_only=True,
+        doc="stage instances: wrapper type, node, parameters; a stage id shared by paths is one instance")
+    paths: tuple[Path, ...] = key(
+        NAMED, (), always=True, section=Path, example="{p: {thread: T0, element: e, stages: [s1]}}", kw_only=True,
+        doc="from a thread to an element, stage by stage (a remote stage where the path changes node)")
+    trees: tuple[Tree, ...] = key(
+        NAMED, (), always=True, section=Tree, example="{count: {kind: allreduce, root: r, members: {T0: r}}}",
+        kw_only=True, doc="collectives: members enter at a stage, edges lead each stage to its parent, up to the root")
+    instrument: Instrument = key(SECTION, Instrument(), always=True, section=Instrument, kw_only=True,
+                                 doc="which points carry event collectors, and their trace elements")
+    origin: Origin = field(default=Origin(), compare=False, kw_only=True)
 
     def __repr__(self) -> str:
         return (f"<Pathmap {self.name}: {len(self.nodes)} nodes, {len(self.threads)} threads, "

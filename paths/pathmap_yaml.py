@@ -3,162 +3,123 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
+from dataclasses import MISSING
 from pathlib import Path as FilePath
 
 import yaml
 
-from .document import Document
-from .sections import (DEFAULT_KEEP, Clock, ElementSpec, Instrument, Liveness, Node, Path, SecuritySpec, Selector,
-                       Stage, Thread, Tree)
+from .document import Document, Fields, Key
+from .sections import (BOOLEAN, ENTRIES, INTEGER, KEYDIR, NAME, NAME_MAP, NAMED, NAMES, PARAMS, SECONDS, SECTION,
+                       TEMPLATE, TEXT, SectionKey, Selector, label, schema)
 
-# The format is described, with a commented example, in pathmaps/example-toy.yaml. Reading builds
-# the model; the rules (paths.rules) are checked on the model afterwards, by Pathmap.loads.
+# The format is described, with a commented example, in pathmaps/example-toy.yaml, and its schema
+# (every key, what it holds, its default) is the sections' field metadata (paths.sections.KeySpec):
+# reading and writing walk it. Reading builds the model; the rules (paths.rules) are checked on
+# the model afterwards, by Pathmap.loads.
 
 # -- reading -------------------------------------------------------------------------------------
-
-_TOP_KEYS = ("name", "allow_modules", "clock", "security", "liveness", "nodes", "threads", "elements", "stages",
-             "paths", "trees", "instrument")
-
 
 def read(doc: Document, pathmap_class: type):
     """The pathmap `doc` holds, as an instance of `pathmap_class` (paths.Pathmap, which calls this
     from `Pathmap.loads`); every problem found on the way is added to `doc.problems`."""
-    default_name = _default_name(doc.source)
-    top = doc.fields(doc.root, (), _TOP_KEYS, required={"nodes": "nodes: {A: {host: 127.0.0.1}}"},
-                     example="nodes: {A: {host: 127.0.0.1}}")
     if doc.root is None:
         doc.fail(("nodes",), None, "the pathmap is empty; it needs at least `nodes: {A: {host: 127.0.0.1}}`")
-
-    def entries(section: str, read_entry, example: str) -> tuple:
-        return tuple(read_entry(doc, name, node) for name, node in doc.named(top.node(section), (section,), example))
-
-    return pathmap_class(
-        name=top.name("name", default_name) or default_name,
-        allow_modules=top.names("allow_modules"),
-        clock=_read_clock(doc, top.node("clock")),
-        security=_read_security(doc, top.node("security")),
-        liveness=_read_liveness(doc, top.node("liveness")),
-        nodes=entries("nodes", _read_node, "{A: {host: 127.0.0.1}}"),
-        threads=entries("threads", _read_thread, "{T0: {node: A}}"),
-        elements=entries("elements", _read_element, "{row: {node: A, template: [int]}}"),
-        stages=entries("stages", _read_stage, "{s1: {type: remote, node: A}}"),
-        paths=entries("paths", _read_path, "{p: {thread: T0, element: e, stages: [s1]}}"),
-        trees=entries("trees", _read_tree, "{count: {kind: allreduce, root: r, members: {T0: r}}}"),
-        instrument=_read_instrument(doc, top.node("instrument")),
-        origin=doc.origin,
-    )
+    default_name = _default_name(doc.source)
+    return read_section(doc, doc.root, (), pathmap_class, defaults={"name": default_name}, origin=doc.origin)
 
 
-def _read_node(doc: Document, name: str, node) -> Node:
-    f = doc.fields(node, ("nodes", name), ("host", "port", "cluster", "clock_offset_ns"),
-                   example="{host: 127.0.0.1, port: 0, cluster: c1}")
-    return Node(name, host=f.text("host", "127.0.0.1"), port=f.integer("port", 0),
-                cluster=f.name("cluster", "default") or "default",
-                clock_offset_ns=f.integer("clock_offset_ns", 0))
+def read_section(doc: Document, node, key: Key, section: type, name: str | None = None,
+                 defaults: dict | None = None, keys: Collection[str] | None = None, example: str | None = None,
+                 **extra):
+    """An instance of `section` (a dataclass with a schema: paths.sections, paths.Pathmap,
+    paths.inputs) read from the mapping `node` at `key`, each of its keys as its schema says;
+    `name` is a NAMED entry's name, `defaults` replace the schema's (a required key given one is
+    not required), `extra` are the values of fields that are not keys. An input that has only
+    some of a section's keys names them (`keys`) and its `example` of them."""
+    defaults = defaults or {}
+    table = [s for s in schema(section) if keys is None or s.name in keys]
+    required = {s.name: f"{s.name}: {s.spec.example}" for s in table if s.required and s.name not in defaults}
+    f = doc.fields(node, key, [s.name for s in table], required=required, example=example or section.EXAMPLE)
+    wanted = [s for s in table if s.spec.wanted]
+    if wanted and node is not None and not any(s.name in f for s in wanted):
+        doc.fail(key + (wanted[0].name,), node, f"missing; add `{wanted[0].name}: {wanted[0].spec.example}`")
+    values = {s.name: _READERS[s.spec.holds](f, s, defaults.get(s.name, s.default)) for s in table}
+    return section(**values, **extra) if name is None else section(name, **values, **extra)
 
 
-def _read_thread(doc: Document, name: str, node) -> Thread:
-    f = doc.fields(node, ("threads", name), ("node",), required={"node": "node: A"},
-                   example="{node: A}")
-    return Thread(name, f.name("node"))
+def _read_name(f: Fields, s: SectionKey, default):
+    if default is MISSING:
+        return f.name(s.name)
+    return f.name(s.name, default) or default
 
 
-def _read_element(doc: Document, name: str, node) -> ElementSpec:
-    key = ("elements", name)
-    f = doc.fields(node, key, ("node", "template", "keep", "delta"),
-                   required={"node": "node: A", "template": "template: [int, bytes]"},
-                   example="{node: A, template: [int, bytes], delta: 2}")
-    template: tuple[str, ...] | str = ()
-    spec = f.node("template")
-    if spec is not None:
-        if isinstance(spec, yaml.SequenceNode):
-            template = f.names("template")
-        else:
-            template = f.text("template", "")
-    return ElementSpec(name, f.name("node"), template, keep=f.integer("keep", None),
-                       delta=f.integer("delta", None))
+def _read_template(f: Fields, s: SectionKey, default) -> tuple[str, ...] | str:
+    spec = f.node(s.name)
+    if spec is None:
+        return ()
+    return f.names(s.name) if isinstance(spec, yaml.SequenceNode) else f.text(s.name, "")
 
 
-def _read_stage(doc: Document, sid: str, node) -> Stage:
-    f = doc.fields(node, ("stages", sid), ("type", "node", "params"),
-                   required={"type": "type: remote", "node": "node: A"},
-                   example="{type: buffer, node: A, params: {size: 16}}")
-    return Stage(sid, f.name("type"), f.name("node"), f.params("params"))
+def _read_name_map(f: Fields, s: SectionKey, default) -> dict[str, str]:
+    key = f.key + (s.name,)
+    return {name: f.doc.name(value, key + (name,)) for name, value in f.doc.named(f.node(s.name), key, s.spec.example)}
 
 
-def _read_path(doc: Document, name: str, node) -> Path:
-    f = doc.fields(node, ("paths", name), ("thread", "element", "stages"),
-                   required={"thread": "thread: T0", "element": "element: row",
-                             "stages": "stages: [row/element]"},
-                   example="{thread: T0, element: row, stages: [row/element]}")
-    return Path(name, f.name("thread"), f.name("element"), f.names("stages"))
-
-
-def _read_tree(doc: Document, name: str, node) -> Tree:
-    key = ("trees", name)
-    f = doc.fields(node, key, ("kind", "shape", "root", "members", "edges"),
-                   required={"kind": "kind: allreduce", "root": "root: count/root",
-                             "members": "members: {T0: count/root}"},
-                   example="{kind: allreduce, root: count/root, members: {T0: count/root}}")
-    members = {m: doc.name(v, key + ("members", m)) for m, v in
-               doc.named(f.node("members"), key + ("members",), "{T0: count/root}")}
-    edges = {c: doc.name(v, key + ("edges", c)) for c, v in
-             doc.named(f.node("edges"), key + ("edges",), "{count/A: count/root}")}
-    return Tree(name, f.name("kind"), f.name("root"), members, edges, f.text("shape", "custom"))
-
-
-_SELECTOR_KEYS = ("at", "paths", "threads", "nodes", "elements", "trees", "stages")
-
-
-def _read_instrument(doc: Document, node) -> Instrument:
-    key = ("instrument",)
-    f = doc.fields(node, key, ("keep", "location", "collectors", "system"),
-                   example=f"{{keep: {DEFAULT_KEEP}, location: local, collectors: [{{at: [source]}}]}}")
-    selectors = []
-    for item_key, item in doc.items(f.node("collectors"), key + ("collectors",), "[{at: [source]}]"):
-        s = doc.fields(item, item_key, _SELECTOR_KEYS, example="{threads: [T0], at: [source]}")
-        selectors.append(Selector(**{k: s.names(k) for k in _SELECTOR_KEYS}))
-    return Instrument(keep=f.integer("keep", DEFAULT_KEEP), location=f.name("location", "local") or "local",
-                      collectors=tuple(selectors), system=f.boolean("system", True))
-
-
-def _read_clock(doc: Document, node) -> Clock:
-    f = doc.fields(node, ("clock",), ("samples", "drift", "reference", "scheme"),
-                   example="{samples: 8, drift: false, scheme: direct}")
-    return Clock(samples=f.integer("samples", 8), drift=f.boolean("drift", False),
-                 reference=f.name("reference", None) or None, scheme=f.name("scheme", "direct") or "direct")
-
-
-def _read_liveness(doc: Document, node) -> Liveness:
-    f = doc.fields(node, ("liveness",), ("grace",), example="{grace: 30}")
-    value = f.node("grace")
+def _read_seconds(f: Fields, s: SectionKey, default):
+    value = f.node(s.name)
     if value is None:
-        return Liveness()
-    key = ("liveness", "grace")
-    grace = doc.scalar(value, key)
-    if isinstance(grace, bool) or not isinstance(grace, (int, float)):
-        if grace is not None:
-            doc.fail(key, value, f"expected a number of seconds, got {value.value!r}; write e.g. grace: 30")
-        return Liveness()
-    return Liveness(grace)
+        return default
+    key = f.key + (s.name,)
+    seconds = f.doc.scalar(value, key)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        if seconds is not None:
+            f.doc.fail(key, value, f"expected a number of seconds, got {value.value!r}; write e.g. {s.name}: {s.spec.example}")
+        return default
+    return seconds
 
 
-def _read_security(doc: Document, node) -> SecuritySpec:
-    if node is None:
-        return SecuritySpec()
-    f = doc.fields(node, ("security",), ("keys", "join_endpoints"), example="{keys: path/to/keydir}")
-    if "keys" not in f and "join_endpoints" not in f:
-        doc.fail(("security", "keys"), node, "missing; add `keys: path/to/keydir`")
-    join_endpoints = f.names("join_endpoints")
-    keys = f.text("keys", "") if "keys" in f else ""
+def _read_keydir(f: Fields, s: SectionKey, default):
+    if s.name not in f:
+        return default
+    keys = f.text(s.name, "")
     if not keys:
-        return SecuritySpec("" if "keys" in f else None, join_endpoints)
+        return keys
     keys = os.path.expanduser(keys)
-    if not os.path.isabs(keys) and not doc.source.startswith("<"):
+    source = f.doc.source
+    if not os.path.isabs(keys) and not source.startswith("<"):
         # Relative to the pathmap's folder, and absolute from here on: a launcher's snapshot of
         # the pathmap, read from elsewhere, must name the same directory.
-        keys = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(doc.source)), keys))
-    return SecuritySpec(keys, join_endpoints)
+        keys = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(source)), keys))
+    return keys
+
+
+def _read_entries(f: Fields, s: SectionKey, default) -> tuple:
+    items = f.doc.items(f.node(s.name), f.key + (s.name,), s.spec.example)
+    return tuple(read_section(f.doc, item, key, s.spec.section) for key, item in items)
+
+
+def _read_named(f: Fields, s: SectionKey, default) -> tuple:
+    entries = f.doc.named(f.node(s.name), f.key + (s.name,), s.spec.example)
+    return tuple(read_section(f.doc, node, f.key + (s.name, name), s.spec.section, name) for name, node in entries)
+
+
+# How each kind of key (paths.sections) is read: (its fields, its SectionKey, its default) -> its value.
+_READERS = {
+    NAME: _read_name,
+    TEXT: lambda f, s, default: f.text(s.name, "" if default is MISSING else default),
+    INTEGER: lambda f, s, default: f.integer(s.name, default),
+    BOOLEAN: lambda f, s, default: f.boolean(s.name, default),
+    SECONDS: _read_seconds,
+    NAMES: lambda f, s, default: f.names(s.name),
+    NAME_MAP: _read_name_map,
+    PARAMS: lambda f, s, default: f.params(s.name),
+    TEMPLATE: _read_template,
+    KEYDIR: _read_keydir,
+    SECTION: lambda f, s, default: read_section(f.doc, f.node(s.name), f.key + (s.name,), s.spec.section),
+    ENTRIES: _read_entries,
+    NAMED: _read_named,
+}
 
 
 def _default_name(source: str) -> str:
@@ -185,84 +146,45 @@ _Dumper.add_representer(_Flow, lambda d, data: d.represent_mapping(
 _Dumper.add_representer(_FlowList, lambda d, data: d.represent_sequence(
     "tag:yaml.org,2002:seq", data, flow_style=True))
 
-_SECTION_COMMENTS = {
-    "security": "CURVE: node servers accept only clients whose keys are in this directory; traffic is encrypted; "
-                "join_endpoints: other addresses scope joins may reach the run's nodes at",
-    "liveness": "seconds a node that keeps its connection but does not answer (paused, swapping) is waited for",
-    "nodes": "node servers: one process each (port 0: a free one)",
-    "threads": "application threads and the node whose process runs each",
-    "elements": "tuple elements: node, template, keep (discard threshold) or delta (flow control)",
-    "stages": "stage instances: wrapper type, node, parameters; a stage id shared by paths is one instance",
-    "paths": "from a thread to an element, stage by stage (a remote stage where the path changes node)",
-    "trees": "collectives: members enter at a stage, edges lead each stage to its parent, up to the root",
-    "instrument": "which points carry event collectors, and their trace elements",
-}
-
-
 def write(pm, header: str | None = None) -> str:
     """YAML for the pathmap `pm` that `read` reads back to an equal one; `header` becomes leading comments."""
-    data: dict = {"name": pm.name}
-    if pm.allow_modules:
-        data["allow_modules"] = _FlowList(pm.allow_modules)
-    clock = _Flow(samples=pm.clock.samples, drift=pm.clock.drift)
-    if pm.clock.reference is not None:
-        clock["reference"] = pm.clock.reference
-    if pm.clock.scheme != "direct":
-        clock["scheme"] = pm.clock.scheme
-    data["clock"] = clock
-    if pm.security != SecuritySpec():
-        security = _Flow() if pm.security.keys is None else _Flow(keys=pm.security.keys)
-        if pm.security.join_endpoints:
-            security["join_endpoints"] = _FlowList(pm.security.join_endpoints)
-        data["security"] = security
-    if pm.liveness != Liveness():
-        data["liveness"] = _Flow(grace=pm.liveness.grace)
-    nodes = {}
-    for n in pm.nodes:
-        entry = _Flow(host=n.host, port=n.port, cluster=n.cluster)
-        if n.clock_offset_ns:
-            entry["clock_offset_ns"] = n.clock_offset_ns
-        nodes[n.name] = entry
-    data["nodes"] = nodes
-    data["threads"] = {t.name: _Flow(node=t.node) for t in pm.threads}
-    elements = {}
-    for e in pm.elements:
-        entry = _Flow(node=e.node, template=e.template if isinstance(e.template, str)
-                      else list(e.template))
-        if e.keep is not None:
-            entry["keep"] = e.keep
-        if e.delta is not None:
-            entry["delta"] = e.delta
-        elements[e.name] = entry
-    data["elements"] = elements
-    stages = {}
-    for s in pm.stages:
-        entry = _Flow(type=s.type, node=s.node)
-        if s.params:
-            entry["params"] = dict(s.params)
-        stages[s.id] = entry
-    data["stages"] = stages
-    data["paths"] = {p.name: _Flow(thread=p.thread, element=p.element, stages=list(p.stages))
-                     for p in pm.paths}
-    data["trees"] = {t.name: {"kind": t.kind, "shape": t.shape, "root": t.root,
-                              "members": dict(t.members), "edges": dict(t.edges)}
-                     for t in pm.trees}
-    data["instrument"] = {
-        "keep": pm.instrument.keep, "location": pm.instrument.location,
-        "collectors": [_Flow((k, list(getattr(s, k))) for k in _SELECTOR_KEYS if getattr(s, k))
-                       for s in pm.instrument.collectors],
-    }
-    if not pm.instrument.system:
-        data["instrument"]["system"] = False
-    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+    body = yaml.dump(write_section(pm), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                      allow_unicode=True, width=160)
+    comments = {s.name: s.spec.doc for s in schema(type(pm)) if s.spec.doc}
     lines = [f"# {line}".rstrip() for line in header.splitlines()] if header else []
     for line in body.splitlines():
         section = line.split(":", 1)[0]
-        if section in _SECTION_COMMENTS and not line.startswith(" "):
-            lines += ["", f"# {_SECTION_COMMENTS[section]}"]
+        if section in comments and not line.startswith(" "):
+            lines += ["", f"# {comments[section]}"]
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def write_section(entry) -> dict:
+    """The YAML mapping of `entry` (a section, or a paths.Pathmap): each key its schema has, in order,
+    if it is required, always written, or not its default; on one line unless its class says FLOW = False."""
+    out = _Flow() if getattr(type(entry), "FLOW", True) else {}
+    for s in schema(type(entry)):
+        value = getattr(entry, s.name)
+        if s.required or s.spec.always or value != s.default:
+            out[s.name] = _WRITERS.get(s.spec.holds, _as_is)(value, s)
+    return out
+
+
+def _as_is(value, s: SectionKey):
+    return value
+
+
+# How each kind of key that is not written as it is held is written: (value, its SectionKey) -> YAML data.
+_WRITERS = {
+    NAMES: lambda value, s: _FlowList(value),
+    NAME_MAP: lambda value, s: dict(value),
+    PARAMS: lambda value, s: dict(value),
+    TEMPLATE: lambda value, s: value if isinstance(value, str) else _FlowList(value),
+    SECTION: lambda value, s: write_section(value),
+    ENTRIES: lambda value, s: [write_section(entry) for entry in value],
+    NAMED: lambda value, s: {getattr(entry, label(s.spec.section)): write_section(entry) for entry in value},
+}
 
 
 def edit_instrument(text: str, add: tuple[Selector, ...] = (), *, keep: int | None = None,
@@ -297,7 +219,8 @@ def edit_instrument(text: str, add: tuple[Selector, ...] = (), *, keep: int | No
         rules.fa.set_flow_style()
     have = [_rule_key(rule) for rule in rules if isinstance(rule, dict)]
     for selector in add:
-        rule = CommentedMap((k, list(getattr(selector, k))) for k in _SELECTOR_KEYS if getattr(selector, k))
+        rule = CommentedMap((s.name, list(getattr(selector, s.name))) for s in schema(Selector)
+                            if getattr(selector, s.name))
         rule.fa.set_flow_style()
         if _rule_key(rule) not in have:
             rules.append(rule)

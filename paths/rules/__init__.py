@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..document import Key
-from . import instrument, nodes, paths, settings, stages, trees
+from . import instrument, keys, nodes, paths, settings, stages, trees
 from .checker import Checker
 
 
@@ -11,6 +11,7 @@ def check(pathmap) -> list[tuple[Key, str]]:
     """Every rule `pathmap` (a paths.Pathmap) breaks, as (key path, "what is wrong; what to do"),
     in pathmap order."""
     checker = Checker(pathmap)
+    keys.check(checker)  # the bounds of the schema (paths.sections) first: the rules below rely on them
     settings.check(checker)
     nodes.check(checker)
     stages.check(checker)

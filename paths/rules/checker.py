@@ -24,6 +24,10 @@ class Checker:
     def add(self, key: Key, what: str) -> None:
         self.problems.append((key, what))
 
+    def told(self, key: Key) -> bool:
+        """True if a problem at `key` was found already."""
+        return any(told == key for told, _ in self.problems)
+
     def placed(self, *things) -> bool:
         """True if every thing's node is known: where one is not, that is reported once, and
         comparing nodes would only repeat it."""

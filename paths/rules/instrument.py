@@ -1,19 +1,16 @@
-"""The rules of the instrument section: keep, location, and collector rules that select something."""
+"""The rules of the instrument section: its location, and collector rules that select something (its
+keep's bound is the schema's: paths.sections)."""
 
 from __future__ import annotations
 
 from ..document import listing, suggest
 from ..instrument import PATH_ROLES, ROLES, TREE_ROLES, roles_of, select
 from .checker import Checker
-from .values import count_problem
 
 
 def check(c: Checker) -> None:
     instrument = c.pm.instrument
     key = ("instrument",)
-    problem = count_problem(instrument.keep, "keep")
-    if problem:
-        c.add(key + ("keep",), problem)
     if instrument.location != "local" and instrument.location not in c.nodes:
         c.add(key + ("location",), f"unknown location {instrument.location!r}; use local "
                                    f"(each collector's own node) or a node: {listing(c.nodes)}")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..sections import MAX_CLOCK_OFFSET_NS
+from ..sections import bound_problems
 from .checker import Checker
-from .values import count_problem, port_problem, template_problem
+from .values import template_problem
 
 
 def check(c: Checker) -> None:
@@ -25,13 +25,7 @@ def _check_nodes(c: Checker) -> None:
         key = ("nodes", node.name)
         if not node.host.strip():
             c.add(key + ("host",), "empty host; give the host name or address the node runs on")
-        if not -MAX_CLOCK_OFFSET_NS <= node.clock_offset_ns <= MAX_CLOCK_OFFSET_NS:
-            c.add(key + ("clock_offset_ns",), f"clock offset {node.clock_offset_ns} ns is beyond +-2^62 ns (146 years), "
-                                              "the most a node's clock is shifted by; give a smaller one")
-        problem = port_problem(node.port)
-        if problem:
-            c.add(key + ("port",), problem)
-        elif node.port:
+        if node.port and not c.told(key + ("port",)):  # a port out of range is told by the schema
             other = endpoints.setdefault((node.host, node.port), node.name)
             if other != node.name:
                 c.add(key + ("port",), f"node {other} already listens on {node.host}:{node.port}; "
@@ -47,10 +41,5 @@ def _check_elements(c: Checker) -> None:
         problem = template_problem(element.template)
         if problem:
             c.add(key + ("template",), problem)
-        for what in ("keep", "delta"):
-            problem = count_problem(getattr(element, what), what)
-            if problem:
-                c.add(key + (what,), problem)
-        if element.keep is not None and element.delta is not None:
-            c.add(key + ("delta",), "both keep and delta are set; keep discards old tuples and "
-                                    "never blocks, delta blocks moves: keep only one")
+        for what, problem in bound_problems(element.keep, element.delta):
+            c.add(key + (what,), problem)

@@ -1,15 +1,13 @@
-"""The rules of a pathmap's settings: allow_modules, clock, security and liveness."""
+"""The rules of a pathmap's settings: allow_modules, the clock's reference node, security (the bounds of
+the clock's samples and scheme and of the liveness grace are the schema's: paths.sections)."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pastset.client import check_grace
-from pastset.errors import PastSetError
 from pastset.security import problems as key_problems
 
 from ..registry import is_module_name
-from ..sections import CLOCK_SCHEMES
 from .checker import Checker
 
 
@@ -19,25 +17,10 @@ def check(c: Checker) -> None:
         if not is_module_name(module):
             c.add(("allow_modules", i), f"{module!r} is not a module name; write a dotted "
                                         "module name such as mylib.wrappers")
-    _check_clock(c)
+    reference = pm.clock.reference
+    if reference is not None and reference not in c.nodes:
+        c.unknown(("clock", "reference"), "node", reference, c.nodes)
     _check_security(c)
-    try:
-        check_grace(pm.liveness.grace)
-    except PastSetError as exc:
-        c.add(("liveness", "grace"), f"{exc}; write e.g. grace: 30")
-
-
-def _check_clock(c: Checker) -> None:
-    clock = c.pm.clock
-    if not (isinstance(clock.samples, int) and clock.samples >= 1):
-        c.add(("clock", "samples"), f"samples must be at least 1, got {clock.samples!r}; "
-                                    "write e.g. samples: 8")
-    if clock.reference is not None and clock.reference not in c.nodes:
-        c.unknown(("clock", "reference"), "node", clock.reference, c.nodes)
-    if clock.scheme not in CLOCK_SCHEMES:
-        c.add(("clock", "scheme"), f"unknown clock scheme {clock.scheme!r}; use {' or '.join(CLOCK_SCHEMES)} "
-                                   "(direct: the monitor asks every node; tree: each cluster's first node asks "
-                                   "the others, the monitor asks the first nodes)")
 
 
 def _check_security(c: Checker) -> None:

@@ -7,7 +7,8 @@ from ..expression import ExpressionError
 from ..registry import reference_problem, registered_types
 from ..wrapper import Filter
 from .checker import Checker
-from .values import count_problem, is_plain
+from ..sections import tuples_problem
+from .values import is_plain
 
 
 def check(c: Checker) -> None:
@@ -33,8 +34,8 @@ def check(c: Checker) -> None:
             c.add(key + ("params",), "a convert stage needs a function; add params: {fn: module:function}")
         if stage.type == "filter":
             _check_filter(c, params, key + ("params",))
-        if stage.type == "buffer" and "size" in params and count_problem(params["size"], "size"):
-            c.add(key + ("params", "size"), count_problem(params["size"], "size"))
+        if stage.type == "buffer" and "size" in params and tuples_problem(params["size"], "size"):
+            c.add(key + ("params", "size"), tuples_problem(params["size"], "size"))
 
 
 def _check_type(c: Checker, type_name: str, key: Key, types: frozenset[str]) -> bool:

@@ -1,4 +1,4 @@
-"""Rules about one value (a template, a count, a port), shared by pathmaps and the generators' inputs."""
+"""Rules about one value (a template, a stage parameter), shared by pathmaps and the generators' inputs."""
 
 from __future__ import annotations
 
@@ -31,19 +31,6 @@ def template_problem(spec) -> str | None:
         return (f"invalid template: {told}; write a list of field types such as [int, bytes], "
                 "or a struct format starting with '=' such as '=HHIIIIQQ'")
     return None
-
-
-def count_problem(value, what: str) -> str | None:
-    """What is wrong with a tuple count such as keep or delta (None: not set), or None."""
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        return None
-    return f"{what} must be a positive whole number of tuples, got {value!r}; write e.g. {what}: 2"
-
-
-def port_problem(port) -> str | None:
-    if isinstance(port, int) and not isinstance(port, bool) and 0 <= port <= 65535:
-        return None
-    return f"port {port!r} is out of range; use 1-65535, or 0 to pick a free port at start"
 
 
 def is_plain(value) -> bool:

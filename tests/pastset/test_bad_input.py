@@ -1,5 +1,7 @@
 """Bad input, through the API and raw on the wire: a clear PastSetError each time, and the server serves on."""
 
+import re
+
 import msgpack
 import pytest
 
@@ -75,7 +77,8 @@ def test_an_index_never_written_times_out_and_a_discarded_one_is_expired(space, 
 @pytest.mark.parametrize("what, value", [("keep", 0), ("keep", -3), ("delta", "5"), ("delta", 1.5),
                                          ("keep", True)])
 def test_a_bad_bound_is_a_bad_argument(space, names, what, value):
-    with pytest.raises(BadArgument, match=f"{what} must be a positive integer"):
+    with pytest.raises(BadArgument, match=f"{what} must be a positive whole number of tuples, got {value!r}; "
+                                          f"give one, or None for no {what}"):
         space.enter(names(), ["int"], **{what: value})
     with pytest.raises(UnknownElement):
         space.element(names())
@@ -84,6 +87,35 @@ def test_a_bad_bound_is_a_bad_argument(space, names, what, value):
         with pytest.raises(BadArgument):
             e.delta(value)
         assert e.delta() is None
+
+
+def test_an_element_with_both_keep_and_delta_is_refused_and_the_server_serves_on(space, names):
+    # keep discards and never blocks, delta blocks moves: pathmaps refused the pair, and now so does
+    # pastset, whether the element is new, exists already, or gets its delta later.
+    both = "both keep and delta are set; keep discards old tuples and never blocks, delta blocks moves: keep only one"
+    with pytest.raises(BadArgument, match=re.escape(both)):
+        space.enter(names(), ["int"], keep=4, delta=2)
+    with pytest.raises(UnknownElement):
+        space.element(names())
+    kept = space.enter(names("kept"), ["int"], keep=4)
+    with pytest.raises(BadArgument, match=re.escape(both)):
+        space.enter(names("kept"), ["int"], keep=4, delta=2)
+    with pytest.raises(BadArgument, match=re.escape(both)):
+        kept.delta(2)
+    assert kept.delta() is None and kept.keep == 4
+    for i in range(6):
+        kept.move((i,), timeout=0)
+    assert kept.read_range(0, 10) == (2, [(2,), (3,), (4,), (5,)])
+
+
+@pytest.mark.parametrize("keep, told", [(0, "keep must be a positive whole number of tuples, got 0"),
+                                        ("4", "keep must be a positive whole number of tuples, got '4'"),
+                                        (None, "rings are bounded: give keep, a positive whole number of tuples")])
+def test_rings_with_a_bad_keep_are_refused_before_anything_is_made(keep, told):
+    server = TupleServer("rings")
+    with pytest.raises(BadArgument, match=told):
+        server.enter_rings(["r0", "r1"], TRACE, keep)
+    assert server.elements() == [] and server.enter_rings(["r0"], TRACE, 4)[0].keep == 4
 
 
 @pytest.mark.parametrize("name", ["", 5, None])

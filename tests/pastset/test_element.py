@@ -265,8 +265,8 @@ def test_binary_ring_follows_a_delta_set_after_entering(space, names):
     assert e.read_range(0, 100) == (60, records(60, 80))
 
 
-def test_binary_ring_follows_a_delta_raised_under_keep(space, names):
-    e = space.enter(names(), TRACE, keep=10, delta=2)
+def test_binary_ring_follows_a_delta_raised_from_the_one_it_was_entered_with(space, names):
+    e = space.enter(names(), TRACE, delta=2)
     e.delta(5)
     for i in range(5):
         e.move(record(i), timeout=0)

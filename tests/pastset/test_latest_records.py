@@ -42,7 +42,8 @@ def test_rings_entered_together_share_a_slab_and_read_the_same():
     assert server.latest_records(names) == expected                   # r0 and r5 hold nothing: skipped
     assert list(struct.iter_unpack(FMT, expected)) == [(4, 11), (2, 5), (1, 2), (3, 8)]
     assert server.latest_records(names, 2) == b"".join(server.element(n).latest(2)[1] for n in names)
-    rings[2].delta(2)                                                   # flow control on one: still correct
+    with pytest.raises(pastset.BadArgument, match="both keep and delta"):
+        rings[2].delta(2)                                               # a kept ring takes no delta: unchanged
     assert server.latest_records(names) == expected
     server.delete("r4")
     with pytest.raises(pastset.UnknownElement):

@@ -5,8 +5,12 @@ import sys
 
 import pytest
 
-from paths import (Clock, ElementSpec, Instrument, Node, Path, Pathmap, PathmapError, SecuritySpec, Selector, Stage,
-                   Thread, Tree)
+import yaml
+
+import pastset.security
+from paths import (Clock, ElementSpec, Instrument, Liveness, Node, Path, Pathmap, PathmapError, SecuritySpec, Selector,
+                   Stage, Thread, Tree)
+from paths.sections import ENTRIES, NAMED, SECTION, label, schema
 from paths.registry import BUILTIN_TYPES, registered_types
 
 
@@ -114,6 +118,47 @@ def test_round_trip_keeps_awkward_names_and_values(base_text):
     )
     odd.validate()
     assert Pathmap.loads(odd.dumps()) == odd
+
+
+def test_every_key_of_the_schema_is_written_and_read_back(base_text, tmp_path):
+    """What `dumps` writes holds every key the schema (paths.sections) has, once each holds a value
+    other than its default, and `loads` reads it back to an equal pathmap."""
+    pm = Pathmap.loads(base_text)
+    pastset.security.generate(tmp_path / "keys")
+    full = dataclasses.replace(
+        pm,
+        nodes=(Node("A", clock_offset_ns=7), pm.nodes[1]),
+        clock=Clock(samples=3, drift=True, reference="B", scheme="tree"),
+        security=SecuritySpec(keys=str(tmp_path / "keys"), join_endpoints=("tcp://10.0.0.9:7000",)),
+        liveness=Liveness(grace=12.5),
+        instrument=dataclasses.replace(pm.instrument, location="B", system=False, collectors=(
+            Selector(at=("source",), paths=("T1/e10",), threads=("T1",), nodes=("B",), elements=("e10",)),
+            Selector(at=("contribute",), trees=("sum",)), Selector(stages=("T1/e10/user",)))),
+    )
+    written = yaml.safe_load(full.dumps())
+
+    def unwritten(held: list, where: str) -> list[str]:
+        """The keys of a section that none of its entries (held: [(entry, its YAML data)]) has written."""
+        missing = []
+        for s in schema(type(held[0][0])):
+            both = [(getattr(entry, s.name), data[s.name]) for entry, data in held if s.name in data]
+            if s.spec.holds == SECTION:
+                inner = both
+            elif s.spec.holds == ENTRIES:
+                inner = [pair for value, data in both for pair in zip(value, data)]
+            elif s.spec.holds == NAMED:
+                inner = [(item, data[getattr(item, label(s.spec.section))]) for value, data in both for item in value]
+            else:
+                inner = None
+            if not both:
+                missing.append(f"{where}.{s.name}")
+            elif inner:
+                missing += unwritten(inner, f"{where}.{s.name}")
+        return missing
+
+    assert unwritten([(full, written)], "pathmap") == []
+    assert full.check() == ()
+    assert Pathmap.loads(full.dumps()) == full
 
 
 def test_pathmap_built_in_code_is_validated_without_lines():
