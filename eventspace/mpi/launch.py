@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         if _first_rank():
             print(f"eventspace.mpi: mpi4py is not installed; {EXTRA_HINT}", file=sys.stderr)
         return 2
-    monitor = Monitor(options)
+    monitor = RankHost(options)
     monitor.watch_import()
     _Unblock.install(monitor.end_blocked)
     return monitor.run(program)
@@ -214,7 +214,7 @@ def _first_rank() -> bool:
     return True
 
 
-class Monitor:
+class RankHost:
     """Runs the program in this process and turns the rank into a node once MPI is up."""
 
     def __init__(self, options):
