@@ -102,6 +102,17 @@ class NodeServer:
         for ep in installed(NODE_SERVICES):
             ep.load()(self)
 
+    def grow(self, pathmap: Pathmap) -> None:
+        """Take `pathmap`, this node's run grown while it runs (an MPI run's, by a communicator): the
+        same run, nodes and threads (ValueError otherwise), more of the rest. What the node built
+        stays as it is: the stages, paths and elements added are the services' (eventspace's
+        collectors and trace elements), which they take before they hand the node the pathmap."""
+        old = self.pathmap
+        if pathmap.name != old.name or pathmap.nodes != old.nodes or pathmap.threads != old.threads:
+            raise ValueError(f"node {self.name}: pathmap {pathmap.name} is not run {old.name} grown "
+                             "(its name, nodes or threads differ)")
+        self.pathmap = pathmap
+
     # -- building ----------------------------------------------------------------------------
 
     def _collector(self, point: CollectorPoint) -> Wrapper:
