@@ -194,8 +194,10 @@ class NodeSpace:
         self._grow(self.catalogue.extended(pathmap, part))
 
     def _grow(self, catalogue: Catalogue) -> None:
-        """The collectors `catalogue` has after this node's join its table: a trace element for
-        each whose traces live here, room for their marks; then the node takes its pathmap."""
+        """The node takes `catalogue`'s pathmap (ValueError, and nothing changes, if it is not its run
+        grown), and the collectors the catalogue has after this node's join its table: a trace
+        element for each whose traces live here, room for their marks."""
+        self.node.grow(catalogue.pathmap)
         added = catalogue.entries[len(self.catalogue):]
         mine = [e.trace for e in added if e.trace_node == self.node.name]
         if mine:
@@ -203,7 +205,6 @@ class NodeSpace:
         grow = len(catalogue) + 1 - len(self.marks)
         if grow > 0:  # in place: collectors hold the list
             self.marks.extend([0] * grow)
-        self.node.grow(catalogue.pathmap)
         self.catalogue = catalogue
 
     def enrol(self, cid: int) -> None:

@@ -58,6 +58,11 @@ def test_a_node_takes_a_communicator_added_to_its_run_into_its_table(node):
     server, _, _ = node
     space = NodeSpace.of(server)
     before, marks = space.catalogue, space.marks
+    another = add_communicator(grown(WORLD, name="another"), SPLIT)
+    with pytest.raises(ValueError, match="is not run grow grown"):   # another run's pathmap
+        space.extend(another.pathmap, another.part)
+    assert space.catalogue is before and server.pathmap is before.pathmap
+    assert not any(e.name.startswith("trace/") and int(e.name[6:]) > len(before) for e in server.server.elements())
     extension = add_communicator(server.pathmap, SPLIT)
     space.extend(extension.pathmap, extension.part)
     assert server.pathmap is extension.pathmap and space.catalogue.pathmap is extension.pathmap
@@ -70,8 +75,6 @@ def test_a_node_takes_a_communicator_added_to_its_run_into_its_table(node):
     assert space.marks is marks and len(marks) >= len(space.catalogue) + 1
     with pytest.raises(ValueError, match="may only append collectors"):   # the same communicator again
         space.extend(extension.pathmap, extension.part)
-    with pytest.raises(ValueError, match="is not run grow grown"):
-        server.grow(grown(WORLD, SPLIT, name="another"))
     assert server.pathmap is extension.pathmap and len(space.catalogue) == len(before) + 4
 
 
