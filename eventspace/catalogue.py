@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -112,6 +112,34 @@ class Catalogue:
             tree: TreeLayout(tuple(pm.tree(tree).members), {e.stage: pm.fan_in(tree, e.stage) for e in entries
                                                             if e.tree == tree and e.role == "arrival"})
             for tree in dict.fromkeys(e.tree for e in entries if e.tree)}
+
+    def extended(self, pathmap: Pathmap, part: Pathmap) -> Catalogue:
+        """The catalogue of `pathmap`, which is this catalogue's pathmap grown by `part` (a pathmap
+        over the same nodes and threads): part's elements and trees after its own, part's paths and
+        stages among its own, part's instrument rules after its own (eventspace.mpi.generate's
+        add_communicator grows a run's pathmap so). Its entries are these, then part's collectors
+        numbered on from here; only part's are worked out, so it costs what part holds. Ids never
+        change. ValueError for a `pathmap` not grown so, or one with system elements (numbered after
+        every collector, they would move)."""
+        old = self.pathmap
+        if (pathmap.elements[len(old.elements):] != part.elements or pathmap.trees[len(old.trees):] != part.trees
+                or pathmap.threads != old.threads or pathmap.nodes != part.nodes
+                or pathmap.instrument.collectors[len(old.instrument.collectors):] != part.instrument.collectors
+                or pathmap.instrument.location != part.instrument.location):
+            raise ValueError(f"pathmap {pathmap.name} is not {old.name} grown by {part.name}'s elements, trees and "
+                             "collectors; a growing run may only append collectors")
+        if pathmap.instrument.system or part.collectors or self.system:
+            raise ValueError(f"pathmap {pathmap.name} has system elements or collector stages; a run that grows "
+                             "has neither (their ids would move)")
+        added = Catalogue(part)
+        shift, elements, trees = len(self.entries), len(old.elements), len(old.trees)
+        new = tuple(replace(e, id=e.id + shift, trace=f"{TRACE_PREFIX}{e.id + shift}",
+                            element_id=e.element_id + (trees if e.flags & trace.TREE else elements if e.element else 0))
+                    for e in added.entries)
+        grown = Catalogue.__new__(Catalogue)
+        grown.pathmap, grown.entries, grown.system = pathmap, self.entries + new, ()
+        grown.threads, grown.trees = self.threads, {**self.trees, **added.trees}
+        return grown
 
     def __len__(self) -> int:
         """How many collectors."""

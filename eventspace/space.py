@@ -176,22 +176,35 @@ class NodeSpace:
         return rows
 
     def adopt(self, pathmap) -> None:
-        """Take the run's pathmap after it grew while the run goes on (an MPI run declares each
-        communicator this way): its catalogue, a trace element for each new collector whose
-        traces live here, room for their marks. The pathmap must only append
-        collectors (ValueError otherwise): ids that monitors already use keep their meaning."""
+        """Take the run's pathmap after it grew while the run goes on, whatever grew it: its
+        catalogue, made anew, must only append collectors (ValueError otherwise): ids that
+        monitors already use keep their meaning. See `extend` for a run that knows what it adds."""
         catalogue = Catalogue(pathmap)
         old = self.catalogue.entries
         if catalogue.entries[:len(old)] != old:
             raise ValueError(f"pathmap {pathmap.name} changes collectors of the running one; "
                              "a growing run may only append collectors")
-        mine = [e.trace for e in catalogue.on_node(self.node.name) if e.id > len(old)]
+        self._grow(catalogue)
+
+    def extend(self, pathmap, part) -> None:
+        """Take the run's pathmap grown by `part` while the run goes on (an MPI run declares each
+        communicator this way; Catalogue.extended says what `pathmap` must be, and raises
+        ValueError otherwise): part's collectors join the table, numbered after all others. It
+        costs what part holds, not what the run holds."""
+        self._grow(self.catalogue.extended(pathmap, part))
+
+    def _grow(self, catalogue: Catalogue) -> None:
+        """The node takes `catalogue`'s pathmap (ValueError, and nothing changes, if it is not its run
+        grown), and the collectors the catalogue has after this node's join its table: a trace
+        element for each whose traces live here, room for their marks."""
+        self.node.grow(catalogue.pathmap)
+        added = catalogue.entries[len(self.catalogue):]
+        mine = [e.trace for e in added if e.trace_node == self.node.name]
         if mine:
-            self.node.server.enter_rings(mine, trace.FORMAT, pathmap.instrument.keep)
+            self.node.server.enter_rings(mine, trace.FORMAT, catalogue.pathmap.instrument.keep)
         grow = len(catalogue) + 1 - len(self.marks)
         if grow > 0:  # in place: collectors hold the list
             self.marks.extend([0] * grow)
-        self.node.pathmap = pathmap
         self.catalogue = catalogue
 
     def enrol(self, cid: int) -> None:

@@ -22,7 +22,7 @@ from ..space import NodeSpace
 from . import interpose
 from .collector import Channel, collective_methods, p2p_methods, peer_table
 from .options import Options
-from .generate import Communicator, collector_ids, node_name, run_pathmap
+from .generate import Communicator, add_communicator, collector_ids, node_name, run_pathmap
 from .registry import Registration
 from .topology import Topology
 
@@ -289,13 +289,14 @@ class Rank:
                                              for c in self.comms])}
 
     def _adopt(self, wire: list) -> None:
-        """Take communicator [id, members, how] into this node's pathmap (every node, in id order)."""
+        """Take communicator [id, members, how] into this node's pathmap (every node, in id order):
+        added to it, its collectors to the node's table, at the cost of what it holds (the pathmap
+        is never made again)."""
         with self._adopt_lock:
             comm = self._communicator(wire)
-            comms = [*self.comms, comm]
-            o = self.options
-            self.space.adopt(run_pathmap(self.name, self.hosts, self.clusters, comms, o.instrument, o.keep))
-            self.comms = comms
+            grown = add_communicator(self.node.pathmap, comm, self.options.instrument)
+            self.space.extend(grown.pathmap, grown.part)
+            comms = self.comms = [*self.comms, comm]
             if self.recorder is not None:   # the recording can make its catalogue again from its notes
                 from .record import communicators
 

@@ -10,7 +10,7 @@ from eventspace import trace
 from eventspace.archive import Archive, ArchiveError
 from eventspace.catalogue import Catalogue
 from eventspace.mpi import encoding as e
-from eventspace.mpi.generate import Communicator, run_pathmap
+from eventspace.mpi.generate import Communicator, add_communicator, run_pathmap
 from eventspace.scope import EventScope
 from eventspace.space import Mark, NodeSpace
 from paths import NodeServer, RunFile
@@ -49,6 +49,33 @@ def test_a_node_adopts_the_collectors_a_grown_pathmap_appends(node):
     assert space.marks is marks and len(marks) >= len(space.catalogue) + 1   # grown in place
     with pytest.raises(ValueError, match="may only append collectors"):
         space.adopt(grown(Communicator(0, (1, 0), "reordered")))
+
+
+def test_a_node_takes_a_communicator_added_to_its_run_into_its_table(node):
+    """Issue 34: the node's collector table grows by the new communicator's collectors alone (the
+    entries it had are kept, not made again), and the node takes the grown pathmap through its own
+    method; a pathmap that is not its run grown is refused, and the node is left as it was."""
+    server, _, _ = node
+    space = NodeSpace.of(server)
+    before, marks = space.catalogue, space.marks
+    another = add_communicator(grown(WORLD, name="another"), SPLIT)
+    with pytest.raises(ValueError, match="is not run grow grown"):   # another run's pathmap
+        space.extend(another.pathmap, another.part)
+    assert space.catalogue is before and server.pathmap is before.pathmap
+    assert not any(e.name.startswith("trace/") and int(e.name[6:]) > len(before) for e in server.server.elements())
+    extension = add_communicator(server.pathmap, SPLIT)
+    space.extend(extension.pathmap, extension.part)
+    assert server.pathmap is extension.pathmap and space.catalogue.pathmap is extension.pathmap
+    assert space.catalogue.entries == Catalogue(grown(WORLD, SPLIT)).entries
+    assert all(a is b for a, b in zip(before.entries, space.catalogue.entries))
+    new = [x for x in space.catalogue.entries[len(before):] if x.trace_node == "r0"]
+    assert [x.role for x in new] == ["source", "contribute"]
+    for entry in new:
+        assert server.server.element(entry.trace).keep == extension.pathmap.instrument.keep
+    assert space.marks is marks and len(marks) >= len(space.catalogue) + 1
+    with pytest.raises(ValueError, match="may only append collectors"):   # the same communicator again
+        space.extend(extension.pathmap, extension.part)
+    assert server.pathmap is extension.pathmap and len(space.catalogue) == len(before) + 4
 
 
 def test_a_scope_reads_what_blocked_operations_wait_for(node):

@@ -7,7 +7,8 @@ import pytest
 from eventspace import trace
 from eventspace.catalogue import Catalogue
 from eventspace.mpi import encoding as e
-from eventspace.mpi.generate import Communicator, collector_ids, run_pathmap
+from eventspace.mpi.generate import Communicator, add_communicator, collector_ids, run_pathmap
+from eventspace.mpi.options import INSTRUMENT
 from eventspace.mpi.topology import Topology
 from paths import PathmapError
 from paths import operation as paths_op
@@ -68,3 +69,39 @@ def test_communicators_declared_later_append_collectors_and_keep_every_id():
     only_p2p = Catalogue(run_pathmap("r", hosts, clusters, [world, split], instrument="p2p"))
     assert {x.role for x in only_p2p} == {"source"} and collector_ids(only_p2p, 1, 0)[1] == 0
     assert not Catalogue(run_pathmap("r", hosts, clusters, [world], instrument="none")).entries
+
+
+@pytest.mark.parametrize("instrument", INSTRUMENT)
+def test_a_communicator_added_to_a_run_gives_what_making_the_run_again_gives(instrument):
+    """Issue 34: a run's pathmap grows by each communicator (add_communicator) and its catalogue by
+    its collectors (Catalogue.extended), sharing what they held; the pathmap, the entries and every
+    id are those run_pathmap gives for the longer list, whatever the members and where they run."""
+    hosts, clusters = ["h0", "h0", "h1", "h1", "h2"], {"h0": "c0", "h1": "c0", "h2": "c1"}
+    comms = [Communicator(0, (0, 1, 2, 3, 4), "COMM_WORLD"), Communicator(1, (3, 1), "Split (color 1) of comm 0"),
+             Communicator(2, (4, 3, 2, 1, 0), "Split (key -rank) of comm 0"), Communicator(3, (2,), "Split of comm 1"),
+             Communicator(4, (4, 0, 2), "Create of comm 0"), Communicator(5, (0, 1, 2, 3, 4), "Dup of comm 2")]
+    pathmap = run_pathmap("r", hosts, clusters, comms[:1], instrument, keep=64)
+    catalogue = Catalogue(pathmap)
+    for n, comm in enumerate(comms[1:], 2):
+        grown = add_communicator(pathmap, comm, instrument)
+        made = run_pathmap("r", hosts, clusters, comms[:n], instrument, keep=64)
+        assert grown.pathmap == made
+        assert all(path in made.paths for path in grown.part.paths)
+        assert all(a is b for a, b in zip(pathmap.elements, grown.pathmap.elements))   # shared, not made again
+        extended = catalogue.extended(grown.pathmap, grown.part)
+        again = Catalogue(made)
+        assert extended.entries == again.entries and extended.trees == again.trees
+        assert extended.entries[:len(catalogue)] == catalogue.entries
+        for c in comms[:n]:
+            for rank in range(len(hosts)):
+                ids = collector_ids(extended, c.id, rank)
+                thread, name = f"r{rank}", f"comm{c.id}"
+                assert ids == (next((x.id for x in again if x.role == "source" and x.path == f"{thread}/{name}"), 0),
+                               next((x.id for x in again if x.role == "contribute" and x.tree == name
+                                     and x.thread == thread), 0))
+        pathmap, catalogue = grown.pathmap, extended
+    with pytest.raises(ValueError, match="not the next"):
+        add_communicator(pathmap, Communicator(2, (0,), "late"), instrument)
+    first = add_communicator(run_pathmap("r", hosts, clusters, comms[:1], instrument, keep=64), comms[1], instrument)
+    with pytest.raises(ValueError, match="may only append collectors"):   # not this run's pathmap grown
+        catalogue.extended(first.pathmap, first.part)
