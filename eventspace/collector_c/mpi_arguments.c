@@ -467,9 +467,9 @@ mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         Py_DECREF(result);
         return NULL;
     }
-    if (self->request_class != NULL
+    if (self->request_class != NULL   /* a request not wrapped: the call failed, as the closure says */
         && (result = posted(self, result, self->flags, peer, (uint64_t)tag, n, t0)) == NULL)
-        return NULL;
+        return failed(self, self->flags, peer, (uint64_t)tag, t0);
     if (record(self, self->flags, peer, (uint64_t)tag, n, t0, t1) < 0) {
         Py_DECREF(result);
         return NULL;
