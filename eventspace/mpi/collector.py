@@ -11,32 +11,36 @@ and its append. The compiled collector (eventspace/collector_c/, MpiCall) runs t
 `compiled` kind for their common forms and hands every other form to the closure, which stays the
 reference. Fields are encoded as eventspace.mpi.encoding describes.
 
-A row (CallSpec):
+A row (CallSpec), here Isend's:
 
-    name      the mpi4py method                          "Isend"
-    op        its record's op code                        e.ISEND
-    reads     extractor: (collector, row, Context) ->     sending: reader(buf, dest, tag=0) ->
-              reader(*the method's arguments) ->            ((buf, dest, tag), flags, peer, tag, nbytes, None)
-              (mpi4py's arguments, mark's flags, peer,
-               arg, nbytes, what the record needs besides)
-    holds     what its record holds: ASKED (as read),     ASKED
-              RECEIVED (the Status), SENT_RECEIVED (two),
+    name      the mpi4py method                                  "Isend"
+    op        its record's op code                                e.ISEND
+    reads     its Extractor: make(collector, row, Context) ->     SENDING: sending, peer=1, tag=2
+              a reader with the method's signature, returning
+              (mpi4py's arguments, the mark's flags, peer, arg,
+              nbytes, what the record needs besides); and the
+              places of peer, tag, source, tag wanted and Status
+              among the arguments, for the compiled path
+    holds     what its record holds: ASKED (as read), RECEIVED   ASKED
+              (from the Status), SENT_RECEIVED (two records),
               PROBED, MATCHED
-    role      BLOCKING, POSTING (a request, wrapped for   POSTING
-              its completion's record)
-    flags     PICKLED for a pickle form                   0
-    pickles   bytes = what mpi4py pickled during it       False
-    waits_as, second   the mark's op, a second record's op (Sendrecv's receive half)
-    rounds    a collective: the communicator's round counter is its arg
-    compiled  the compiled MpiCall's kind, or None        _SEND
+    role      BLOCKING, or POSTING (its request wrapped, so that  POSTING
+              its completion is recorded)
+    flags     PICKLED for a pickle form                           0
+    pickles   its bytes are what mpi4py pickled during it         False
+    sends     the bytes it sends (COLLECTIVES' words)             "send": its buffer, argument 0
+    waits_as, second   the op of its mark and failure record, and of a second record (Sendrecv's receive half)
+    rounds    a collective: its arg is the communicator's round
+    compiled  MpiCall runs its common forms in C                  True
 
 Adding a call is adding a row, and an extractor where none reads its arguments. A nonblocking
 collective, Iallreduce: a COLLECTIVES entry ("Iallreduce": (op, False, ("sendbuf", "recvbuf", "op"),
-None, "send")) and the row CallSpec("Iallreduce", op, collective, role=POSTING, rounds=True); its
-Wait then writes its request record as for Isend. A one-sided Win.Put(origin, target_rank,
-target=None): an extractor reading (origin's bytes, the target's world rank, 0) and the row
-CallSpec("Put", op, putting), its methods put on a traced window as p2p_methods puts a
-communicator's.
+None, "send")) and the row CallSpec("Iallreduce", op, COLLECTIVE, role=POSTING, rounds=True,
+compiled=True, sends="send"); its Wait then writes its request record as an Isend's does. A
+one-sided Win.Put(origin, target_rank, target=None): an extractor PUTTING = Extractor(putting,
+peer=1), whose reader gives (the arguments, 0, the target's world rank, 0, the origin's bytes,
+None), and the row CallSpec("Put", op, PUTTING, compiled=True, sends="send"), its methods put on a
+traced window as p2p_methods puts a communicator's.
 """
 
 from __future__ import annotations
@@ -92,8 +96,7 @@ class MpiCollector:
         self.compiled, self.offset_ns = (compiled if fast else None), offset_ns
 
 
-# What the compiled call is (eventspace/collector_c/, MpiCall): its kinds, and what a collective sends.
-_SEND, _RECV, _COLLECTIVE, _IRECV, _SENDRECV = 0, 1, 2, 3, 4
+# How the compiled call (eventspace/collector_c/, MpiCall) reads a row's bytes (S_*), and what its record holds (H_*).
 _COMPILED_SENDS = {"none": 0, "send": 1, "piece": 1, "root": 2, "root-send": 2, "pickled": 3}
 
 
@@ -120,23 +123,34 @@ def predefined_datatypes() -> tuple:
     return tuple(found)
 
 
-def compiled_call(kind, comm, call, ch: MpiCollector, op, flags, closure, rounds=None, sends=0, root_at=-1, rank=0,
-                  request_class=None, recv_op=0, dumped=None):
-    """The compiled form of collector `closure` (kind _SEND, _RECV, _COLLECTIVE, _IRECV or
-    _SENDRECV, whose receive half is `recv_op`; a nonblocking send is a _SEND with
-    `request_class`) where the channel runs compiled: it writes what the closure writes for the
-    common form of the call, in C, and hands every other form to the closure. Else the closure
-    itself."""
+def compiled_call(spec, read, comm, call, ch: MpiCollector, closure, context, rounds, request_class):
+    """The compiled form of `closure` (the collector of row `spec`, whose reader is `read`) where the
+    collector runs compiled: MpiCall applies the same row, in C, to the common form of the call
+    (where its arguments are, from the reader's signature and the extractor's places; how its bytes
+    are read; what its record holds) and hands every other form to the closure. Else the closure."""
     if ch.compiled is None:
         return closure
-    if kind in (_RECV, _SENDRECV):
+    if spec.holds is not ASKED:
         count_in_c(ch.compiled)
+    at = spec.reads
+    least, most = _arity(read)
+    row = (least, most, _root_at(spec) if spec.rounds else at.peer, at.tag, at.source, at.recv_tag, at.status,
+           _COMPILED_HOLDS[spec.holds], spec.rounds)
+    sends = _COMPILED_SENDS["pickled" if spec.pickles else spec.sends]
     params, defaults = signature(call)
-    return ch.compiled.MpiCall(kind, comm, call, closure, ch.append, ch.on, ch.bound, ch.spill, ch.inflight,
-                               ch.peers, ch.status, rounds, ndarray, ch.cid, op, flags, ERROR, ANY_SOURCE,
-                               ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, root_at, rank,
+    return ch.compiled.MpiCall(row, comm, call, closure, ch.append, ch.on, ch.bound, ch.spill, ch.inflight,
+                               ch.peers, ch.status, rounds, ndarray, ch.cid, spec.op, spec.flags, ERROR, ANY_SOURCE,
+                               ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, context.rank,
                                params, defaults, request_class, ch if request_class is not None else None,
-                               recv_op, dumped, predefined_datatypes())
+                               spec.second, DUMPED if spec.pickles else None, predefined_datatypes())
+
+
+def _arity(read) -> tuple[int, int]:
+    """(arguments at least, at most) of a reader; at most -1 where it takes any number (*args)."""
+    parameters = [p for p in inspect.signature(read).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return 0, -1
+    return sum(p.default is p.empty for p in parameters), len(parameters)
 
 
 @functools.lru_cache(maxsize=None)
@@ -280,6 +294,7 @@ BLOCKING, POSTING = "blocking", "posting"
 # came), two records; what a probe found (as came, or as read flagged EMPTY); as a probe, with the
 # message wrapped so that its matched receive is recorded too.
 ASKED, RECEIVED, SENT_RECEIVED, PROBED, MATCHED = "asked", "received", "sent+received", "probed", "matched"
+_COMPILED_HOLDS = {ASKED: 0, RECEIVED: 1, SENT_RECEIVED: 2}   # as MpiCall reads them (H_*)
 
 
 @dataclass(frozen=True)
@@ -289,7 +304,7 @@ class CallSpec:
 
     name: str               # the mpi4py method (of the communicator)
     op: int                 # its record's op (SENT_RECEIVED: the send half's)
-    reads: Callable         # extractor: (collector, spec, context) -> reader; see module docstring
+    reads: Extractor        # how its arguments are read; see module docstring
     holds: str = ASKED      # what its record holds (ASKED, RECEIVED, ...)
     role: str = BLOCKING    # BLOCKING or POSTING
     flags: int = 0          # of every record it writes: PICKLED for a pickle form (send, recv, allreduce...)
@@ -297,8 +312,23 @@ class CallSpec:
     waits_as: int = 0       # the op of its in-flight mark and failure record, where not `op` (SENT_RECEIVED: the receive half)
     second: int = 0         # SENT_RECEIVED: the receive half's op
     rounds: bool = False    # a collective: numbered by the communicator's round counter (counted even while off)
-    compiled: int | None = None   # how the compiled MpiCall runs it (_SEND, _RECV, ...), None: the closure only
-    sends: str = "none"     # a collective's bytes: see COLLECTIVES
+    compiled: bool = False  # the compiled MpiCall runs its common forms (ASKED, RECEIVED, SENT_RECEIVED rows)
+    sends: str = "none"     # the bytes it sends, as COLLECTIVES says them ("send": its buffer argument 0)
+
+
+@dataclass(frozen=True)
+class Extractor:
+    """How a call family's arguments are read: `make(collector, row, context)` -> its reader (see
+    below), and the places of the arguments the compiled MpiCall reads itself (-1: none): the
+    destination (a collective's: its root, from COLLECTIVES), the tag sent, the source and the tag
+    wanted, the Status."""
+
+    make: Callable
+    peer: int = -1
+    tag: int = -1
+    source: int = -1
+    recv_tag: int = -1
+    status: int = -1
 
 
 def _wanted(flags, source, tag) -> int:
@@ -419,6 +449,15 @@ def collective(ch, spec, context):
     return read
 
 
+SENDING = Extractor(sending, peer=1, tag=2)
+RECEIVING = Extractor(receiving, source=1, recv_tag=2, status=3)
+POSTING_RECEIVE = Extractor(posting_receive, source=1, recv_tag=2)
+SEND_RECEIVING = Extractor(send_receiving, peer=1, tag=2, source=4, recv_tag=5, status=6)
+REPLACING = Extractor(replacing)
+PROBING = Extractor(probing)
+COLLECTIVE = Extractor(collective)
+
+
 class Context:
     """What extractors of one communicator's calls read besides the collector: its size, this rank
     in it, its round counter, and the classes that wrap what posts and matched probes return."""
@@ -437,7 +476,7 @@ def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: Context
     to this closure, which stays the reference."""
     on, dumped, op, holds, pickled = ch.on, DUMPED, spec.op, spec.holds, spec.pickles
     waits_as = spec.waits_as or op
-    read = spec.reads(ch, spec, context)
+    read = spec.reads.make(ch, spec, context)
     rounds = context.rounds if spec.rounds else None
     wrap = context.request_class if spec.role == POSTING else None
     peers, message_class = ch.peers, context.message_class
@@ -481,12 +520,9 @@ def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: Context
         return result
 
     method.__name__ = method.__qualname__ = spec.name
-    if spec.compiled is None or (spec.rounds and spec.sends not in _COMPILED_SENDS):
+    if not spec.compiled or spec.sends not in _COMPILED_SENDS:
         return method
-    form = spec.flags & e.PICKLED
-    return compiled_call(spec.compiled, comm, call, ch, op, spec.flags, method, rounds,
-                         _COMPILED_SENDS["pickled" if form else spec.sends], _root_at(spec), context.rank,
-                         request_class=wrap, recv_op=spec.second, dumped=dumped if form else None)
+    return compiled_call(spec, read, comm, call, ch, method, context, rounds, wrap)
 
 
 def _root_at(spec) -> int:
@@ -499,27 +535,27 @@ def _root_at(spec) -> int:
 def _p2p_calls() -> tuple[CallSpec, ...]:
     rows = []
     for name, op in (("Send", e.SEND), ("Bsend", e.BSEND), ("Ssend", e.SSEND), ("Rsend", e.RSEND)):
-        rows.append(CallSpec(name, op, sending, compiled=_SEND))
+        rows.append(CallSpec(name, op, SENDING, compiled=True, sends="send"))
     for name, op in (("send", e.SEND), ("bsend", e.BSEND), ("ssend", e.SSEND)):
-        rows.append(CallSpec(name, op, sending, flags=e.PICKLED, pickles=True, compiled=_SEND))
-    rows.append(CallSpec("Recv", e.RECV, receiving, RECEIVED, compiled=_RECV))
-    rows.append(CallSpec("recv", e.RECV, receiving, RECEIVED, flags=e.PICKLED, compiled=_RECV))
+        rows.append(CallSpec(name, op, SENDING, flags=e.PICKLED, pickles=True, compiled=True))
+    rows.append(CallSpec("Recv", e.RECV, RECEIVING, RECEIVED, compiled=True))
+    rows.append(CallSpec("recv", e.RECV, RECEIVING, RECEIVED, flags=e.PICKLED, compiled=True))
     for name, op in (("Isend", e.ISEND), ("Ibsend", e.IBSEND), ("Issend", e.ISSEND), ("Irsend", e.IRSEND)):
-        rows.append(CallSpec(name, op, sending, role=POSTING, compiled=_SEND))
+        rows.append(CallSpec(name, op, SENDING, role=POSTING, compiled=True, sends="send"))
     for name, op in (("isend", e.ISEND), ("ibsend", e.IBSEND), ("issend", e.ISSEND)):
-        rows.append(CallSpec(name, op, sending, role=POSTING, flags=e.PICKLED, pickles=True, compiled=_SEND))
-    rows.append(CallSpec("Irecv", e.IRECV, posting_receive, role=POSTING, compiled=_IRECV))
-    rows.append(CallSpec("irecv", e.IRECV, posting_receive, role=POSTING, flags=e.PICKLED, compiled=_IRECV))
+        rows.append(CallSpec(name, op, SENDING, role=POSTING, flags=e.PICKLED, pickles=True, compiled=True))
+    rows.append(CallSpec("Irecv", e.IRECV, POSTING_RECEIVE, role=POSTING, compiled=True))
+    rows.append(CallSpec("irecv", e.IRECV, POSTING_RECEIVE, role=POSTING, flags=e.PICKLED, compiled=True))
     for name, pickled in (("Sendrecv", False), ("sendrecv", True)):
-        rows.append(CallSpec(name, e.SENDRECV_SEND, send_receiving, SENT_RECEIVED,
-                             flags=e.PICKLED if pickled else 0, pickles=pickled,
-                             waits_as=e.SENDRECV_RECV, second=e.SENDRECV_RECV, compiled=_SENDRECV))
-    rows.append(CallSpec("Sendrecv_replace", e.SENDRECV_REPLACE_SEND, replacing, SENT_RECEIVED,
+        rows.append(CallSpec(name, e.SENDRECV_SEND, SEND_RECEIVING, SENT_RECEIVED, flags=e.PICKLED if pickled else 0,
+                             pickles=pickled, waits_as=e.SENDRECV_RECV, second=e.SENDRECV_RECV, compiled=True,
+                             sends="none" if pickled else "send"))
+    rows.append(CallSpec("Sendrecv_replace", e.SENDRECV_REPLACE_SEND, REPLACING, SENT_RECEIVED,
                          waits_as=e.SENDRECV_REPLACE_RECV, second=e.SENDRECV_REPLACE_RECV))
     for name, op in (("Probe", e.PROBE), ("probe", e.PROBE), ("Iprobe", e.IPROBE), ("iprobe", e.IPROBE)):
-        rows.append(CallSpec(name, op, probing, PROBED))
+        rows.append(CallSpec(name, op, PROBING, PROBED))
     for name, op in (("Mprobe", e.MPROBE), ("mprobe", e.MPROBE), ("Improbe", e.IMPROBE), ("improbe", e.IMPROBE)):
-        rows.append(CallSpec(name, op, probing, MATCHED, flags=e.PICKLED if name.islower() else 0))
+        rows.append(CallSpec(name, op, PROBING, MATCHED, flags=e.PICKLED if name.islower() else 0))
     return tuple(rows)
 
 
@@ -589,8 +625,8 @@ COLLECTIVES = {
     "exscan": (e.EXSCAN, True, ("sendobj", "op"), None, "pickled"),
 }
 INTRA_ONLY = frozenset({"Scan", "Exscan", "scan", "exscan"})
-COLLECTIVE_CALLS = tuple(CallSpec(name, op, collective, flags=e.PICKLED if pickled else 0, pickles=pickled, rounds=True,
-                                  compiled=_COLLECTIVE, sends=sends)
+COLLECTIVE_CALLS = tuple(CallSpec(name, op, COLLECTIVE, flags=e.PICKLED if pickled else 0, pickles=pickled, rounds=True,
+                                  compiled=True, sends=sends)
                          for name, (op, pickled, _, _, sends) in COLLECTIVES.items())
 # Every traced call family of a communicator, by mpi4py method name.
 CALLS = {spec.name: spec for spec in (*P2P_CALLS, *COLLECTIVE_CALLS)}

@@ -106,8 +106,22 @@ def Irecv(comm, buf, source=ANY_SOURCE, tag=ANY_TAG):  # noqa: N802
     return behaviour("Irecv", (buf, source, tag), ranks=(source,), tags=(tag,))
 
 
-STAND_INS = {"Send": Send, "send": Send, "Isend": Send, "Recv": Recv, "Irecv": Irecv, "Sendrecv": Sendrecv,
-             "Bcast": Bcast, "Allreduce": Allreduce, "bcast": bcast}
+def recv(comm, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    return behaviour("recv", (buf, source, tag, status), status, (source, tag), (source,), (tag,))
+
+
+def irecv(comm, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
+    return behaviour("irecv", (buf, source, tag), ranks=(source,), tags=(tag,))
+
+
+def sendrecv(comm, sendobj, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+    return behaviour("sendrecv", (sendobj, dest, sendtag, recvbuf, source, recvtag, status), status, (source, recvtag),
+                     (dest, source), (sendtag, recvtag))
+
+
+STAND_INS = {"Send": Send, "send": Send, "Isend": Send, "isend": Send, "Recv": Recv, "recv": recv, "Irecv": Irecv,
+             "irecv": irecv, "Sendrecv": Sendrecv, "sendrecv": sendrecv, "Bcast": Bcast, "Allreduce": Allreduce,
+             "bcast": bcast}
 
 
 def traced(kind: str, ch, spec=None, rounds=None):
@@ -117,7 +131,7 @@ def traced(kind: str, ch, spec=None, rounds=None):
     return mc.traced_method("the communicator", STAND_INS[kind], spec or mc.CALLS[kind], ch, context)
 
 
-KINDS = ["Send", "send", "Isend", "Recv", "Irecv", "Sendrecv", "Bcast", "Allreduce", "bcast"]
+KINDS = list(STAND_INS)
 INTS = st.one_of(st.integers(-3, 4), st.sampled_from([ANY_SOURCE, ANY_TAG, PROC_NULL, 2 ** 31, 2 ** 32, -(2 ** 63)]),
                  st.integers(), st.integers(-3, 4).map(np.int64), st.booleans())
 ANY = st.one_of(INTS, st.none(), st.floats(), st.text(max_size=3), st.binary(max_size=8))
