@@ -32,9 +32,10 @@ int_argument(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t at, long long *
 }
 
 /* The call, as its row says (see CallRow): Send, Isend, Recv, Irecv, Sendrecv, the collectives, and
- * their pickle forms. Its arguments by position (mpicall_vectorcall has placed keywords). */
-static PyObject *
-mpi_traced(MpiCall *self, PyObject *const *args, Py_ssize_t nargs)
+ * their pickle forms. Its arguments by position (mpicall_vectorcall has placed keywords); `holds` is
+ * row->holds, given as a constant by mpi_traced so that each kind of record gets its own copy. */
+static Py_ALWAYS_INLINE inline PyObject *
+traced_as(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, const int holds)
 {
     const CallRow *row = &self->row;
     long long peer_rank = 0, tag = 0, source = self->any_source, recv_tag = self->any_tag;
@@ -70,15 +71,17 @@ mpi_traced(MpiCall *self, PyObject *const *args, Py_ssize_t nargs)
             stack[row->status_at + 1] = self->status;
         status = stack[row->status_at + 1];
     }
-    uint64_t f = self->flags;
-    if (row->source_at >= 0)
+    uint64_t f = self->flags, want = PEER_NONE, wanted_tag = 0;
+    if (row->source_at >= 0) {
         f |= (source == self->any_source ? self->any_source_flag : 0) | (recv_tag == self->any_tag ? self->any_tag_flag : 0);
-    uint64_t want = peer_of(self, source), wanted_tag = (uint64_t)recv_tag & U32;
-    uint64_t peer = row->peer_at >= 0 ? peer_of(self, peer_rank) : row->source_at >= 0 ? want : PEER_NONE;
+        want = peer_of(self, source);
+        wanted_tag = (uint64_t)recv_tag & U32;
+    }
+    uint64_t peer = row->peer_at >= 0 ? peer_of(self, peer_rank) : want;
     uint64_t arg = row->rounds ? round : row->tag_at >= 0 ? (uint64_t)tag : wanted_tag;
     /* the mark (and the record of a failure): what was asked; a receive's, what it waits for */
-    int asked = row->holds == H_ASKED;
-    uint64_t mark_op = row->holds == H_SENT_RECEIVED ? self->recv_op : self->op;
+    const int asked = holds == H_ASKED;
+    uint64_t mark_op = holds == H_SENT_RECEIVED ? self->recv_op : self->op;
     uint64_t mark_peer = asked ? peer : want, mark_arg = asked ? arg : wanted_tag, mark_n = asked ? n : 0;
     uint64_t before = 0;
     if (row->sends == S_PICKLED && pickled_so_far(self, &before) < 0)
@@ -100,7 +103,7 @@ mpi_traced(MpiCall *self, PyObject *const *args, Py_ssize_t nargs)
             goto fail;
         return result;
     }
-    if (row->holds == H_SENT_RECEIVED) {   /* the send half first; the drain's bound is checked after the pair */
+    if (holds == H_SENT_RECEIVED) {   /* the send half first; the drain's bound is checked after the pair */
         uint64_t send_half[8] = {self->op, self->flags, (uint64_t)self->cid, peer, (uint64_t)tag, n, (uint64_t)t0,
                                  (uint64_t)t1};
         Py_ssize_t index;
@@ -121,6 +124,19 @@ mpi_traced(MpiCall *self, PyObject *const *args, Py_ssize_t nargs)
 fail:
     Py_DECREF(result);
     return NULL;
+}
+
+static PyObject *
+mpi_traced(MpiCall *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    switch (self->row.holds) {   /* one routine, compiled once for each kind of record */
+    case H_ASKED:
+        return traced_as(self, args, nargs, H_ASKED);
+    case H_RECEIVED:
+        return traced_as(self, args, nargs, H_RECEIVED);
+    default:
+        return traced_as(self, args, nargs, H_SENT_RECEIVED);
+    }
 }
 
 /* The call's arguments all by position in `stack` (their count; -1 for another form): keyword

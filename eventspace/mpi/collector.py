@@ -7,15 +7,15 @@ traced method of a communicator is a `CallSpec` row, and `traced_method` applies
 -> call -> on error, the failure record -> clear), the record its row says it holds is written by
 `write` (append, then spill at the drain's bound). Everything a call needs is bound in closure cells
 when the communicator is made, so a call pays a switch test, the reader, two clock reads, the mark
-and its append. The compiled collector (eventspace/collector_c/, MpiCall) runs the rows with a
-`compiled` kind for their common forms and hands every other form to the closure, which stays the
-reference. Fields are encoded as eventspace.mpi.encoding describes.
+and its append. The compiled collector (eventspace/collector_c/, MpiCall) applies the same row to
+the common forms of the calls whose row says `compiled`, and hands every other form to the
+closure, which stays the reference. Fields are encoded as eventspace.mpi.encoding describes.
 
 A row (CallSpec), here Isend's:
 
     name      the mpi4py method                                  "Isend"
     op        its record's op code                                e.ISEND
-    reads     its Extractor: make(collector, row, Context) ->     SENDING: sending, peer=1, tag=2
+    reads     its Extractor: make(collector, row, CallContext) -> SENDING: sending, peer=1, tag=2
               a reader with the method's signature, returning
               (mpi4py's arguments, the mark's flags, peer, arg,
               nbytes, what the record needs besides); and the
@@ -458,7 +458,7 @@ PROBING = Extractor(probing)
 COLLECTIVE = Extractor(collective)
 
 
-class Context:
+class CallContext:
     """What extractors of one communicator's calls read besides the collector: its size, this rank
     in it, its round counter, and the classes that wrap what posts and matched probes return."""
 
@@ -469,7 +469,7 @@ class Context:
         self.request_class, self.message_class = request_class, message_class
 
 
-def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: Context):
+def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: CallContext):
     """`call` (mpi4py's method) on `comm`, traced as row `spec` says: THE routine that applies a
     row (reader, `timed`, the record its `holds` says, `write`). Compiled (MpiCall) where the
     collector runs compiled and the row has a compiled kind; that hands the forms it does not take
@@ -636,14 +636,14 @@ def p2p_methods(comm, cls, ch: MpiCollector, request_class, message_class) -> di
     """The traced point-to-point methods of `comm` (an instance of a subclass of mpi4py class
     `cls`), to be put in its __dict__: sends, receives, send-receives, posts and probes, both
     forms. `request_class` wraps the requests posts return, `message_class` matched probes."""
-    context = Context(request_class=request_class, message_class=message_class)
+    context = CallContext(request_class=request_class, message_class=message_class)
     return {spec.name: traced_method(comm, getattr(cls, spec.name), spec, ch, context) for spec in P2P_CALLS}
 
 
 def collective_methods(comm, cls, ch: MpiCollector, rank: int, size: int) -> dict:
     """The traced collective methods of `comm` (rank `rank` of `size`), both forms, numbering
     their rounds with one counter per communicator."""
-    context = Context(size, rank, count())
+    context = CallContext(size, rank, count())
     return {spec.name: traced_method(comm, getattr(cls, spec.name), spec, ch, context)
             for spec in COLLECTIVE_CALLS if hasattr(cls, spec.name)}
 

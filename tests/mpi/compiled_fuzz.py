@@ -127,7 +127,7 @@ STAND_INS = {"Send": Send, "send": Send, "Isend": Send, "isend": Send, "Recv": R
 def traced(kind: str, ch, spec=None, rounds=None):
     """The collector of `kind` (its row of the call table, or `spec`) on collector `ch`: compiled
     (MpiCall) where `ch` runs compiled."""
-    context = mc.Context(SIZE, 0, itertools.count() if rounds is None else rounds, Request)
+    context = mc.CallContext(SIZE, 0, itertools.count() if rounds is None else rounds, Request)
     return mc.traced_method("the communicator", STAND_INS[kind], spec or mc.CALLS[kind], ch, context)
 
 
