@@ -7,7 +7,8 @@
  *                  ring appender contract (pastset/ring_c/pastset_ring.h), the only part of pastset used
  *   typed_size.c   TypedSize: the msgpack size of a typed template's tuple
  *   collect.c      Collect: the collecting stage a linked path calls
- *   mpi_arguments.c, mpi_call.c  MpiCall: an MPI collector closure's hot path
+ *   mpi_arguments.c, mpi_call.c  MpiCall: an MPI collector closure's hot path, one routine applying
+ *                  a row of the call table (eventspace/mpi/collector.py, CallSpec)
  *   mpi_wait.c     RequestWait, RequestWaitall: the traced Request class's completions
  * Each part's header says what it holds and what it relies on.
  *
@@ -24,10 +25,11 @@
  *       semantics of the pure closure in eventspace/collector.py, which stays the reference.
  *   TypedSize(kinds, fallback)  the msgpack size of a typed template's tuple (what a collector
  *       records as nbytes), in C for int, float, str, bytes and bool fields.
- *   MpiCall(kind, comm, call, fallback, append, ...)
- *       the hot path of an MPI collector closure (eventspace/mpi/collector.py) for sends, Recv,
- *       Sendrecv, the nonblocking posts and collectives, buffer and pickle forms, in their common
- *       form; every other form goes to the closure.
+ *   MpiCall(row, comm, call, fallback, append, ...)
+ *       the hot path of an MPI collector closure (eventspace/mpi/collector.py) for the rows of the
+ *       call table with a compiled form (sends, Recv, Sendrecv, the nonblocking posts and
+ *       collectives, buffer and pickle forms), in their common form; every other form goes to the
+ *       closure.
  *   RequestWait, RequestWaitall(call, fallback, request_class, channel_class, ...)
  *       Wait and Test, and Waitall, Testall, Waitany, Testany, Waitsome and Testsome (outcome=O_*),
  *       of the traced Request class (eventspace/mpi/interpose.py).

@@ -1,18 +1,40 @@
-/* Part of the compiled collector (module.c includes it after collect.c): MpiCall's type, marks and the
- * readers of an MPI call's arguments (buffers, datatypes, peers, statuses), used by mpi_call.c. */
+/* Part of the compiled collector (module.c includes it after collect.c): MpiCall's type, its row of the
+ * call table, marks, and the readers of an MPI call's arguments (buffers, datatypes, peers, statuses),
+ * used by mpi_call.c.
+ *
+ * Relies on: record.h (the record's fields), clock.c (now), appender.c (RingAppender, ring_append,
+ * raise_mismatch); from Python, the row as eventspace/mpi/collector.py's CallSpec and its extractor
+ * say it (compiled_call), and mpi4py's public C API function PyMPIStatus_Get, handed over as its
+ * capsule (eventspace/mpi/mpi4py_access.py; use_mpi_status checks its signature as mpi4py.h does).
+ */
 
 /* -- MpiCall -------------------------------------------------------------------------------- */
 
-/* The hot path of one MPI collector closure (eventspace/mpi/collector.py), for the calls a program
- * makes in its inner loops with buffers: a blocking buffer send (Send, Ssend, Rsend, Bsend), a
- * buffer Recv, and the buffer collectives. It handles the common form of the call (positional
+/* The hot path of one MPI collector closure (eventspace/mpi/collector.py, traced_method), for the
+ * calls a program makes in its inner loops: one generic routine (mpi_call.c, mpi_traced) that
+ * applies the call's row of the call table, read once when the MpiCall is made: where its peer,
+ * tag, source, tag wanted and Status are among its arguments, how its bytes are read, what its
+ * record holds, whether it posts a request. It handles the common form of the call (positional
  * arguments; a numpy array, bytes or bytearray where bytes are counted; int ranks and tags) and
  * writes exactly what the closure writes: the mark in `marks[cid]` while the call runs, then the
  * record, then spill() when the drain's bound is reached. Any other form of the call goes to the
  * closure (`fallback`), which stays the reference. */
 
-enum { K_SEND = 0, K_RECV = 1, K_COLLECTIVE = 2, K_IRECV = 3, K_SENDRECV = 4 };
-enum { S_NONE = 0, S_SEND = 1, S_ROOT = 2, S_PICKLED = 3 };   /* what a collective sends: see COLLECTIVES */
+/* What the record holds (collector.py: ASKED, RECEIVED, SENT_RECEIVED) */
+enum { H_ASKED = 0, H_RECEIVED = 1, H_SENT_RECEIVED = 2 };
+/* How its bytes are read: none, the buffer (argument 0), the buffer at the root only, what mpi4py
+ * pickled during the call (collector.py: _COMPILED_SENDS) */
+enum { S_NONE = 0, S_SEND = 1, S_ROOT = 2, S_PICKLED = 3 };
+
+/* A row of the call table, as the MpiCall reads it: its arguments' places (-1: it has none) */
+typedef struct {
+    Py_ssize_t least, most;       /* positional arguments; most -1: any number, passed on as given */
+    Py_ssize_t peer_at;           /* the destination, or a collective's root (0 when left out) */
+    Py_ssize_t tag_at;            /* the tag sent (0 when left out; 0..2**32-1) */
+    Py_ssize_t source_at, recv_tag_at;   /* the source and tag wanted (ANY_SOURCE, ANY_TAG when left out) */
+    Py_ssize_t status_at;         /* the Status (the collector's own when left out or None) */
+    int holds, sends, rounds;     /* H_*, S_*, a collective numbered by the round counter */
+} CallRow;
 #define PEER_NONE 0xFFFFFFFFull
 
 /* An MpiCall's mark: what a Mark tuple of eventspace.space holds (t_start, op, flags, element,
@@ -57,10 +79,10 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     MpiMark *mark;
-    int kind, sends;
-    Py_ssize_t root_at;           /* a collective's root parameter, or -1 */
+    CallRow row;
     long long rank;               /* this rank in the communicator (is it the root?) */
     PyObject *comm, *call, *fallback;
+    PyObject *any_source_int, *any_tag_int;   /* ANY_SOURCE and ANY_TAG, for arguments left out */
     RingAppender *ring;
     PyObject *on, *bound, *spill, *marks, *peers, *status, *rounds;
     uint32_t *peer_table;         /* peers, as u32s (peer_of) */
@@ -433,101 +455,6 @@ fail:
     Py_DECREF(info);
     Py_DECREF(wrapped);
     return NULL;
-}
-
-/* Send(buf, dest, tag=0), and the nonblocking sends (Isend...) with a request class; with S_PICKLED
- * their pickle forms (send(obj, dest, tag=0), isend...), whose bytes are what mpi4py pickled */
-static PyObject *
-mpi_send(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    long long dest, tag = 0;
-    uint64_t n = 0;
-    int pickled = self->sends == S_PICKLED;
-    if (kwnames != NULL || nargs < 2 || nargs > 3 || small_int(args[1], &dest) < 0
-        || (nargs == 3 && (small_int(args[2], &tag) < 0 || tag < 0 || (uint64_t)tag > U32))
-        || (!pickled && buffer_size(self, args[0], &n) < 0))
-        return to_fallback(self, args, nargsf, kwnames);
-    PyObject *call_args[4] = {self->comm, args[0], args[1], nargs == 3 ? args[2] : zero};
-    int on = collecting(self);
-    if (on <= 0)
-        return on < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 4, NULL);
-    uint64_t peer = peer_of(self, dest), before = 0;
-    if (pickled && pickled_so_far(self, &before) < 0)
-        return NULL;
-    int64_t t0 = now(self->offset_ns);
-    if (mark_start(self, t0, self->flags, peer, (uint64_t)tag, n) < 0)
-        return NULL;
-    PyObject *result = PyObject_Vectorcall(self->call, call_args, 4, NULL);
-    if (result == NULL)
-        return failed(self, self->flags, peer, (uint64_t)tag, t0);
-    int64_t t1 = now(self->offset_ns);
-    /* then what mpi4py pickled during the call */
-    if (set_mark(self, NULL) < 0 || (pickled && pickled_since(self, before, &n) < 0)) {
-        Py_DECREF(result);
-        return NULL;
-    }
-    if (self->request_class != NULL
-        && (result = posted(self, result, self->flags, peer, (uint64_t)tag, n, t0)) == NULL)
-        return NULL;
-    if (record(self, self->flags, peer, (uint64_t)tag, n, t0, t1) < 0) {
-        Py_DECREF(result);
-        return NULL;
-    }
-    return result;
-}
-
-/* A receive's (buf, source=ANY_SOURCE, tag=ANY_TAG, ...) of at most `most` arguments: the source
- * and tag it wants, and the flags that says (ANY_SOURCE, ANY_TAG); -1 for another form. */
-static int
-wanted(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t most, long long *source,
-       long long *tag, uint64_t *flags)
-{
-    *source = self->any_source;
-    *tag = self->any_tag;
-    if (nargs < 1 || nargs > most || (nargs > 1 && small_int(args[1], source) < 0)
-        || (nargs > 2 && small_int(args[2], tag) < 0))
-        return -1;
-    *flags = self->flags | (*source == self->any_source ? self->any_source_flag : 0)
-             | (*tag == self->any_tag ? self->any_tag_flag : 0);
-    return 0;
-}
-
-/* Irecv(buf, source=ANY_SOURCE, tag=ANY_TAG): the post's record (no bytes yet: its completion
- * records what came) and its request, wrapped, with the post's info; with S_PICKLED irecv, whose
- * buf may be left out too. */
-static PyObject *
-mpi_irecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    long long source, tag;
-    uint64_t f;
-    PyObject *no_buf[1] = {Py_None};
-    if (nargs == 0 && kwnames == NULL && self->sends == S_PICKLED) {
-        args = no_buf;
-        nargs = 1;
-    }
-    if (kwnames != NULL || wanted(self, args, nargs, 3, &source, &tag, &f) < 0)
-        return to_fallback(self, args, nargsf, kwnames);
-    PyObject *call_args[4] = {self->comm, args[0], nargs > 1 ? args[1] : NULL, nargs > 2 ? args[2] : NULL};
-    int on = collecting(self);
-    if (on <= 0)
-        return on < 0 ? NULL : PyObject_Vectorcall(self->call, call_args, 1 + nargs, NULL);
-    uint64_t want = peer_of(self, source), wanted_tag = (uint64_t)tag & U32;
-    int64_t t0 = now(self->offset_ns);
-    if (mark_start(self, t0, f, want, wanted_tag, 0) < 0)
-        return NULL;
-    PyObject *result = PyObject_Vectorcall(self->call, call_args, 1 + nargs, NULL);
-    if (result == NULL)
-        return failed(self, f, want, wanted_tag, t0);
-    if ((result = posted(self, result, f, want, wanted_tag, 0, t0)) == NULL)
-        return failed(self, f, want, wanted_tag, t0);
-    int64_t t1 = now(self->offset_ns);
-    if (set_mark(self, NULL) < 0 || record(self, f, want, wanted_tag, 0, t0, t1) < 0) {
-        Py_DECREF(result);
-        return NULL;
-    }
-    return result;
 }
 
 /* What Status method `get` (unbound: MPI.Status.Get_count, Get_source or Get_tag, called without

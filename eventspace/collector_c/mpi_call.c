@@ -1,186 +1,143 @@
-/* Part of the compiled collector (module.c includes it after mpi_arguments.c): MpiCall's calls. */
+/* Part of the compiled collector (module.c includes it after mpi_arguments.c): MpiCall's one routine,
+ * `mpi_traced`, which applies the call's row (CallRow) to a call; the placing of keyword arguments; the
+ * type. Relies on mpi_arguments.c (the row, the readers of arguments, marks, records) and on the row
+ * being the one eventspace/mpi/collector.py's closure applies (compiled_call makes it from the CallSpec). */
 
-/* Recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None); with S_PICKLED recv, whose buf may be left
- * out too (the count is still the Status's: the pickle's bytes) */
-static PyObject *
-mpi_recv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    long long source, tag;
-    uint64_t f;
-    PyObject *no_buf[1] = {Py_None};
-    if (nargs == 0 && kwnames == NULL && self->sends == S_PICKLED) {
-        args = no_buf;
-        nargs = 1;
-    }
-    if (kwnames != NULL || wanted(self, args, nargs, 4, &source, &tag, &f) < 0)
-        return to_fallback(self, args, nargsf, kwnames);
-    PyObject *status = nargs > 3 && args[3] != Py_None ? args[3] : self->status;
-    PyObject *source_obj = nargs > 1 ? args[1] : NULL, *tag_obj = nargs > 2 ? args[2] : NULL;
-    PyObject *made[2] = {NULL, NULL};
-    if (source_obj == NULL && (source_obj = made[0] = PyLong_FromLongLong(source)) == NULL)
-        return NULL;
-    if (tag_obj == NULL && (tag_obj = made[1] = PyLong_FromLongLong(tag)) == NULL) {
-        Py_DECREF(made[0]);
-        return NULL;
-    }
-    PyObject *result = NULL;
-    PyObject *call_args[5] = {self->comm, args[0], source_obj, tag_obj, status};
-    int on = collecting(self);
-    if (on <= 0) {
-        if (on == 0)
-            result = PyObject_Vectorcall(self->call, call_args, 4 + (nargs > 3), NULL);
-        goto done;
-    }
-    uint64_t want = peer_of(self, source), wanted_tag = (uint64_t)tag & U32;
-    int64_t t0 = now(self->offset_ns);
-    if (mark_start(self, t0, f, want, wanted_tag, 0) < 0)
-        goto done;
-    result = PyObject_Vectorcall(self->call, call_args, 5, NULL);
-    if (result == NULL) {
-        failed(self, f, want, wanted_tag, t0);
-        goto done;
-    }
-    int64_t t1 = now(self->offset_ns);
-    /* A receive from a named rank with a named tag matched exactly those: the Status is read for
-     * them only when the program left one open (or named MPI.PROC_NULL, whose tag is ANY_TAG). */
-    long long got_source = source, got_tag = tag, count;
-    int named = source >= 0 && tag >= 0;
-    if (set_mark(self, NULL) < 0 || (!named && status_int(self->get_source, status, source_at, &got_source) < 0)
-        || (!named && status_int(self->get_tag, status, tag_at, &got_tag) < 0)
-        || received_bytes_of(self->get_count, status, &count) < 0
-        || record(self, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
-                  count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1) < 0)
-        Py_CLEAR(result);
-done:
-    Py_XDECREF(made[0]);
-    Py_XDECREF(made[1]);
-    return result;
-}
+#define MAX_PARAMS 8
 
-/* Sendrecv(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
- * two records with the call's times, its send half (`op`) and its receive half (`recv_op`: what
- * came, from the Status), marked meanwhile as waiting in the receive. With S_PICKLED, sendrecv
- * (sendobj, ...): the send half's bytes are what mpi4py pickled during the call, the receive
- * half's the Status's (the pickle that came). */
-static PyObject *
-mpi_sendrecv(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* The round of a collective: next(rounds) & U32, as the closure counts it. */
+static int
+next_round(MpiCall *self, uint64_t *round)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    long long dest, sendtag = 0, source = self->any_source, recvtag = self->any_tag;
-    uint64_t n = 0;
-    int pickled = self->sends == S_PICKLED;
-    if (kwnames != NULL || nargs < 2 || nargs > 7 || small_int(args[1], &dest) < 0
-        || (nargs > 2 && (small_int(args[2], &sendtag) < 0 || sendtag < 0 || (uint64_t)sendtag > U32))
-        || (nargs > 4 && small_int(args[4], &source) < 0) || (nargs > 5 && small_int(args[5], &recvtag) < 0)
-        || (!pickled && buffer_size(self, args[0], &n) < 0))
-        return to_fallback(self, args, nargsf, kwnames);
-    PyObject *status = nargs > 6 && args[6] != Py_None ? args[6] : self->status;
-    PyObject *made[2] = {NULL, NULL};
-    PyObject *call_args[8] = {self->comm, args[0], args[1], nargs > 2 ? args[2] : zero, nargs > 3 ? args[3] : Py_None,
-                              nargs > 4 ? args[4] : NULL, nargs > 5 ? args[5] : NULL, status};
-    PyObject *result = NULL;
-    if ((call_args[5] == NULL && (call_args[5] = made[0] = PyLong_FromLongLong(source)) == NULL)
-        || (call_args[6] == NULL && (call_args[6] = made[1] = PyLong_FromLongLong(recvtag)) == NULL))
-        goto done;
-    int on = collecting(self);
-    if (on <= 0) {
-        if (on == 0)
-            result = PyObject_Vectorcall(self->call, call_args, 8, NULL);
-        goto done;
-    }
-    uint64_t f = self->flags | (source == self->any_source ? self->any_source_flag : 0)
-                 | (recvtag == self->any_tag ? self->any_tag_flag : 0);
-    uint64_t peer = peer_of(self, dest), want = peer_of(self, source), wanted_tag = (uint64_t)recvtag & U32;
-    uint64_t before = 0;
-    if (pickled && pickled_so_far(self, &before) < 0)
-        goto done;
-    int64_t t0 = now(self->offset_ns);
-    if (mark_as(self, self->recv_op, t0, f, want, wanted_tag, 0) < 0)   /* waiting in the receive half */
-        goto done;
-    result = PyObject_Vectorcall(self->call, call_args, 8, NULL);
-    if (result == NULL) {   /* as the closure: the receive half's record, failed */
-        failed_as(self, self->recv_op, f, want, wanted_tag, t0);
-        goto done;
-    }
-    int64_t t1 = now(self->offset_ns);
-    long long got_source, got_tag, count;
-    Py_ssize_t index;
-    if (set_mark(self, NULL) < 0 || (pickled && pickled_since(self, before, &n) < 0))   /* pickled during the call */
-        goto fail;
-    uint64_t send_half[8] = {self->op, self->flags, (uint64_t)self->cid, peer, (uint64_t)sendtag, n, (uint64_t)t0,
-                             (uint64_t)t1};
-    if (record_refused(self->ring, send_half) || ring_append(self->ring, send_half, &index) < 0
-        || status_int(self->get_source, status, source_at, &got_source) < 0
-        || status_int(self->get_tag, status, tag_at, &got_tag) < 0
-        || received_bytes_of(self->get_count, status, &count) < 0)
-        goto fail;
-    if (record_as(self, self->recv_op, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
-                  count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1) < 0)
-        goto fail;
-    goto done;
-fail:
-    Py_CLEAR(result);
-done:
-    Py_XDECREF(made[0]);
-    Py_XDECREF(made[1]);
-    return result;
-}
-
-/* A buffer collective (Barrier, Bcast, Allreduce, Reduce, Gather, ...), or a pickle-form one
- * (S_PICKLED: allreduce, bcast, ...): numbered by the communicator's round counter, which the
- * closure shares. */
-static PyObject *
-mpi_collective(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    long long root = 0;
-    uint64_t n = 0;
-    PyObject *stack[16];
-    if (kwnames != NULL || nargs + 1 > 16   /* cannot be: collectives take few arguments */
-        || (self->root_at >= 0 && self->root_at < nargs && small_int(args[self->root_at], &root) < 0))
-        return to_fallback(self, args, nargsf, kwnames);
-    /* a rooted send buffer counts at the root only (elsewhere it is often None) */
-    int counted = self->sends == S_SEND || (self->sends == S_ROOT && root == self->rank);
-    if (counted && (nargs < 1 || buffer_size(self, args[0], &n) < 0))
-        return to_fallback(self, args, nargsf, kwnames);
     PyObject *next = PyIter_Next(self->rounds);
     if (next == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_RuntimeError, "the round counter ended");
-        return NULL;
+        return -1;
     }
-    unsigned long long counted_round = PyLong_AsUnsignedLongLongMask(next);   /* next(rounds) & U32, as the closure */
+    unsigned long long counted = PyLong_AsUnsignedLongLongMask(next);
     Py_DECREF(next);
-    if (counted_round == (unsigned long long)-1 && PyErr_Occurred())
+    if (counted == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *round = counted & U32;
+    return 0;
+}
+
+/* An int argument at `at` among `args` into *out (left as it is where the call leaves it out): 0, or
+ * -1 for another form (no int, or out of range). */
+static int
+int_argument(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t at, long long *out)
+{
+    return at < 0 || at >= nargs ? 0 : small_int(args[at], out);
+}
+
+/* The call, as its row says (see CallRow): Send, Isend, Recv, Irecv, Sendrecv, the collectives, and
+ * their pickle forms. Its arguments by position (mpicall_vectorcall has placed keywords); `holds` is
+ * row->holds, given as a constant by mpi_traced so that each kind of record gets its own copy. */
+static Py_ALWAYS_INLINE inline PyObject *
+traced_as(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, const int holds)
+{
+    const CallRow *row = &self->row;
+    long long peer_rank = 0, tag = 0, source = self->any_source, recv_tag = self->any_tag;
+    uint64_t n = 0, round = 0;
+    PyObject *stack[MAX_PARAMS + 1];
+    if (nargs < row->least || (row->most >= 0 && nargs > row->most) || nargs > MAX_PARAMS
+        || int_argument(args, nargs, row->peer_at, &peer_rank) < 0
+        || int_argument(args, nargs, row->tag_at, &tag) < 0 || tag < 0 || (uint64_t)tag > U32
+        || int_argument(args, nargs, row->source_at, &source) < 0
+        || int_argument(args, nargs, row->recv_tag_at, &recv_tag) < 0)
+        return to_fallback(self, args, (size_t)nargs, NULL);
+    /* a rooted send buffer counts at the root only (elsewhere it is often None) */
+    int counted = row->sends == S_SEND || (row->sends == S_ROOT && peer_rank == self->rank);
+    if (counted && (nargs < 1 || buffer_size(self, args[0], &n) < 0))
+        return to_fallback(self, args, (size_t)nargs, NULL);
+    if (row->rounds && next_round(self, &round) < 0)   /* counted even while switched off */
         return NULL;
-    uint64_t round = counted_round & U32;
     stack[0] = self->comm;
     for (Py_ssize_t i = 0; i < nargs; i++)
         stack[i + 1] = args[i];
     int on = collecting(self);
     if (on <= 0)
-        return on < 0 ? NULL : PyObject_Vectorcall(self->call, stack, nargs + 1, NULL);
-    uint64_t peer = self->root_at < 0 ? PEER_NONE : peer_of(self, root);
+        return on < 0 ? NULL : PyObject_Vectorcall(self->call, stack, (size_t)nargs + 1, NULL);
+    /* the arguments left out, as the closure passes them: the defaults its reader has */
+    Py_ssize_t given = row->most >= 0 ? row->most : nargs;
+    for (Py_ssize_t i = nargs; i < given; i++) {
+        stack[i + 1] = i == row->tag_at ? zero : i == row->source_at ? self->any_source_int
+                       : i == row->recv_tag_at ? self->any_tag_int : Py_None;
+    }
+    PyObject *status = NULL;
+    if (row->status_at >= 0) {
+        if (stack[row->status_at + 1] == Py_None)
+            stack[row->status_at + 1] = self->status;
+        status = stack[row->status_at + 1];
+    }
+    uint64_t f = self->flags, want = PEER_NONE, wanted_tag = 0;
+    if (row->source_at >= 0) {
+        f |= (source == self->any_source ? self->any_source_flag : 0) | (recv_tag == self->any_tag ? self->any_tag_flag : 0);
+        want = peer_of(self, source);
+        wanted_tag = (uint64_t)recv_tag & U32;
+    }
+    uint64_t peer = row->peer_at >= 0 ? peer_of(self, peer_rank) : want;
+    uint64_t arg = row->rounds ? round : row->tag_at >= 0 ? (uint64_t)tag : wanted_tag;
+    /* the mark (and the record of a failure): what was asked; a receive's, what it waits for */
+    const int asked = holds == H_ASKED;
+    uint64_t mark_op = holds == H_SENT_RECEIVED ? self->recv_op : self->op;
+    uint64_t mark_peer = asked ? peer : want, mark_arg = asked ? arg : wanted_tag, mark_n = asked ? n : 0;
     uint64_t before = 0;
-    if (self->sends == S_PICKLED && pickled_so_far(self, &before) < 0)
+    if (row->sends == S_PICKLED && pickled_so_far(self, &before) < 0)
         return NULL;
     int64_t t0 = now(self->offset_ns);
-    if (mark_start(self, t0, self->flags, peer, round, n) < 0)
+    if (mark_as(self, mark_op, t0, f, mark_peer, mark_arg, mark_n) < 0)
         return NULL;
-    PyObject *result = PyObject_Vectorcall(self->call, stack, nargs + 1, NULL);
+    PyObject *result = PyObject_Vectorcall(self->call, stack, (size_t)given + 1, NULL);
     if (result == NULL)
-        return failed(self, self->flags, peer, round, t0);
+        return failed_as(self, mark_op, f, mark_peer, mark_arg, t0);
     int64_t t1 = now(self->offset_ns);
-    if (set_mark(self, NULL) < 0 || (self->sends == S_PICKLED && pickled_since(self, before, &n) < 0)
-        || record(self, self->flags, peer, round, n, t0, t1) < 0) {
-        Py_DECREF(result);
-        return NULL;
+    if (set_mark(self, NULL) < 0 || (row->sends == S_PICKLED && pickled_since(self, before, &n) < 0))
+        goto fail;
+    if (asked) {
+        /* a request not wrapped: the call failed, as the closure says */
+        if (self->request_class != NULL && (result = posted(self, result, f, peer, arg, n, t0)) == NULL)
+            return failed_as(self, mark_op, f, mark_peer, mark_arg, t0);
+        if (record(self, f, peer, arg, n, t0, t1) < 0)
+            goto fail;
+        return result;
     }
+    if (holds == H_SENT_RECEIVED) {   /* the send half first; the drain's bound is checked after the pair */
+        uint64_t send_half[8] = {self->op, self->flags, (uint64_t)self->cid, peer, (uint64_t)tag, n, (uint64_t)t0,
+                                 (uint64_t)t1};
+        Py_ssize_t index;
+        if (record_refused(self->ring, send_half) || ring_append(self->ring, send_half, &index) < 0)
+            goto fail;
+    }
+    /* A receive from a named rank with a named tag matched exactly those: the Status is read for
+     * them only when the program left one open (or named MPI.PROC_NULL, whose tag is ANY_TAG). */
+    long long got_source = source, got_tag = recv_tag, count;
+    int named = source >= 0 && recv_tag >= 0;
+    if ((!named && status_int(self->get_source, status, source_at, &got_source) < 0)
+        || (!named && status_int(self->get_tag, status, tag_at, &got_tag) < 0)
+        || received_bytes_of(self->get_count, status, &count) < 0
+        || record_as(self, mark_op, f, peer_of(self, got_source), (uint64_t)got_tag & U32,
+                     count < 0 ? 0 : (uint64_t)count < U32 ? (uint64_t)count : U32, t0, t1) < 0)
+        goto fail;
     return result;
+fail:
+    Py_DECREF(result);
+    return NULL;
 }
 
-#define MAX_PARAMS 8
+static PyObject *
+mpi_traced(MpiCall *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    switch (self->row.holds) {   /* one routine, compiled once for each kind of record */
+    case H_ASKED:
+        return traced_as(self, args, nargs, H_ASKED);
+    case H_RECEIVED:
+        return traced_as(self, args, nargs, H_RECEIVED);
+    default:
+        return traced_as(self, args, nargs, H_SENT_RECEIVED);
+    }
+}
 
 /* The call's arguments all by position in `stack` (their count; -1 for another form): keyword
  * arguments moved to their parameters' places, and a parameter left out before one given filled
@@ -237,42 +194,32 @@ mpicall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         args = stack;
         nargsf = (size_t)n;
     }
-    kwnames = NULL;
-    switch (self->kind) {
-    case K_SEND:
-        return mpi_send(self, args, nargsf, kwnames);
-    case K_RECV:
-        return mpi_recv(self, args, nargsf, kwnames);
-    case K_IRECV:
-        return mpi_irecv(self, args, nargsf, kwnames);
-    case K_SENDRECV:
-        return mpi_sendrecv(self, args, nargsf, kwnames);
-    default:
-        return mpi_collective(self, args, nargsf, kwnames);
-    }
+    return mpi_traced(self, args, PyVectorcall_NARGS(nargsf));
 }
 
 static PyObject *
 mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"kind", "comm", "call", "fallback", "append", "on", "bound", "spill", "marks",
+    static char *names[] = {"row", "comm", "call", "fallback", "append", "on", "bound", "spill", "marks",
                             "peers", "status", "rounds", "ndarray", "cid", "op", "flags", "error",
                             "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
-                            "sends", "root_at", "rank", "params", "defaults", "request_class", "channel",
+                            "sends", "rank", "params", "defaults", "request_class", "channel",
                             "recv_op", "dumped", "datatypes", NULL};
-    int kind, sends = S_NONE;
+    PyObject *row_arg;
+    int sends = S_NONE;
     PyObject *comm, *call, *fallback, *append, *on, *bound, *spill, *marks, *peers, *status, *rounds,
         *ndarray;
-    Py_ssize_t cid, root_at = -1;
+    Py_ssize_t cid;
+    CallRow row;
     PyObject *op_arg, *flags_arg, *error_arg, *any_source_flag_arg, *any_tag_flag_arg, *recv_op_arg = zero;
     uint64_t op, flags, error, any_source_flag, any_tag_flag, recv_op;
     long long any_source, any_tag, offset_ns, rank = 0;
     PyObject *params = Py_None, *defaults = Py_None, *request_class = Py_None, *channel = Py_None;
     PyObject *dumped = Py_None, *datatypes = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOOOOOOOOnOOOLLOOL|inLOOOOOOO:MpiCall", names, &kind, &comm, &call,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOOOnOOOLLOOL|iLOOOOOOO:MpiCall", names, &row_arg, &comm, &call,
                                      &fallback, &append, &on, &bound, &spill, &marks, &peers, &status, &rounds,
                                      &ndarray, &cid, &op_arg, &flags_arg, &error_arg, &any_source, &any_tag,
-                                     &any_source_flag_arg, &any_tag_flag_arg, &offset_ns, &sends, &root_at, &rank,
+                                     &any_source_flag_arg, &any_tag_flag_arg, &offset_ns, &sends, &rank,
                                      &params, &defaults, &request_class, &channel, &recv_op_arg, &dumped,
                                      &datatypes))
         return NULL;
@@ -302,10 +249,26 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         || unsigned_arg(recv_op_arg, 0xFFFF, "recv_op", &recv_op) < 0 || check_offset(offset_ns) < 0)
         return NULL;
     int posts = request_class != Py_None;
-    if ((kind == K_IRECV && !posts) || (posts && ((kind != K_SEND && kind != K_IRECV) || channel == Py_None
-                                                  || !PyCallable_Check(request_class)))) {
-        PyErr_SetString(PyExc_TypeError, "a nonblocking post (Isend..., kind 0; Irecv, kind 3) needs its request "
-                        "class and channel; nothing else takes them");
+    if (!PyArg_ParseTuple(row_arg, "nnnnnnnip:MpiCall's row", &row.least, &row.most, &row.peer_at, &row.tag_at,
+                          &row.source_at, &row.recv_tag_at, &row.status_at, &row.holds, &row.rounds))
+        return NULL;
+    row.sends = sends;
+    Py_ssize_t places[5] = {row.peer_at, row.tag_at, row.source_at, row.recv_tag_at, row.status_at};
+    int placed = row.least >= 0 && row.least <= MAX_PARAMS && row.most >= -1 && row.most <= MAX_PARAMS
+                 && (row.most < 0 || row.least <= row.most);
+    for (int i = 0; i < 5 && placed; i++)
+        placed = places[i] >= -1 && places[i] < MAX_PARAMS && (row.most < 0 || places[i] < row.most);
+    if (!placed || row.holds < H_ASKED || row.holds > H_SENT_RECEIVED
+        || (row.holds != H_ASKED && (row.status_at < 0 || row.source_at < 0))
+        || (row.status_at >= 0 && row.most < 0)) {
+        PyErr_SetString(PyExc_ValueError, "row is (least, most, peer_at, tag_at, source_at, recv_tag_at, status_at, "
+                        "holds, rounds): argument places below most (at most 8), -1 for none; holds 0 (asked), 1 "
+                        "(received) or 2 (sent and received), the last two with a source and a Status");
+        return NULL;
+    }
+    if (posts && (row.holds != H_ASKED || channel == Py_None || !PyCallable_Check(request_class))) {
+        PyErr_SetString(PyExc_TypeError, "a nonblocking post (Isend, Irecv...) needs its request class and channel, "
+                        "and its record holds what was asked");
         return NULL;
     }
     if ((params == Py_None) != (defaults == Py_None)
@@ -323,16 +286,15 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             }
         }
     }
-    if (kind < K_SEND || kind > K_SENDRECV || sends < S_NONE || sends > S_PICKLED
+    if (sends < S_NONE || sends > S_PICKLED
         || (sends == S_PICKLED && (!PyList_CheckExact(dumped) || PyList_GET_SIZE(dumped) != 1))) {
-        PyErr_SetString(PyExc_ValueError, "kind is 0 (send), 1 (recv), 2 (collective), 3 (irecv) or 4 (sendrecv); "
-                        "sends 0, 1, 2 or 3 (a pickle form, with `dumped`); recv_op a u16");
+        PyErr_SetString(PyExc_ValueError, "sends is 0, 1, 2 or 3 (a pickle form, with `dumped`)");
         return NULL;
     }
     if (!Py_IS_TYPE(append, &RingAppenderType) || !PyList_CheckExact(on) || PyList_GET_SIZE(on) != 1
         || !PyList_CheckExact(bound) || PyList_GET_SIZE(bound) != 1 || !PyList_CheckExact(marks)
         || !PyList_CheckExact(peers) || !PyType_Check(ndarray) || cid < 0
-        || (kind == K_COLLECTIVE && !PyIter_Check(rounds))) {
+        || (row.rounds && !PyIter_Check(rounds))) {
         PyErr_SetString(PyExc_TypeError, "MpiCall needs a RingAppender, one-item lists for on and bound, lists "
                         "for marks and peers, the ndarray type, and for a collective its round iterator");
         return NULL;
@@ -350,9 +312,7 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return NULL;
     }
-    self->kind = kind;
-    self->sends = sends;
-    self->root_at = root_at;
+    self->row = row;
     self->rank = rank;
     PyObject **slots[] = {&self->comm, &self->call, &self->fallback, (PyObject **)&self->ring, &self->on,
                           &self->bound, &self->spill, &self->marks, &self->peers, &self->status, &self->rounds,
@@ -390,6 +350,11 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->error = error;
     self->any_source = any_source;
     self->any_tag = any_tag;
+    if ((self->any_source_int = PyLong_FromLongLong(any_source)) == NULL
+        || (self->any_tag_int = PyLong_FromLongLong(any_tag)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     self->any_source_flag = any_source_flag;
     self->any_tag_flag = any_tag_flag;
     self->offset_ns = offset_ns;
@@ -411,6 +376,8 @@ mpicall_traverse(MpiCall *self, visitproc visit, void *arg)
     Py_VISIT(self->comm);
     Py_VISIT(self->call);
     Py_VISIT(self->fallback);
+    Py_VISIT(self->any_source_int);
+    Py_VISIT(self->any_tag_int);
     Py_VISIT(self->ring);
     Py_VISIT(self->on);
     Py_VISIT(self->bound);
@@ -438,6 +405,8 @@ mpicall_clear(MpiCall *self)
     Py_CLEAR(self->comm);
     Py_CLEAR(self->call);
     Py_CLEAR(self->fallback);
+    Py_CLEAR(self->any_source_int);
+    Py_CLEAR(self->any_tag_int);
     Py_CLEAR(self->ring);
     Py_CLEAR(self->on);
     Py_CLEAR(self->bound);
@@ -474,8 +443,8 @@ static PyTypeObject MpiCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "eventspace._collector.MpiCall",
     .tp_doc = PyDoc_STR("The compiled hot path of an MPI collector closure (eventspace/mpi/collector.py): "
-                        "a buffer send, Recv or collective on one communicator; other forms of the "
-                        "call go to the closure."),
+                        "one row of the call table (a send, receive, post, Sendrecv or collective) on one "
+                        "communicator; other forms of the call go to the closure."),
     .tp_basicsize = sizeof(MpiCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_vectorcall_offset = offsetof(MpiCall, vectorcall),

@@ -1,4 +1,9 @@
-/* Part of the compiled collector (module.c includes it after mpi_call.c): the traced Request's completions. */
+/* Part of the compiled collector (module.c includes it after mpi_call.c): the traced Request's completions.
+ *
+ * Relies on: mpi_arguments.c (marks, the Status readers, record_refused), appender.c (ring_append);
+ * from Python, the layout eventspace/mpi/interpose.py and collector.py give a traced request and its
+ * collector: a request's `info` slot (collector, op, flags, peer, tag, nbytes, t_start) and the
+ * MpiCollector's slots, found by name (slot_offset) when a RequestWait is made. */
 
 /* -- Request.Wait ------------------------------------------------------------------------------
  *

@@ -1,10 +1,46 @@
-"""MPI collectors: the functions that time one mpi4py call on one communicator and append its trace tuple.
+"""MPI collectors: each traced mpi4py call is a row of a table (`CALLS`), applied by one routine.
 
 Each communicator of a rank has up to two collectors (eventspace.mpi.generate): one for its
-point-to-point calls, one for its collectives; a `Channel` holds what one of them needs, and
-the functions made here bind all of it in closure cells once, when the communicator is made, so
-that a call pays a switch test, two clock reads, an in-flight mark and one append. Fields are
-encoded as eventspace.mpi.encoding describes.
+point-to-point calls, one for its collectives; an `MpiCollector` holds what one of them needs. Each
+traced method of a communicator is a `CallSpec` row, and `traced_method` applies a row: its reader
+(an extractor) reads the arguments, `timed` makes the call (the one timing protocol: mark in flight
+-> call -> on error, the failure record -> clear), the record its row says it holds is written by
+`write` (append, then spill at the drain's bound). Everything a call needs is bound in closure cells
+when the communicator is made, so a call pays a switch test, the reader, two clock reads, the mark
+and its append. The compiled collector (eventspace/collector_c/, MpiCall) applies the same row to
+the common forms of the calls whose row says `compiled`, and hands every other form to the
+closure, which stays the reference. Fields are encoded as eventspace.mpi.encoding describes.
+
+A row (CallSpec), here Isend's:
+
+    name      the mpi4py method                                  "Isend"
+    op        its record's op code                                e.ISEND
+    reads     its Extractor: make(collector, row, CallContext) -> SENDING: sending, peer=1, tag=2
+              a reader with the method's signature, returning
+              (mpi4py's arguments, the mark's flags, peer, arg,
+              nbytes, what the record needs besides); and the
+              places of peer, tag, source, tag wanted and Status
+              among the arguments, for the compiled path
+    holds     what its record holds: ASKED (as read), RECEIVED   ASKED
+              (from the Status), SENT_RECEIVED (two records),
+              PROBED, MATCHED
+    role      BLOCKING, or POSTING (its request wrapped, so that  POSTING
+              its completion is recorded)
+    flags     PICKLED for a pickle form                           0
+    pickles   its bytes are what mpi4py pickled during it         False
+    sends     the bytes it sends (COLLECTIVES' words)             "send": its buffer, argument 0
+    waits_as, second   the op of its mark and failure record, and of a second record (Sendrecv's receive half)
+    rounds    a collective: its arg is the communicator's round
+    compiled  MpiCall runs its common forms in C                  True
+
+Adding a call is adding a row, and an extractor where none reads its arguments. A nonblocking
+collective, Iallreduce: a COLLECTIVES entry ("Iallreduce": (op, False, ("sendbuf", "recvbuf", "op"),
+None, "send")) and the row CallSpec("Iallreduce", op, COLLECTIVE, role=POSTING, rounds=True,
+compiled=True, sends="send"); its Wait then writes its request record as an Isend's does. A
+one-sided Win.Put(origin, target_rank, target=None): an extractor PUTTING = Extractor(putting,
+peer=1), whose reader gives (the arguments, 0, the target's world rank, 0, the origin's bytes,
+None), and the row CallSpec("Put", op, PUTTING, compiled=True, sends="send"), its methods put on a
+traced window as p2p_methods puts a communicator's.
 """
 
 from __future__ import annotations
@@ -12,8 +48,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
-import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import count
 
 from mpi4py import MPI
@@ -21,6 +58,7 @@ from numpy import ndarray
 
 from .. import trace
 from . import encoding as e
+from . import mpi4py_access
 from .message import buffer_bytes, vector_w_bytes
 
 ERROR = trace.ERROR
@@ -38,7 +76,7 @@ _SOURCE, _TAG, _COUNT, _CANCELLED = MPI.Status.Get_source, MPI.Status.Get_tag, M
 DUMPED = [0]
 
 
-class Channel:
+class MpiCollector:
     """One collector of this rank on one communicator: its id, its trace element's append, its
     on/off switch, the drain's bound and spill, the node's clock and in-flight table (where it
     leaves its mark: the record as known when a call begins), the communicator's rank -> world
@@ -58,8 +96,7 @@ class Channel:
         self.compiled, self.offset_ns = (compiled if fast else None), offset_ns
 
 
-# What the compiled call is (eventspace/collector_c/, MpiCall): its kinds, and what a collective sends.
-_SEND, _RECV, _COLLECTIVE, _IRECV, _SENDRECV = 0, 1, 2, 3, 4
+# How the compiled call (eventspace/collector_c/, MpiCall) reads a row's bytes (S_*), and what its record holds (H_*).
 _COMPILED_SENDS = {"none": 0, "send": 1, "piece": 1, "root": 2, "root-send": 2, "pickled": 3}
 
 
@@ -86,29 +123,34 @@ def predefined_datatypes() -> tuple:
     return tuple(found)
 
 
-def compiled_call(kind, comm, call, ch: Channel, op, flags, closure, rounds=None, sends=0, root_at=-1, rank=0,
-                  request_class=None, recv_op=0, dumped=None):
-    """The compiled form of collector `closure` (kind _SEND, _RECV, _COLLECTIVE, _IRECV or
-    _SENDRECV, whose receive half is `recv_op`; a nonblocking send is a _SEND with
-    `request_class`) where the channel runs compiled: it writes what the closure writes for the
-    common form of the call, in C, and hands every other form to the closure. Else the closure
-    itself."""
+def compiled_call(spec, read, comm, call, ch: MpiCollector, closure, context, rounds, request_class):
+    """The compiled form of `closure` (the collector of row `spec`, whose reader is `read`) where the
+    collector runs compiled: MpiCall applies the same row, in C, to the common form of the call
+    (where its arguments are, from the reader's signature and the extractor's places; how its bytes
+    are read; what its record holds) and hands every other form to the closure. Else the closure."""
     if ch.compiled is None:
         return closure
-    if kind in (_RECV, _SENDRECV):
+    if spec.holds is not ASKED:
         count_in_c(ch.compiled)
+    at = spec.reads
+    least, most = _arity(read)
+    row = (least, most, _root_at(spec) if spec.rounds else at.peer, at.tag, at.source, at.recv_tag, at.status,
+           _COMPILED_HOLDS[spec.holds], spec.rounds)
+    sends = _COMPILED_SENDS["pickled" if spec.pickles else spec.sends]
     params, defaults = signature(call)
-    return ch.compiled.MpiCall(kind, comm, call, closure, ch.append, ch.on, ch.bound, ch.spill, ch.inflight,
-                               ch.peers, ch.status, rounds, ndarray, ch.cid, op, flags, ERROR, ANY_SOURCE,
-                               ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, root_at, rank,
+    return ch.compiled.MpiCall(row, comm, call, closure, ch.append, ch.on, ch.bound, ch.spill, ch.inflight,
+                               ch.peers, ch.status, rounds, ndarray, ch.cid, spec.op, spec.flags, ERROR, ANY_SOURCE,
+                               ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, context.rank,
                                params, defaults, request_class, ch if request_class is not None else None,
-                               recv_op, dumped, predefined_datatypes())
+                               spec.second, DUMPED if spec.pickles else None, predefined_datatypes())
 
 
-def _form(pickled) -> dict:
-    """compiled_call's arguments for a point-to-point call's pickle form (send, recv, isend, irecv...):
-    its bytes are what mpi4py pickled during it (a send), or the Status's (a receive)."""
-    return {"sends": _COMPILED_SENDS["pickled"], "dumped": DUMPED} if pickled else {}
+def _arity(read) -> tuple[int, int]:
+    """(arguments at least, at most) of a reader; at most -1 where it takes any number (*args)."""
+    parameters = [p for p in inspect.signature(read).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return 0, -1
+    return sum(p.default is p.empty for p in parameters), len(parameters)
 
 
 @functools.lru_cache(maxsize=None)
@@ -119,14 +161,11 @@ def count_in_c(compiled) -> bool:
     a fifth of what a collected Recv adds), and its source and tag at their offsets in this MPI's
     MPI_Status (`status_offsets`), not by Get_source and Get_tag. False where mpi4py or the
     platform does not offer it: then the Status's methods, which give the same values."""
-    try:
-        capsule = MPI.__pyx_capi__["PyMPIStatus_Get"]
-        library = ctypes.CDLL(MPI.__file__, mode=os.RTLD_NOLOAD)
-        get_count = ctypes.cast(library.MPI_Get_count, ctypes.c_void_p).value
-        byte, size, status_size = MPI._handleof(MPI.BYTE), MPI._sizeof(MPI.Datatype), MPI._sizeof(MPI.Status)
-    except (AttributeError, KeyError, OSError, TypeError):
+    capsule, size, status_size = mpi4py_access.status_getter(), mpi4py_access.handle_size(), mpi4py_access.status_size()
+    if capsule is None or size is None or status_size is None:
         return False
-    return compiled.use_mpi_status(capsule, get_count or 0, byte, size, *status_offsets(capsule), status_size)
+    return compiled.use_mpi_status(capsule, mpi4py_access.mpi_get_count(), MPI.BYTE.handle, size,
+                                   *status_offsets(capsule), status_size)
 
 
 def status_offsets(capsule) -> tuple[int, int]:
@@ -138,11 +177,13 @@ def status_offsets(capsule) -> tuple[int, int]:
     api = ctypes.pythonapi
     name_of = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", api))
     pointer_of = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", api))
+    size = mpi4py_access.status_size()
     try:
         address = pointer_of(capsule, name_of(capsule))
         struct_of = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(address)
-        size = MPI._sizeof(MPI.Status)
     except (AttributeError, TypeError, ValueError):
+        return -1, -1
+    if size is None:
         return -1, -1
     found = []
     for source, tag in ((0x1A2B3C, 0x4D5E6F), (0x2B3C4D, 0x5E6F70)):
@@ -212,304 +253,322 @@ def received(peers, status) -> tuple[int, int, int]:
     return _peer(peers, _SOURCE(status)), _TAG(status) & U32, 0 if n < 0 else n if n < U32 else U32
 
 
-def _fail(ch, op, flags, peer, tag, t0) -> None:
-    ch.inflight[ch.cid] = 0
-    ch.append(op, flags | ERROR, ch.cid, peer, _u32(tag), 0, t0, ch.clock())
+# -- the timing routine ------------------------------------------------------------------------
+
+def timed(ch: MpiCollector, call, args, op, flags, peer, arg, n, failure=None):
+    """THE timing protocol of a traced call, written once: `ch`'s collector marked in flight with
+    (op, flags, peer, arg, n) since t0, `call(*args)` made; if it raises, the mark cleared, the
+    call's record with the ERROR flag (`failure`: (op, flags, peer, arg) where it is not the
+    mark's) and the error again; else the mark cleared. -> (result, t0, t1). Its records are
+    the caller's to write (`write`)."""
+    cid, clock, inflight = ch.cid, ch.clock, ch.inflight
+    t0 = clock()
+    inflight[cid] = (t0, op, flags, peer, arg, n)
+    try:
+        result = call(*args)
+    except BaseException:
+        inflight[cid] = 0
+        if failure is not None:
+            op, flags, peer, arg = failure
+        ch.append(op, flags | ERROR, cid, peer, _u32(arg), 0, t0, clock())
+        raise
+    t1 = clock()
+    inflight[cid] = 0
+    return result, t0, t1
 
 
-# -- point-to-point ------------------------------------------------------------------------------
-
-def p2p_methods(comm, cls, ch: Channel, request_class, message_class) -> dict:
-    """The traced point-to-point methods of `comm` (an instance of a subclass of mpi4py class
-    `cls`), to be put in its __dict__: sends, receives, send-receives, posts and probes, both
-    forms. `request_class` wraps the requests posts return, `message_class` matched probes."""
-    m = {}
-    for name, op in (("Send", e.SEND), ("Bsend", e.BSEND), ("Ssend", e.SSEND), ("Rsend", e.RSEND)):
-        m[name] = _send(comm, getattr(cls, name), op, ch, 0)
-    for name, op in (("send", e.SEND), ("bsend", e.BSEND), ("ssend", e.SSEND)):
-        m[name] = _send(comm, getattr(cls, name), op, ch, e.PICKLED)
-    m["Recv"] = _recv(comm, cls.Recv, e.RECV, ch, 0)
-    m["recv"] = _recv(comm, cls.recv, e.RECV, ch, e.PICKLED)
-    for name, op in (("Isend", e.ISEND), ("Ibsend", e.IBSEND), ("Issend", e.ISSEND), ("Irsend", e.IRSEND)):
-        m[name] = _send(comm, getattr(cls, name), op, ch, 0, request_class)
-    for name, op in (("isend", e.ISEND), ("ibsend", e.IBSEND), ("issend", e.ISSEND)):
-        m[name] = _send(comm, getattr(cls, name), op, ch, e.PICKLED, request_class)
-    m["Irecv"] = _post_recv(comm, cls.Irecv, ch, 0, request_class)
-    m["irecv"] = _post_recv(comm, cls.irecv, ch, e.PICKLED, request_class)
-    m["Sendrecv"] = _sendrecv(comm, cls.Sendrecv, ch, 0)
-    m["sendrecv"] = _sendrecv(comm, cls.sendrecv, ch, e.PICKLED)
-    m["Sendrecv_replace"] = _sendrecv_replace(comm, cls.Sendrecv_replace, ch)
-    for name, op in (("Probe", e.PROBE), ("probe", e.PROBE), ("Iprobe", e.IPROBE), ("iprobe", e.IPROBE)):
-        m[name] = _probe(comm, getattr(cls, name), op, ch)
-    for name, op in (("Mprobe", e.MPROBE), ("mprobe", e.MPROBE), ("Improbe", e.IMPROBE), ("improbe", e.IMPROBE)):
-        m[name] = _matched_probe(comm, getattr(cls, name), op, ch, message_class, name.islower())
-    return m
+def write(ch: MpiCollector, op, flags, peer, arg, n, t0, t1) -> None:
+    """One record of `ch`'s collector, then its spill when the drain's bound is reached."""
+    if ch.append(op, flags, ch.cid, peer, arg, n, t0, t1) >= ch.bound[0]:
+        ch.spill()
 
 
-def _send(comm, call, op, ch, flags, request_class=None):
-    """A blocking send (Send, send, Ssend...), or with `request_class` a nonblocking one (Isend,
-    isend...), whose request it wraps with what the completion needs."""
-    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, peers = ch.clock, ch.inflight, ch.peers
-    dumped = DUMPED
-    pickled = bool(flags)
+# -- the call table ----------------------------------------------------------------------------
 
-    def send(buf, dest, tag=0):
-        if not on[0]:
-            return call(comm, buf, dest, tag)
+# A call's role: it blocks until done, or posts (returns a request, wrapped so that its completion is
+# recorded). The completions themselves (Wait, Waitall, ...) are interpose.Request's methods, which
+# time with `timed` and write with `write` too.
+BLOCKING, POSTING = "blocking", "posting"
+# What its record holds: what the reader read before the call (peer, tag or round, bytes sent);
+# what came (peer, tag and bytes from the Status); a send half (as read) and a receive half (as
+# came), two records; what a probe found (as came, or as read flagged EMPTY); as a probe, with the
+# message wrapped so that its matched receive is recorded too.
+ASKED, RECEIVED, SENT_RECEIVED, PROBED, MATCHED = "asked", "received", "sent+received", "probed", "matched"
+_COMPILED_HOLDS = {ASKED: 0, RECEIVED: 1, SENT_RECEIVED: 2}   # as MpiCall reads them (H_*)
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """One traced MPI call family: a row of CALLS, applied by `traced_method` (and by the compiled
+    MpiCall, for the rows with a `compiled` kind)."""
+
+    name: str               # the mpi4py method (of the communicator)
+    op: int                 # its record's op (SENT_RECEIVED: the send half's)
+    reads: Extractor        # how its arguments are read; see module docstring
+    holds: str = ASKED      # what its record holds (ASKED, RECEIVED, ...)
+    role: str = BLOCKING    # BLOCKING or POSTING
+    flags: int = 0          # of every record it writes: PICKLED for a pickle form (send, recv, allreduce...)
+    pickles: bool = False   # its bytes are what mpi4py pickled during the call (a pickle form that sends)
+    waits_as: int = 0       # the op of its in-flight mark and failure record, where not `op` (SENT_RECEIVED: the receive half)
+    second: int = 0         # SENT_RECEIVED: the receive half's op
+    rounds: bool = False    # a collective: numbered by the communicator's round counter (counted even while off)
+    compiled: bool = False  # the compiled MpiCall runs its common forms (ASKED, RECEIVED, SENT_RECEIVED rows)
+    sends: str = "none"     # the bytes it sends, as COLLECTIVES says them ("send": its buffer argument 0)
+
+
+@dataclass(frozen=True)
+class Extractor:
+    """How a call family's arguments are read: `make(collector, row, context)` -> its reader (see
+    below), and the places of the arguments the compiled MpiCall reads itself (-1: none): the
+    destination (a collective's: its root, from COLLECTIVES), the tag sent, the source and the tag
+    wanted, the Status."""
+
+    make: Callable
+    peer: int = -1
+    tag: int = -1
+    source: int = -1
+    recv_tag: int = -1
+    status: int = -1
+
+
+def _wanted(flags, source, tag) -> int:
+    return flags | (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if tag == ANY_TAG else 0)
+
+
+# Extractors: (collector, spec, context) -> reader. A reader takes the call's arguments as mpi4py's
+# method does (its signature is the method's: keywords bind as they would) and returns (the
+# arguments mpi4py's method is called with, after the communicator; the mark's flags, peer, arg
+# and nbytes; what the record needs besides: the Status, or a send half).
+
+def sending(ch, spec, context):
+    """Send(buf, dest, tag=0), Isend..., and their pickle forms: the destination, the tag, the buffer's bytes."""
+    peers, flags, pickled = ch.peers, spec.flags, spec.pickles
+
+    def read(buf, dest, tag=0):
         try:
             peer = peers[dest]
         except (LookupError, TypeError):
             peer = NONE
         if pickled:
-            n, before = 0, dumped[0]
+            n = 0
         elif type(buf) is ndarray:
             n = buf.nbytes
             if n > U32:
                 n = U32
         else:
             n = buffer_bytes(buf)
-        t0 = clock()
-        inflight[cid] = (t0, op, flags, peer, tag, n)
-        try:
-            result = call(comm, buf, dest, tag)
-        except BaseException:
-            _fail(ch, op, flags, peer, tag, t0)
-            raise
-        t1 = clock()
-        inflight[cid] = 0
-        if pickled:
-            n = dumped[0] - before
-            if n > U32:
-                n = U32
-        if request_class is not None:
-            result = request_class(result)
-            result.info = (ch, op, flags, peer, tag, n, t0)
-        if append(op, flags, cid, peer, tag, n, t0, t1) >= bound[0]:
-            spill()
-        return result
+        return (buf, dest, tag), flags, peer, tag, n, None
 
-    return compiled_call(_SEND, comm, call, ch, op, flags, send, request_class=request_class, **_form(pickled))
+    return read
 
 
-def _recv(comm, call, op, ch, flags):
-    """Recv (`buf` required) or recv (`flags` PICKLED: every argument optional, as mpi4py's)."""
-    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
+def receiving(ch, spec, context):
+    """Recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None), recv (buf optional too): the source and
+    tag wanted, and the Status to read what came (the collector's own unless the program gives one)."""
+    peers, own, flags = ch.peers, ch.status, spec.flags
 
-    def recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
-        if not on[0]:
-            return call(comm, buf, source, tag, status)
+    def read(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         st = own if status is None else status
-        f = flags
-        if source == ANY_SOURCE:
-            f |= F_ANY_SOURCE
-        if tag == ANY_TAG:
-            f |= F_ANY_TAG
-        try:
-            want = peers[source]
-        except (LookupError, TypeError):
-            want = NONE
-        t0 = clock()
-        inflight[cid] = (t0, op, f, want, tag & U32, 0)
-        try:
-            result = call(comm, buf, source, tag, st)
-        except BaseException:
-            _fail(ch, op, f, want, tag, t0)
-            raise
-        t1 = clock()
-        inflight[cid] = 0
-        if append(op, f, cid, *received(peers, st), t0, t1) >= bound[0]:
-            spill()
-        return result
+        return (buf, source, tag, st), _wanted(flags, source, tag), _peer(peers, source), tag & U32, 0, st
 
-    if flags:
-        recv.__defaults__ = (None, ANY_SOURCE, ANY_TAG, None)
-    return compiled_call(_RECV, comm, call, ch, op, flags, recv, **_form(flags))
+    if spec.flags & e.PICKLED:
+        read.__defaults__ = (None, ANY_SOURCE, ANY_TAG, None)
+    return read
 
 
-def _post_recv(comm, call, ch, flags, request_class):
-    """Irecv (`buf` required) or irecv (`flags` PICKLED: every argument optional)."""
-    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, peers = ch.clock, ch.inflight, ch.peers
-    op = e.IRECV
+def posting_receive(ch, spec, context):
+    """Irecv(buf, source=ANY_SOURCE, tag=ANY_TAG), irecv (buf optional too): the source and tag wanted."""
+    peers, flags = ch.peers, spec.flags
 
-    def post(buf, source=ANY_SOURCE, tag=ANY_TAG):
-        if not on[0]:
-            return call(comm, buf, source, tag)
-        f = flags
-        if source == ANY_SOURCE:
-            f |= F_ANY_SOURCE
-        if tag == ANY_TAG:
-            f |= F_ANY_TAG
-        try:
-            want = peers[source]
-        except (LookupError, TypeError):
-            want = NONE
-        t0 = clock()
-        inflight[cid] = (t0, op, f, want, tag & U32, 0)
-        try:
-            request = request_class(call(comm, buf, source, tag))
-        except BaseException:
-            _fail(ch, op, f, want, tag, t0)
-            raise
-        t1 = clock()
-        inflight[cid] = 0
-        request.info = (ch, op, f, want, tag & U32, 0, t0)
-        if append(op, f, cid, want, tag & U32, 0, t0, t1) >= bound[0]:
-            spill()
-        return request
+    def read(buf, source=ANY_SOURCE, tag=ANY_TAG):
+        return (buf, source, tag), _wanted(flags, source, tag), _peer(peers, source), tag & U32, 0, None
 
-    if flags:
-        post.__defaults__ = (None, ANY_SOURCE, ANY_TAG)
-    return compiled_call(_IRECV, comm, call, ch, op, flags, post, request_class=request_class, **_form(flags))
+    if spec.flags & e.PICKLED:
+        read.__defaults__ = (None, ANY_SOURCE, ANY_TAG)
+    return read
 
 
-def _sendrecv(comm, call, ch, flags):
-    """Sendrecv / sendrecv: two records with the call's times, its send half and its receive half."""
-    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
-    dumped = DUMPED
-    pickled = bool(flags)
-    SEND, RECV = e.SENDRECV_SEND, e.SENDRECV_RECV
+def send_receiving(ch, spec, context):
+    """Sendrecv(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None),
+    sendrecv: marked as waiting in the receive half; the send half (destination, tag, bytes) kept."""
+    peers, own, flags, pickled = ch.peers, ch.status, spec.flags, spec.pickles
 
-    def sendrecv(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
-        if not on[0]:
-            return call(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+    def read(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
         st = own if status is None else status
-        f = flags
-        if source == ANY_SOURCE:
-            f |= F_ANY_SOURCE
-        if recvtag == ANY_TAG:
-            f |= F_ANY_TAG
+        f = _wanted(flags, source, recvtag)
         peer, want = _peer(peers, dest), _peer(peers, source)
-        if pickled:
-            n, before = 0, dumped[0]
-        else:
-            n = buffer_bytes(sendbuf)
-        t0 = clock()
-        inflight[cid] = (t0, RECV, f, want, recvtag & U32, 0)
-        try:
-            result = call(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, st)
-        except BaseException:
-            _fail(ch, RECV, f, want, recvtag, t0)
-            raise
-        t1 = clock()
-        inflight[cid] = 0
-        if pickled:
-            n = min(dumped[0] - before, U32)
-        append(SEND, flags, cid, peer, sendtag, n, t0, t1)
-        if append(RECV, f, cid, *received(peers, st), t0, t1) >= bound[0]:
-            spill()
-        return result
+        n = 0 if pickled else buffer_bytes(sendbuf)
+        return ((sendbuf, dest, sendtag, recvbuf, source, recvtag, st), f, want, recvtag & U32, 0,
+                (st, flags, peer, sendtag, n))
 
-    return compiled_call(_SENDRECV, comm, call, ch, SEND, flags, sendrecv, recv_op=RECV, **_form(pickled))
+    return read
 
 
-def _sendrecv_replace(comm, call, ch):
-    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
-    SEND, RECV = e.SENDRECV_REPLACE_SEND, e.SENDRECV_REPLACE_RECV
+def replacing(ch, spec, context):
+    """Sendrecv_replace(buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None)."""
+    peers, own = ch.peers, ch.status
 
-    def Sendrecv_replace(buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):  # noqa: N802
-        if not on[0]:
-            return call(comm, buf, dest, sendtag, source, recvtag, status)
+    def read(buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
         st = own if status is None else status
-        f = (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if recvtag == ANY_TAG else 0)
+        f = _wanted(0, source, recvtag)
         peer, want = _peer(peers, dest), _peer(peers, source)
         n = buffer_bytes(buf) if peer != NONE else 0
-        t0 = clock()
-        inflight[cid] = (t0, RECV, f, want, recvtag & U32, 0)
-        try:
-            call(comm, buf, dest, sendtag, source, recvtag, st)
-        except BaseException:
-            _fail(ch, RECV, f, want, recvtag, t0)
-            raise
-        t1 = clock()
-        inflight[cid] = 0
-        append(SEND, 0, cid, peer, sendtag, n, t0, t1)
-        if append(RECV, f, cid, *received(peers, st), t0, t1) >= bound[0]:
-            spill()
+        return (buf, dest, sendtag, source, recvtag, st), f, want, recvtag & U32, 0, (st, 0, peer, sendtag, n)
 
-    return Sendrecv_replace
+    return read
 
 
-def _probe(comm, call, op, ch):
-    """Probe/probe (blocks) and Iprobe/iprobe (returns whether a message is there): the message's
-    actual source, tag and size; a nonblocking probe that found nothing is flagged EMPTY."""
-    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
+def probing(ch, spec, context):
+    """Probe(source=ANY_SOURCE, tag=ANY_TAG, status=None), Iprobe, Mprobe, Improbe and their pickle forms."""
+    peers, own, flags = ch.peers, ch.status, spec.flags
 
-    def probe(source=ANY_SOURCE, tag=ANY_TAG, status=None):
-        if not on[0]:
-            return call(comm, source, tag, status)
+    def read(source=ANY_SOURCE, tag=ANY_TAG, status=None):
         st = own if status is None else status
-        f = (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if tag == ANY_TAG else 0)
-        want = _peer(peers, source)
-        t0 = clock()
-        inflight[cid] = (t0, op, f, want, tag & U32, 0)
-        try:
-            found = call(comm, source, tag, st)
-        except BaseException:
-            _fail(ch, op, f, want, tag, t0)
-            raise
-        t1 = clock()
-        inflight[cid] = 0
-        if found:
-            record = (op, f, cid, *received(peers, st), t0, t1)
-        else:
-            record = (op, f | F_EMPTY, cid, want, tag & U32, 0, t0, t1)
-        if append(*record) >= bound[0]:
-            spill()
-        return found
+        return (source, tag, st), _wanted(flags, source, tag), _peer(peers, source), tag & U32, 0, st
 
-    return probe
+    return read
 
 
-def _matched_probe(comm, call, op, ch, message_class, pickled):
-    """Mprobe/Improbe (and the pickle forms): as a probe; the message returned is wrapped so that
-    its matched receive is recorded too (op MPI_Mrecv or MPI_Imrecv, on this channel)."""
-    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, peers, own = ch.clock, ch.inflight, ch.peers, ch.status
-    flags = e.PICKLED if pickled else 0
+def collective(ch, spec, context):
+    """A collective (*args, **kwargs as COLLECTIVES' parameter names): the root's world rank, the bytes
+    this rank sends (COLLECTIVES' `sends`); its round is the communicator's counter's."""
+    peers, flags, pickled = ch.peers, spec.flags, spec.pickles
+    _, _, params, root_param, sends = COLLECTIVES[spec.name]
+    root_at = params.index(root_param) if root_param else -1
+    bytes_of = _sent_bytes(sends, context.size)
+    rank = context.rank
 
-    def mprobe(source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    def read(*args, **kwargs):
+        if kwargs:
+            args = _positional(params, args, kwargs)
+        root = (args[root_at] if root_at < len(args) else 0) if root_at >= 0 else None
+        peer = NONE if root is None else _peer(peers, root)
+        n = 0 if pickled else bytes_of(args, root is None or root == rank)
+        return args, flags, peer, 0, n, None
+
+    return read
+
+
+SENDING = Extractor(sending, peer=1, tag=2)
+RECEIVING = Extractor(receiving, source=1, recv_tag=2, status=3)
+POSTING_RECEIVE = Extractor(posting_receive, source=1, recv_tag=2)
+SEND_RECEIVING = Extractor(send_receiving, peer=1, tag=2, source=4, recv_tag=5, status=6)
+REPLACING = Extractor(replacing)
+PROBING = Extractor(probing)
+COLLECTIVE = Extractor(collective)
+
+
+class CallContext:
+    """What extractors of one communicator's calls read besides the collector: its size, this rank
+    in it, its round counter, and the classes that wrap what posts and matched probes return."""
+
+    __slots__ = ("size", "rank", "rounds", "request_class", "message_class")
+
+    def __init__(self, size=0, rank=0, rounds=None, request_class=None, message_class=None):
+        self.size, self.rank, self.rounds = size, rank, rounds
+        self.request_class, self.message_class = request_class, message_class
+
+
+def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: CallContext):
+    """`call` (mpi4py's method) on `comm`, traced as row `spec` says: THE routine that applies a
+    row (reader, `timed`, the record its `holds` says, `write`). Compiled (MpiCall) where the
+    collector runs compiled and the row has a compiled kind; that hands the forms it does not take
+    to this closure, which stays the reference."""
+    on, dumped, op, holds, pickled = ch.on, DUMPED, spec.op, spec.holds, spec.pickles
+    waits_as = spec.waits_as or op
+    read = spec.reads.make(ch, spec, context)
+    rounds = context.rounds if spec.rounds else None
+    wrap = context.request_class if spec.role == POSTING else None
+    peers, message_class = ch.peers, context.message_class
+
+    made = call
+    if wrap is not None:   # a post's request is wrapped within the call: a failure to wrap is the call's
+        def made(*args):
+            return wrap(call(*args))
+
+    def method(*args, **kwargs):
+        if rounds is not None:
+            r = next(rounds) & U32   # counted even while switched off, so that rounds stay aligned
         if not on[0]:
-            return call(comm, source, tag, status)
-        st = own if status is None else status
-        f = flags | (F_ANY_SOURCE if source == ANY_SOURCE else 0) | (F_ANY_TAG if tag == ANY_TAG else 0)
-        want = _peer(peers, source)
-        t0 = clock()
-        inflight[cid] = (t0, op, f, want, tag & U32, 0)
-        try:
-            message = call(comm, source, tag, st)
-        except BaseException:
-            _fail(ch, op, f, want, tag, t0)
-            raise
-        t1 = clock()
-        inflight[cid] = 0
-        if message is None:
-            record = (op, f | F_EMPTY, cid, want, tag & U32, 0, t0, t1)
+            return call(comm, *args, **kwargs)
+        given, f, peer, arg, n, kept = read(*args, **kwargs)
+        if rounds is not None:
+            arg = r
+        if pickled:
+            before = dumped[0]
+        result, t0, t1 = timed(ch, made, (comm, *given), waits_as, f, peer, arg, n)
+        if pickled:
+            n = min(dumped[0] - before, U32)
+        if holds is ASKED:
+            if wrap is not None:
+                result.info = (ch, op, f, peer, arg, n, t0)
+            write(ch, op, f, peer, arg, n, t0, t1)
+        elif holds is RECEIVED:
+            write(ch, op, f, *received(peers, kept), t0, t1)
+        elif holds is SENT_RECEIVED:
+            st, send_flags, to, tag, sent = kept   # the drain's bound is checked once, after the pair
+            ch.append(op, send_flags, ch.cid, to, tag, n if pickled else sent, t0, t1)
+            write(ch, spec.second, f, *received(peers, st), t0, t1)
+        elif (not result) if holds is PROBED else result is None:   # nothing found
+            write(ch, op, f | F_EMPTY, peer, arg, 0, t0, t1)
         else:
-            peer, got, n = received(peers, st)
-            record = (op, f, cid, peer, got, n, t0, t1)
-            message = message_class(message)
-            message.info = (ch, f, peer, got, n)
-        if append(*record) >= bound[0]:
-            spill()
-        return message
+            source, tag, got = received(peers, kept)
+            if holds is MATCHED:
+                result = message_class(result)
+                result.info = (ch, f, source, tag, got)
+            write(ch, op, f, source, tag, got, t0, t1)
+        return result
 
-    return mprobe
+    method.__name__ = method.__qualname__ = spec.name
+    if not spec.compiled or spec.sends not in _COMPILED_SENDS:
+        return method
+    return compiled_call(spec, read, comm, call, ch, method, context, rounds, wrap)
 
+
+def _root_at(spec) -> int:
+    if not spec.rounds:
+        return -1
+    _, _, params, root_param, _ = COLLECTIVES[spec.name]
+    return params.index(root_param) if root_param else -1
+
+
+def _p2p_calls() -> tuple[CallSpec, ...]:
+    rows = []
+    for name, op in (("Send", e.SEND), ("Bsend", e.BSEND), ("Ssend", e.SSEND), ("Rsend", e.RSEND)):
+        rows.append(CallSpec(name, op, SENDING, compiled=True, sends="send"))
+    for name, op in (("send", e.SEND), ("bsend", e.BSEND), ("ssend", e.SSEND)):
+        rows.append(CallSpec(name, op, SENDING, flags=e.PICKLED, pickles=True, compiled=True))
+    rows.append(CallSpec("Recv", e.RECV, RECEIVING, RECEIVED, compiled=True))
+    rows.append(CallSpec("recv", e.RECV, RECEIVING, RECEIVED, flags=e.PICKLED, compiled=True))
+    for name, op in (("Isend", e.ISEND), ("Ibsend", e.IBSEND), ("Issend", e.ISSEND), ("Irsend", e.IRSEND)):
+        rows.append(CallSpec(name, op, SENDING, role=POSTING, compiled=True, sends="send"))
+    for name, op in (("isend", e.ISEND), ("ibsend", e.IBSEND), ("issend", e.ISSEND)):
+        rows.append(CallSpec(name, op, SENDING, role=POSTING, flags=e.PICKLED, pickles=True, compiled=True))
+    rows.append(CallSpec("Irecv", e.IRECV, POSTING_RECEIVE, role=POSTING, compiled=True))
+    rows.append(CallSpec("irecv", e.IRECV, POSTING_RECEIVE, role=POSTING, flags=e.PICKLED, compiled=True))
+    for name, pickled in (("Sendrecv", False), ("sendrecv", True)):
+        rows.append(CallSpec(name, e.SENDRECV_SEND, SEND_RECEIVING, SENT_RECEIVED, flags=e.PICKLED if pickled else 0,
+                             pickles=pickled, waits_as=e.SENDRECV_RECV, second=e.SENDRECV_RECV, compiled=True,
+                             sends="none" if pickled else "send"))
+    rows.append(CallSpec("Sendrecv_replace", e.SENDRECV_REPLACE_SEND, REPLACING, SENT_RECEIVED,
+                         waits_as=e.SENDRECV_REPLACE_RECV, second=e.SENDRECV_REPLACE_RECV))
+    for name, op in (("Probe", e.PROBE), ("probe", e.PROBE), ("Iprobe", e.IPROBE), ("iprobe", e.IPROBE)):
+        rows.append(CallSpec(name, op, PROBING, PROBED))
+    for name, op in (("Mprobe", e.MPROBE), ("mprobe", e.MPROBE), ("Improbe", e.IMPROBE), ("improbe", e.IMPROBE)):
+        rows.append(CallSpec(name, op, PROBING, MATCHED, flags=e.PICKLED if name.islower() else 0))
+    return tuple(rows)
+
+
+P2P_CALLS = _p2p_calls()
+
+
+# -- requests ------------------------------------------------------------------------------------
 
 def matched_receive(info, op, t0, t1) -> None:
     """The record of a matched receive (Message.Recv / recv) of a message `info` describes."""
     ch, flags, peer, tag, n = info
-    if ch.append(op, flags, ch.cid, peer, tag, n, t0, t1) >= ch.bound[0]:
-        ch.spill()
+    write(ch, op, flags, peer, tag, n, t0, t1)
 
-
-# -- requests ------------------------------------------------------------------------------------
 
 def request_done(info, status, t1, extra=0) -> None:
     """The request record of a request posted as `info` (channel, op, flags, peer, tag, nbytes,
@@ -520,21 +579,12 @@ def request_done(info, status, t1, extra=0) -> None:
         peer, tag, n = received(ch.peers, status)
     if flags & F_CANCELLED and (status is None or not _CANCELLED(status)):
         flags &= ~F_CANCELLED   # the program asked; MPI did not (or could not say that it did) cancel
-    if ch.append(op, flags | extra | F_REQUEST, ch.cid, peer, tag, n, t0, t1) >= ch.bound[0]:
-        ch.spill()
+    write(ch, op, flags | extra | F_REQUEST, peer, tag, n, t0, t1)
 
 
 def completion_call(ch, op, given, completed, t0, t1) -> None:
     """The record of a completion call (Wait, Testall...) that was given `given` requests."""
-    flags = F_EMPTY if not completed else 0
-    if ch.append(op, flags, ch.cid, given & U32, completed, 0, t0, t1) >= ch.bound[0]:
-        ch.spill()
-
-
-def waiting_mark(ch, info, t0) -> None:
-    """Mark `ch`'s collector as waiting, since `t0`, for the request posted as `info`."""
-    _, op, flags, peer, tag, n, _ = info
-    ch.inflight[ch.cid] = (t0, op, flags | F_REQUEST, peer, tag, n)
+    write(ch, op, F_EMPTY if not completed else 0, given & U32, completed, 0, t0, t1)
 
 
 # -- collectives ---------------------------------------------------------------------------------
@@ -575,54 +625,27 @@ COLLECTIVES = {
     "exscan": (e.EXSCAN, True, ("sendobj", "op"), None, "pickled"),
 }
 INTRA_ONLY = frozenset({"Scan", "Exscan", "scan", "exscan"})
+COLLECTIVE_CALLS = tuple(CallSpec(name, op, COLLECTIVE, flags=e.PICKLED if pickled else 0, pickles=pickled, rounds=True,
+                                  compiled=True, sends=sends)
+                         for name, (op, pickled, _, _, sends) in COLLECTIVES.items())
+# Every traced call family of a communicator, by mpi4py method name.
+CALLS = {spec.name: spec for spec in (*P2P_CALLS, *COLLECTIVE_CALLS)}
 
 
-def collective_methods(comm, cls, ch: Channel, rank: int, size: int) -> dict:
+def p2p_methods(comm, cls, ch: MpiCollector, request_class, message_class) -> dict:
+    """The traced point-to-point methods of `comm` (an instance of a subclass of mpi4py class
+    `cls`), to be put in its __dict__: sends, receives, send-receives, posts and probes, both
+    forms. `request_class` wraps the requests posts return, `message_class` matched probes."""
+    context = CallContext(request_class=request_class, message_class=message_class)
+    return {spec.name: traced_method(comm, getattr(cls, spec.name), spec, ch, context) for spec in P2P_CALLS}
+
+
+def collective_methods(comm, cls, ch: MpiCollector, rank: int, size: int) -> dict:
     """The traced collective methods of `comm` (rank `rank` of `size`), both forms, numbering
     their rounds with one counter per communicator."""
-    rounds = count()
-    return {name: _collective(comm, getattr(cls, name), ch, rounds, rank, size, *spec)
-            for name, spec in COLLECTIVES.items() if hasattr(cls, name)}
-
-
-def _collective(comm, call, ch, rounds, rank, size, op, pickled, params, root_param, sends):
-    cid, append, on, bound, spill = ch.cid, ch.append, ch.on, ch.bound, ch.spill
-    clock, inflight, peers = ch.clock, ch.inflight, ch.peers
-    dumped = DUMPED
-    flags = e.PICKLED if pickled else 0
-    root_at = params.index(root_param) if root_param else -1
-    bytes_of = _sent_bytes(sends, size)
-
-    def collective(*args, **kwargs):
-        r = next(rounds) & U32   # counted even while switched off, so that rounds stay aligned
-        if not on[0]:
-            return call(comm, *args, **kwargs)
-        if kwargs:
-            args = _positional(params, args, kwargs)
-            kwargs = {}
-        root = (args[root_at] if root_at < len(args) else 0) if root_at >= 0 else None
-        peer = NONE if root is None else _peer(peers, root)
-        n = 0 if pickled else bytes_of(args, root is None or root == rank)
-        before = dumped[0]
-        t0 = clock()
-        inflight[cid] = (t0, op, flags, peer, r, n)
-        try:
-            result = call(comm, *args)
-        except BaseException:
-            _fail(ch, op, flags, peer, r, t0)
-            raise
-        t1 = clock()
-        inflight[cid] = 0
-        if pickled:
-            n = min(dumped[0] - before, U32)
-        if append(op, flags, cid, peer, r, n, t0, t1) >= bound[0]:
-            spill()
-        return result
-
-    if sends not in _COMPILED_SENDS:
-        return collective
-    return compiled_call(_COLLECTIVE, comm, call, ch, op, flags, collective, rounds, _COMPILED_SENDS[sends],
-                         root_at, rank, dumped=dumped if pickled else None)
+    context = CallContext(size, rank, count())
+    return {spec.name: traced_method(comm, getattr(cls, spec.name), spec, ch, context)
+            for spec in COLLECTIVE_CALLS if hasattr(cls, spec.name)}
 
 
 def _positional(params, args, kwargs) -> tuple:

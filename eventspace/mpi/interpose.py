@@ -27,12 +27,11 @@ from .collector import (
     F_CANCELLED,
     F_REQUEST,
     RECEIVES,
-    Channel,
-    _fail,
+    MpiCollector,
     completion_call,
     matched_receive,
     request_done,
-    waiting_mark,
+    timed,
 )
 
 _Request, _Message = MPI.Request, MPI.Message
@@ -98,15 +97,8 @@ def _one(request, call, op, status, test):
         return call(request, status)
     # Sends need no Status unless cancelled: MPI then fills none.
     st = status if status is not None or not (post_op in RECEIVES or flags & F_CANCELLED) else ch.status
-    t0 = ch.clock()
-    ch.inflight[ch.cid] = (t0, post_op, flags | F_REQUEST, peer, tag, n)
-    try:
-        result = call(request, st)
-    except BaseException:
-        _fail(ch, op, 0, 1, 0, t0)
-        raise
-    t1 = ch.clock()
-    ch.inflight[ch.cid] = 0
+    # marked as waiting for the request; a failure is the completion call's record (1 request given)
+    result, t0, t1 = timed(ch, call, (request, st), post_op, flags | F_REQUEST, peer, tag, n, (op, 0, 1, 0))
     done = not test or (result if type(result) is bool else result[0])
     if done:
         request_done(info, st, t1)
@@ -196,16 +188,9 @@ def _many(call, op, requests, status_arg, family, outcome):
         used = [MPI.Status() for _ in requests]   # to read the receives' actual sources
     else:
         used = status_arg
-    ch = pending[0][1][0]
-    t0 = ch.clock()
-    waiting_mark(ch, pending[0][1], t0)
-    try:
-        result = call(requests, used)
-    except BaseException:
-        _fail(ch, op, 0, len(requests), 0, t0)
-        raise
-    t1 = ch.clock()
-    ch.inflight[ch.cid] = 0
+    ch, post_op, flags, peer, tag, n, _ = pending[0][1]   # marked as waiting for the first traced request
+    result, t0, t1 = timed(ch, call, (requests, used), post_op, flags | F_REQUEST, peer, tag, n,
+                           (op, 0, len(requests), 0))
     infos = dict(pending)
     said = outcome(result)
     if family == _ALL:
@@ -236,16 +221,8 @@ class Message(_Message):
         info = getattr(self, "info", None)
         if info is None or not info[0].on[0]:
             return call(self, buf, status)
-        ch = info[0]
-        t0 = ch.clock()
-        ch.inflight[ch.cid] = (t0, e.MRECV, info[1], info[2], info[3], info[4])
-        try:
-            result = call(self, buf, status)
-        except BaseException:
-            _fail(ch, e.MRECV, info[1], info[2], info[3], t0)
-            raise
-        t1 = ch.clock()
-        ch.inflight[ch.cid] = 0
+        ch, flags, peer, tag, n = info
+        result, t0, t1 = timed(ch, call, (self, buf, status), e.MRECV, flags, peer, tag, n)
         matched_receive(info, e.MRECV, t0, t1)
         return result
 
@@ -387,7 +364,7 @@ def compile_waits(compiled) -> None:
     runs pure, a cancelled request, keyword arguments, requests in a tuple)."""
     if compiled is None or isinstance(Request.__dict__["Wait"], compiled.RequestWait):
         return
-    common = (Request, Channel)
+    common = (Request, MpiCollector)
     flags = (e.REQUEST, e.CANCELLED, e.EMPTY, ERROR, tuple(sorted(RECEIVES)), MPI.Status)
     for name, op in (("Wait", e.WAIT), ("wait", e.WAIT), ("Test", e.TEST), ("test", e.TEST)):
         setattr(Request, name, compiled.RequestWait(getattr(_Request, name), Request.__dict__[name], *common, op,

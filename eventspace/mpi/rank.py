@@ -19,8 +19,8 @@ from paths.errors import PathsError
 
 from ..hosted import RECORD_FLUSH
 from ..space import NodeSpace
-from . import interpose
-from .collector import Channel, collective_methods, p2p_methods, peer_table
+from . import interpose, mpi4py_access
+from .collector import MpiCollector, collective_methods, p2p_methods, peer_table
 from .options import Options
 from .generate import Communicator, add_communicator, collector_ids, node_name, run_pathmap
 from .registry import Registration
@@ -36,16 +36,6 @@ MAX_HOW = 256             # characters of how a communicator was made
 def say(text: str) -> None:
     """One line of ours, on stderr: the program's stdout stays its own."""
     print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
-
-
-def hold_no_lock(mpi, comm) -> None:
-    """Make now (collective over `comm`) the duplicate that mpi4py's pickle-form reductions
-    (allreduce, reduce, scan, exscan) make on their first call: it does so holding Python's GIL,
-    so a rank waiting there for a late member would starve its own node server, and a monitor
-    would see the rank as not answering instead of waiting."""
-    make = getattr(mpi, "_commctx_intra", None)
-    if make is not None:
-        make(comm)
 
 
 class RunRefused(Exception):
@@ -116,7 +106,7 @@ class Rank:
         if self.rank == 0:
             self._register({node_name(r): pid for r, pid in enumerate(pids)})
         self.private.Barrier()   # registered and serving everywhere before the program's first call
-        hold_no_lock(mpi, world)   # after the Barrier: no rank still needs another's node server
+        mpi4py_access.hold_no_lock(world)   # after the Barrier: no rank still needs another's node server
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -211,14 +201,14 @@ class Rank:
         base = interpose.base_class(comm)
         methods = {}
         if p2p:
-            methods.update(p2p_methods(comm, base, self._channel(p2p, peers), interpose.Request,
+            methods.update(p2p_methods(comm, base, self._collector(p2p, peers), interpose.Request,
                                        interpose.Message))
         if coll:
-            methods.update(collective_methods(comm, base, self._channel(coll, peers), comm.Get_rank(),
+            methods.update(collective_methods(comm, base, self._collector(coll, peers), comm.Get_rank(),
                                               comm.Get_size()))
         interpose.mark_traced(comm, cid, methods)
 
-    def _channel(self, cid: int, peers) -> Channel:
+    def _collector(self, cid: int, peers) -> MpiCollector:
         space = self.space
         entry = space.catalogue[cid]
         element = self.node.server.element(entry.trace)
@@ -229,7 +219,7 @@ class Rank:
             from ..recorder import NEVER
 
             bound, spill = NEVER, _nothing
-        return Channel(cid, space.appender(entry), space.flag(cid), bound, spill, space.clock,
+        return MpiCollector(cid, space.appender(entry), space.flag(cid), bound, spill, space.clock,
                        space.marks, peers, space.compiled, space.clock_offset_ns)
 
     def adopt(self, comm, how: str, parent):
@@ -257,7 +247,7 @@ class Rank:
         cid = mpi.Comm.bcast(comm, cid, 0)
         if cid is None:
             return comm
-        hold_no_lock(mpi, comm)
+        mpi4py_access.hold_no_lock(comm)
         traced = interpose.traced_instance(comm, base)
         self.trace(traced, cid, members)
         return traced

@@ -11,6 +11,7 @@ times), the spills and the in-flight marks must agree.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import operator
 import sys
@@ -24,6 +25,7 @@ from mpi4py import MPI
 from eventspace import _collector, trace
 from eventspace.mpi import collector as mc
 from eventspace.mpi import encoding as e
+from eventspace.mpi import mpi4py_access
 from eventspace.mpi.interpose import Request
 from pastset import TemplateMismatch, TupleServer
 
@@ -95,32 +97,41 @@ def bcast(comm, obj, root=0):
 def channel(compiled: bool):
     element = _server.enter(f"t{next(_names)}", trace.FORMAT, keep=6)
     spills = []
-    ch = mc.Channel(1, _collector.RingAppender(element, True), [True], [3], lambda: spills.append(1),
+    ch = mc.MpiCollector(1, _collector.RingAppender(element, True), [True], [3], lambda: spills.append(1),
                     time.monotonic_ns, [0, 0, 0], mc.peer_table([5, 6, 7][:SIZE]), _collector if compiled else None, 0)
     return ch, element, spills
 
 
-def traced(kind: str, ch):
-    """The collector of `kind` on channel `ch`: compiled (MpiCall) where the channel runs compiled."""
-    comm = "the communicator"
-    if kind == "Send":
-        return mc._send(comm, Send, e.SEND, ch, 0)
-    if kind == "send":
-        return mc._send(comm, Send, e.SEND, ch, e.PICKLED)
-    if kind == "Isend":
-        return mc._send(comm, Send, e.ISEND, ch, 0, Request)
-    if kind == "Recv":
-        return mc._recv(comm, Recv, e.RECV, ch, 0)
-    if kind == "Irecv":
-        return mc._post_recv(comm, lambda comm, buf, source=ANY_SOURCE, tag=ANY_TAG: behaviour(
-            "Irecv", (buf, source, tag), ranks=(source,), tags=(tag,)), ch, 0, Request)
-    if kind == "Sendrecv":
-        return mc._sendrecv(comm, Sendrecv, ch, 0)
-    stand_in = {"Bcast": Bcast, "Allreduce": Allreduce, "bcast": bcast}[kind]
-    return mc._collective(comm, stand_in, ch, itertools.count(), 0, SIZE, *mc.COLLECTIVES[kind])
+def Irecv(comm, buf, source=ANY_SOURCE, tag=ANY_TAG):  # noqa: N802
+    return behaviour("Irecv", (buf, source, tag), ranks=(source,), tags=(tag,))
 
 
-KINDS = ["Send", "send", "Isend", "Recv", "Irecv", "Sendrecv", "Bcast", "Allreduce", "bcast"]
+def recv(comm, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    return behaviour("recv", (buf, source, tag, status), status, (source, tag), (source,), (tag,))
+
+
+def irecv(comm, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
+    return behaviour("irecv", (buf, source, tag), ranks=(source,), tags=(tag,))
+
+
+def sendrecv(comm, sendobj, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+    return behaviour("sendrecv", (sendobj, dest, sendtag, recvbuf, source, recvtag, status), status, (source, recvtag),
+                     (dest, source), (sendtag, recvtag))
+
+
+STAND_INS = {"Send": Send, "send": Send, "Isend": Send, "isend": Send, "Recv": Recv, "recv": recv, "Irecv": Irecv,
+             "irecv": irecv, "Sendrecv": Sendrecv, "sendrecv": sendrecv, "Bcast": Bcast, "Allreduce": Allreduce,
+             "bcast": bcast}
+
+
+def traced(kind: str, ch, spec=None, rounds=None):
+    """The collector of `kind` (its row of the call table, or `spec`) on collector `ch`: compiled
+    (MpiCall) where `ch` runs compiled."""
+    context = mc.CallContext(SIZE, 0, itertools.count() if rounds is None else rounds, Request)
+    return mc.traced_method("the communicator", STAND_INS[kind], spec or mc.CALLS[kind], ch, context)
+
+
+KINDS = list(STAND_INS)
 INTS = st.one_of(st.integers(-3, 4), st.sampled_from([ANY_SOURCE, ANY_TAG, PROC_NULL, 2 ** 31, 2 ** 32, -(2 ** 63)]),
                  st.integers(), st.integers(-3, 4).map(np.int64), st.booleans())
 ANY = st.one_of(INTS, st.none(), st.floats(), st.text(max_size=3), st.binary(max_size=8))
@@ -220,16 +231,16 @@ def edges() -> None:
     # a round counter that yields no int
     for compiled in (True, False):
         ch, element, _ = channel(compiled)
-        fn = mc._collective("comm", Bcast, ch, iter(["round"]), 0, SIZE, *mc.COLLECTIVES["Bcast"])
+        fn = traced("Bcast", ch, rounds=iter(["round"]))
         assert isinstance(outcome(lambda: fn(b"abc", 0))[1], TypeError), compiled
         _server.delete(element.name)
     # op codes and flags that no record holds: refused when the call is made, not wrapped to 16 bits
     ch, element, _ = channel(True)
     for op, flags in ((2 ** 64 + e.SEND, 0), (2 ** 16, 0), (e.SEND, 2 ** 64), (e.SEND, -1)):
-        how, value = outcome(lambda: mc._send("comm", Send, op, ch, flags))
+        how, value = outcome(lambda: traced("Send", ch, dataclasses.replace(mc.CALLS["Send"], op=op, flags=flags)))
         assert how == "raised" and isinstance(value, ValueError), (op, flags, value)
     for op in (2 ** 64 + e.WAIT, -1):
-        how, value = outcome(lambda: _collector.RequestWait(Request.Wait, Request.Wait, Request, mc.Channel, op, 0, 0,
+        how, value = outcome(lambda: _collector.RequestWait(Request.Wait, Request.Wait, Request, mc.MpiCollector, op, 0, 0,
                                                             0, 0, (), MPI.Status))
         assert how == "raised" and isinstance(value, ValueError), (op, value)
     _server.delete(element.name)
@@ -270,5 +281,22 @@ def main(examples: int) -> None:
     print(f"{examples} examples: the compiled MPI collectors agree with the closures")
 
 
+def without_private() -> None:
+    """mpi4py without the private names eventspace.mpi.mpi4py_access uses (a later mpi4py may drop
+    them): each use falls back (receives read the Status's methods; the pickle-reduction duplicate is
+    left to mpi4py's first call), and the calls below still agree."""
+    assert mpi4py_access.status_getter() is not None and mpi4py_access.status_size() is not None
+    mpi4py_access.without_private()
+    assert all(not hasattr(MPI, name) for name in mpi4py_access.PRIVATE)
+    assert mpi4py_access.status_getter() is None and mpi4py_access.handle_size() is None
+    assert mpi4py_access.status_size() is None
+    assert mc.count_in_c(_collector) is False
+    mpi4py_access.hold_no_lock(MPI.COMM_WORLD)   # nothing to do, and no error
+    print("without mpi4py's private names: the Status's methods")
+
+
 if __name__ == "__main__":
+    if "--without-private" in sys.argv:
+        sys.argv.remove("--without-private")
+        without_private()
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 300)

@@ -10,6 +10,7 @@ from mpi4py import MPI
 
 from eventspace import compiled as built
 from eventspace.mpi.collector import count_in_c, status_offsets
+from eventspace.mpi.mpi4py_access import status_getter
 
 comm = MPI.COMM_WORLD
 r = comm.Get_rank()
@@ -143,7 +144,7 @@ if r == 0:
             "testsome")
     module = built.collector_module()
     counts = "MPI_Get_count" if module is not None and count_in_c(module) else "Status.Get_count"
-    if counts == "MPI_Get_count" and -1 not in status_offsets(MPI.__pyx_capi__["PyMPIStatus_Get"]):
+    if counts == "MPI_Get_count" and -1 not in status_offsets(status_getter()):
         counts += ", source and tag from MPI_Status"
     sys.stdout.write(f"collector {type(comm.Send).__name__} {type(comm.Sendrecv).__name__} "
                      f"{type(comm.allreduce).__name__}, "
