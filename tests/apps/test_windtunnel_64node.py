@@ -11,6 +11,7 @@ import pytest
 from apps.windtunnel.lattice import grid_sha256, reference_run
 from monitors.heartbeat import ALIVE, STALLED
 from paths import Pathmap, RunError, RunFile
+from polling import until
 from runs import REPO
 
 N, STEPS, SEED = 1024, 40, 7           # N = 1,024: one row of the grid per thread
@@ -78,13 +79,8 @@ def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalle
 
 def until_live(path, runner, timeout=180.0) -> RunFile:
     """The run file at `path` once every node serves (AssertionError if `runner` ends first)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def live() -> RunFile:
         assert runner.poll() is None, runner.communicate()[1][-3000:]
-        try:
-            return RunFile.find(str(path)).check_live()
-        except RunError:
-            time.sleep(0.2)
-    raise AssertionError(f"the run did not come up within {timeout} s")
+        return RunFile.find(str(path)).check_live()
+
+    return until(live, timeout, "the run to come up", ignoring=RunError)

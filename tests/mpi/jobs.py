@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from paths import RunError, RunFile
+from polling import until
 
 PROGRAMS = Path(__file__).parent / "programs"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -71,14 +71,15 @@ def start(tmp_path, ranks: int, name: str, program: str, *args) -> subprocess.Po
 
 def until_live(name: str, job: subprocess.Popen, timeout: float = 60.0) -> RunFile:
     """The run file of run `name` once every rank serves (AssertionError if `job` ends first)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert job.poll() is None, job.communicate()
-        try:
-            return RunFile.find(name).check_live()
-        except RunError:
-            time.sleep(0.1)
-    raise AssertionError(f"run {name} did not come up within {timeout} s")
+    return until(lambda: still_running(job) and RunFile.find(name).check_live(), timeout, f"run {name} to come up",
+                 ignoring=RunError)
+
+
+def still_running(job: subprocess.Popen) -> bool:
+    """True while `job` runs; once it ended, AssertionError with what it printed (a condition of
+    `until` starts with it, so that a wait ends as soon as the job does)."""
+    assert job.poll() is None, job.communicate()
+    return True
 
 
 def stop(job: subprocess.Popen) -> None:

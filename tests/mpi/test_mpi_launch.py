@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from jobs import MPIEXEC, PROGRAMS, mpirun, ours, plain, requires_mpi, run, start, stop, until_live
 
 from paths.runfile import run_dir
+from polling import until
 
 pytestmark = requires_mpi
 
@@ -158,12 +158,10 @@ def test_a_hung_run_ends_on_ctrl_c_or_sigterm_though_its_ranks_are_blocked_in_mp
 
 def _until_in_flight(name: str, tmp_path, ranks: int, timeout: float = 90.0) -> None:
     """Until `eventspace stack` shows every rank of run `name` inside an MPI call."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def all_in_flight() -> bool:
         shown = subprocess.run([sys.executable, "-m", "eventspace.cli", "stack", "--run", name, "--json"],
                                cwd=tmp_path, capture_output=True, text=True, timeout=60)
         report = json.loads(shown.stdout) if shown.returncode == 0 else {"groups": []}
-        if sum(len(g["in_flight"]) for g in report["groups"]) == ranks:
-            return
-        assert time.monotonic() < deadline, shown.stdout + shown.stderr
-        time.sleep(0.2)
+        return sum(len(g["in_flight"]) for g in report["groups"]) == ranks
+
+    until(all_in_flight, timeout, f"`eventspace stack` showing all {ranks} ranks in an MPI call")

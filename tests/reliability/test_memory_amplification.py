@@ -12,7 +12,8 @@ import zmq
 
 import pastset
 from pastset import protocol as p
-from server_attacks import Bystander, Peer, memory_kb, until
+from polling import until
+from server_attacks import Bystander, Peer, memory_kb
 
 TRACE = "=HHIIIIQQ"
 MIB = 1 << 20
@@ -228,7 +229,8 @@ def test_small_replies_a_client_does_not_read_are_counted_and_capped(attacked):
                 if rid % 100 == 99 and grown_mib(pid, before) > BUDGET_MIB + 512:
                     break  # enough to fail: stop before the machine suffers
             hoarder.request(3_000, p.MOVE, done.id, [1], None)   # answered after all of them
-            until(lambda: done.last() == 1 or grown_mib(pid, before) > BUDGET_MIB + 512, timeout=60)
+            until(lambda: done.last() == 1 or grown_mib(pid, before) > BUDGET_MIB + 512, timeout=60,
+                  what="the requests answered (or the server grown past its budget)")
             grown = grown_mib(pid, before)
             seen = bystander.finish()
         print(f"3,000 unread latest() replies of 1 MB: server peak +{grown:.0f} MiB; bystander worst "
@@ -237,10 +239,11 @@ def test_small_replies_a_client_does_not_read_are_counted_and_capped(attacked):
         assert done.last() == 1, "the server did not get through the requests"
         assert seen["errors"] == [] and seen["worst_s"] < STALL_S
         hoarder.close()                                      # what it left unread is given back
-        back = until(lambda: memory_kb(pid)["VmRSS"] < before["VmRSS"] + 64 * 1024, timeout=15)
+        until(lambda: memory_kb(pid)["VmRSS"] < before["VmRSS"] + 64 * 1024, timeout=15,
+              what=f"the memory of the replies given back when their client left (resident {before['VmRSS']:,} kB "
+                   "before, 64 MiB more allowed)")
         print(f"resident after it left: {memory_kb(pid)['VmRSS'] / 1024:.0f} MiB, "
               f"{before['VmRSS'] / 1024:.0f} MiB before")
-        assert back, "the memory of the replies was not given back when their client left"
         assert near.latest(1) == (0, [(b"n" * 1_000_000,)])
 
 
@@ -300,7 +303,8 @@ def test_slow_readers_of_big_replies_cost_the_server_two_replies_each(attacked):
                     reader.request(rid, p.LATEST, eid, 1)
             for reader in readers:   # answered after all of its reads
                 reader.request(12, p.MOVE, done.id, [1], None)
-            until(lambda: done.last() == len(readers) or grown_mib(pid, before) > BUDGET_MIB + 512, timeout=60)
+            until(lambda: done.last() == len(readers) or grown_mib(pid, before) > BUDGET_MIB + 512, timeout=60,
+                  what="every reader's requests answered (or the server grown past its budget)")
             grown = grown_mib(pid, before)
             seen = bystander.finish()
         print(f"8 slow readers x 12 latest() of 10 MB: server peak +{grown:.0f} MiB; bystander worst "
