@@ -3,8 +3,8 @@ when it never came. The one way the tests wait for something (a sleep stays only
 itself is under test: "nothing arrives within 0.3 s", or a program's pacing).
 
 Plain standard library, so that anything may import it: every test package (tests/ is on their
-path), and the programs tests/mpi/programs run inside mpiexec ranks (see `tests/mpi/programs/
-waiting.py`)."""
+path), and the programs that tests/mpi/programs run inside mpiexec ranks (which append tests/ to
+theirs)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ FIRST_PAUSE = 0.001
 MOST_PAUSE = 0.1
 
 
-def until(condition, timeout: float = 30.0, what: str | None = None, ignoring=()):
-    """Call `condition()` until it returns a truthy value, and return that value.
+def until(condition, timeout: float = 30.0, what: str | None = None, ignoring=(), holds=bool):
+    """Call `condition()` until `holds` its value (by default, until the value is truthy), and return
+    that value.
 
     `timeout` (s) bounds the wait: past it, AssertionError naming `what` was awaited (by default,
-    the condition's source) and the last value the condition returned. Exceptions of the types in
+    the condition's source) and the last value the condition returned (`holds` lets a condition
+    return what it saw, a screen or a monitor's report, for that message). Exceptions of the types in
     `ignoring` mean "not yet" (the last one is named if it never comes); any other, an AssertionError
     of a check inside the condition included, ends the wait at once.
     """
@@ -33,7 +35,7 @@ def until(condition, timeout: float = 30.0, what: str | None = None, ignoring=()
         except ignoring as exc:
             last = exc
         else:
-            if last:
+            if holds(last):
                 return last
         left = deadline - time.monotonic()
         if left <= 0:

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pastset
+from eventspace.roster import Roster, roster_node
 from paths import AppMap, ClusterMap, Instrument, Pathmap, Placement, Selector, generate, launch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,6 +78,26 @@ def gone(pid: int) -> bool:
             return f.read().split()[2] == "Z"
     except FileNotFoundError:
         return True
+
+
+def not_answering(endpoint: str, within: float = 1.0) -> bool:
+    """Whether the node server at `endpoint` accepts a connection but does not answer within `within`
+    seconds (paused, or a C call holds its GIL)."""
+    try:
+        pastset.connect(endpoint, timeout=within).close()
+    except pastset.NotAnswering:
+        return True
+    return False
+
+
+def in_roster(run, pid: int) -> bool:
+    """Whether a scope of process `pid` reported to the roster of `run` (a launched run): a monitor
+    that pulls."""
+    roster = Roster(run.endpoints[roster_node(run.pathmap)])
+    try:
+        return any(a.entry.monitor.endswith(f":{pid}") for a in roster.active())
+    finally:
+        roster.close()
 
 
 def node_children():

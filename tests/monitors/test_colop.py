@@ -3,12 +3,12 @@ round blocked by one member, and on one outlier round."""
 
 import dataclasses
 import re
-import time
 
 import pytest
 
 from monitors.colop import ColOpMon, wait_for
 from paths import Instrument, Pathmap, Selector, launch
+from polling import until
 from runs import ENV, REPO, THREE_NODES, finish, pathmap_for, read_until, ring_app, start_monitor
 
 DELAY = 0.05
@@ -64,14 +64,12 @@ def test_an_open_round_says_whom_it_waits_for(tmp_path):
     with launch(ring_with_trees("open"), run_dir=tmp_path, env=ENV) as run:
         with ColOpMon(run, "count") as mon:
             run.start("programs:hold_back", {"rounds": rounds, "late": "T4", "hold": hold})
-            deadline = time.monotonic() + 60
-            while True:
+            def looked():
                 mon.poll()
-                report = mon.report()
-                if report.open is not None and report.open.open_for_s >= 1.0:
-                    break
-                assert time.monotonic() < deadline, f"no round stayed open: {report.open}"
-                time.sleep(0.2)
+                return mon.report()
+
+            report = until(looked, 60, "a round open for a second",
+                           holds=lambda report: report.open is not None and report.open.open_for_s >= 1.0)
             run.wait(timeout=60)
     # The last complete round and the one blocked on T4 are told apart.
     assert report.rounds == rounds

@@ -20,7 +20,7 @@ def ring(name):
 
 def update_until(board, done, timeout=60.0, what="the dashboard to show it"):
     """The dashboard's state once `done(state)` holds (its state is refreshed at each look)."""
-    return until(lambda: state if done(state := board.update()) else None, timeout, what)
+    return until(board.update, timeout, what, holds=done)
 
 
 def names(state) -> set[str]:

@@ -7,10 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from eventspace.scope import EventScope
 from paths import RunError, RunFile
 from polling import until
 
@@ -73,6 +75,20 @@ def until_live(name: str, job: subprocess.Popen, timeout: float = 60.0) -> RunFi
     """The run file of run `name` once every rank serves (AssertionError if `job` ends first)."""
     return until(lambda: still_running(job) and RunFile.find(name).check_live(), timeout, f"run {name} to come up",
                  ignoring=RunError)
+
+
+def until_in_calls(name: str, ranks: int, timeout: float = 90.0, for_at_least: float = 0.0) -> None:
+    """Until `ranks` ranks of run `name` are inside an MPI call, as their collectors' in-flight marks
+    say (what `eventspace stack` and the heartbeat read), each of them `for_at_least` seconds (a mark
+    is made just before the C call: a rank marked half a second ago is blocked inside it)."""
+    def in_calls() -> set[str]:
+        now = time.monotonic_ns()   # the ranks' clock (one host)
+        return {scope.catalogue[c].thread for c, mark in scope.in_flight_marks()[0].items()
+                if now - mark.t_start >= for_at_least * 1e9}
+
+    with EventScope(RunFile.find(name), "all", mode="latest") as scope:
+        until(in_calls, timeout, f"{ranks} ranks of run {name} inside an MPI call for {for_at_least:g} s",
+              holds=lambda threads: len(threads) == ranks)
 
 
 def still_running(job: subprocess.Popen) -> bool:

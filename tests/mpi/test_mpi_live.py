@@ -78,7 +78,7 @@ def test_monitors_work_on_a_live_mpi_run(job):
     assert switched.returncode == 0, switched.stderr
     with EventScope(run_file, "all", mode="stream") as scope:
         scope.pull()
-        time.sleep(0.5)
+        time.sleep(0.5)   # a window in which r0, switched off, must write nothing while r1 writes on
         by_thread = {scope.catalogue[int(c)].thread for c in scope.pull().records["collector"]}
     assert by_thread == {"r1"}
 
@@ -113,7 +113,7 @@ def test_a_rank_killed_ends_the_job_as_mpi_ends_it(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
     assert process.returncode != 0
-    time.sleep(0.5)
+    until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in run_file.pids.values()), 30, "every rank ended")
     for pid in run_file.pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
