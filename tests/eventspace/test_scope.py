@@ -238,7 +238,7 @@ MONITOR = textwrap.dedent("""\
                        stages=["reduce:max_t_end@thread"])
     scope.pull()
     print("placed", flush=True)
-    time.sleep(600)
+    time.sleep(600)   # lives until the test kills it
 """)
 
 

@@ -37,7 +37,7 @@ def busy(tmp_path_factory):
 def samples_of(run, seconds=1.0):
     with EventScope(run, "role:system", mode="stream") as scope:
         scope.pull()
-        time.sleep(seconds)
+        time.sleep(seconds)   # the window the samples come from
         return system.samples(scope.pull().records, scope.catalogue)
 
 

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -78,7 +79,7 @@ def test_hosted_calls_run_in_the_server(served):
     server, client = served
 
     def slow_add(a, b):
-        time.sleep(0.05)
+        time.sleep(0.05)   # a callable that takes its time
         return a + b
 
     def refuse():
@@ -159,8 +160,10 @@ def test_a_closed_client_refuses_calls(endpoint):
 # times over. Run in a process of its own: a close that takes the threads' sockets from under them
 # aborts the interpreter inside ZeroMQ, or hangs in terminating its context.
 CLOSING = """\
-import threading, time
+import sys, threading, time
 import pastset
+sys.path.append(sys.argv[1])   # tests/
+from polling import until
 server = pastset.TupleServer("closing")
 endpoint = server.serve("tcp://127.0.0.1:0")
 element = server.enter("never", ["int"])
@@ -181,10 +184,7 @@ for round in range(5):
         waiter.start()
     # Closed at once, or once the threads have pinged the silent server (each waits differently then).
     pinged = received + (4 if round % 2 == 0 else 12)
-    deadline = time.monotonic() + 30
-    while element.parked < 4 or server.traffic()[0] < pinged:
-        assert time.monotonic() < deadline, "the observes were not parked"
-        time.sleep(0.01)
+    until(lambda: element.parked == 4 and server.traffic()[0] >= pinged, 30, "the 4 observes parked")
     started = time.monotonic()
     client.close()
     took = time.monotonic() - started
@@ -197,7 +197,8 @@ for round in range(5):
 
 
 def test_closing_a_client_under_threads_waiting_in_it_ends_their_calls_and_returns_soon():
-    result = subprocess.run([sys.executable, "-c", CLOSING], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", CLOSING, str(Path(__file__).parents[1])], capture_output=True,
+                            text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     took = [float(line) for line in result.stdout.split()]
     print(f"close took {max(took):.2f} s at most")

@@ -33,7 +33,7 @@ def steps(run) -> int:
 
 def steps_per_second(run, seconds: float) -> float:
     s0, t0 = steps(run), time.monotonic()
-    time.sleep(seconds)
+    time.sleep(seconds)   # the window the rate is measured over
     return (steps(run) - s0) / (time.monotonic() - t0)
 
 

@@ -167,10 +167,10 @@ def test_a_batch_read_cannot_amplify_one_tuple_into_a_gigabyte_reply(attacked, b
         eid = ten_megabyte_element(client, op).id
         peer = Peer(ctx, server.endpoint)
         with Bystander(server.endpoint) as bystander:
-            time.sleep(0.3)
+            time.sleep(0.3)   # the bystander moves a while before the attack: its worst move is timed over it
             before = memory_kb(server.proc.pid)
             reply, size, took = peer.ask(1, op, *args([eid] * 100))
-            time.sleep(0.3)
+            time.sleep(0.3)   # and after it, while the server gives back what it took
             grown = grown_mib(server.proc.pid, before)
             seen = bystander.finish()
         print(f"{batch}([eid] * 100) of a 10 MB tuple: reply of {size:,} bytes in {took * 1000:.0f} ms, "
@@ -197,7 +197,7 @@ def test_replies_a_client_does_not_read_are_held_to_a_share(attacked):
             grown, last = 0.0, -1.0
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and grown < BUDGET_MIB + 512:
-                time.sleep(1.0)
+                time.sleep(1.0)   # growth is measured per second, until it stops
                 last, grown = grown, grown_mib(server.proc.pid, before)
                 if grown - last < 1:
                     break   # settled
@@ -207,7 +207,7 @@ def test_replies_a_client_does_not_read_are_held_to_a_share(attacked):
         assert grown < 256, "the server queued the replies of a peer that reads none of them"
         assert seen["errors"] == [] and seen["worst_s"] < STALL_S
         hoarder.close()                                     # its queued replies go with it
-        time.sleep(0.5)
+        time.sleep(0.5)   # the server drops them meanwhile (nothing shows it): the element must be intact after
         start, items = client.element("ten").latest(1)
         assert start == 0 and items == [(b"y" * 10_000_000,)]
 
