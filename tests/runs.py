@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pastset
 from eventspace.roster import Roster, roster_node
-from paths import AppMap, ClusterMap, Instrument, Pathmap, Placement, Selector, generate, launch
+from paths import AppMap, ClusterMap, Instrument, Pathmap, Placement, RunError, RunFile, Selector, generate, launch
+from polling import until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,6 +89,22 @@ def not_answering(endpoint: str, within: float = 1.0) -> bool:
     except pastset.NotAnswering:
         return True
     return False
+
+
+def still_running(job: subprocess.Popen) -> bool:
+    """True while `job` runs; once it ended, AssertionError with the end of what it printed (a
+    condition of `until` starts with it, so that a wait ends as soon as the job does)."""
+    if job.poll() is None:
+        return True
+    out, err = job.communicate()
+    raise AssertionError(f"exit code {job.returncode}; it printed: {(out or '')[-3000:]}\n{(err or '')[-3000:]}")
+
+
+def until_live(run, job: subprocess.Popen, timeout: float = 60.0) -> RunFile:
+    """The run file of `run` (a run's name, or its run file's path) once every node serves;
+    AssertionError if `job`, which started it, ends first."""
+    return until(lambda: still_running(job) and RunFile.find(str(run)).check_live(), timeout, f"run {run} to come up",
+                 ignoring=RunError)
 
 
 def in_roster(run, pid: int) -> bool:

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from eventspace.scope import EventScope
-from paths import RunError, RunFile
+from paths import RunFile
 from polling import until
+from runs import still_running, until_live  # noqa: F401 - the MPI tests take them from here
 
 PROGRAMS = Path(__file__).parent / "programs"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -71,12 +72,6 @@ def start(tmp_path, ranks: int, name: str, program: str, *args) -> subprocess.Po
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def until_live(name: str, job: subprocess.Popen, timeout: float = 60.0) -> RunFile:
-    """The run file of run `name` once every rank serves (AssertionError if `job` ends first)."""
-    return until(lambda: still_running(job) and RunFile.find(name).check_live(), timeout, f"run {name} to come up",
-                 ignoring=RunError)
-
-
 def until_in_calls(name: str, ranks: int, timeout: float = 90.0, for_at_least: float = 0.0) -> None:
     """Until `ranks` ranks of run `name` are inside an MPI call, as their collectors' in-flight marks
     say (what `eventspace stack` and the heartbeat read), each of them `for_at_least` seconds (a mark
@@ -89,13 +84,6 @@ def until_in_calls(name: str, ranks: int, timeout: float = 90.0, for_at_least: f
     with EventScope(RunFile.find(name), "all", mode="latest") as scope:
         until(in_calls, timeout, f"{ranks} ranks of run {name} inside an MPI call for {for_at_least:g} s",
               holds=lambda threads: len(threads) == ranks)
-
-
-def still_running(job: subprocess.Popen) -> bool:
-    """True while `job` runs; once it ended, AssertionError with what it printed (a condition of
-    `until` starts with it, so that a wait ends as soon as the job does)."""
-    assert job.poll() is None, job.communicate()
-    return True
 
 
 def stop(job: subprocess.Popen) -> None:
