@@ -204,8 +204,13 @@ def test_a_node_paused_past_the_grace_ends_the_run_naming_it(tmp_path, capsys):
     run_file = tmp_path / "windtunnel-2node.json"
     stopped: list[Paused] = []
 
-    def pause_b():
-        until(lambda: RunFile.read(run_file).check_live(), 60, "the run being live", ignoring=RunError)
+    def running(endpoint: str) -> bool:
+        with pastset.connect(endpoint, timeout=5) as client:
+            return bool(client.call("paths.info")["running"])
+
+    def pause_b():   # once the program runs on every node: the launcher's start has its answers
+        until(lambda: all(running(e) for e in RunFile.read(run_file).check_live().endpoints.values()), 60,
+              "the program running on every node", ignoring=RunError)
         stopped.append(Paused(json.loads(run_file.read_text())["pids"]["B"]))
 
     pausing = in_background(pause_b)
