@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # Rebuilt when the compiled collector's source changes (the editable install builds it in place).
-$(VENV)/.installed: pyproject.toml $(wildcard eventspace/collector_c/*) | $(BIN)/python
+$(VENV)/.installed: pyproject.toml $(wildcard eventspace/collector_c/* pastset/ring_c/*) | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,mpi]' --config-settings editable_mode=compat
 	touch $@
 

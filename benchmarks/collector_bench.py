@@ -132,19 +132,20 @@ def ab_cases(calls: int) -> tuple[dict, list[str]]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     kept = provider.get_tracer("collector-bench")
     span_calls = max(200, calls // 20)
-    finished = [0]
+    finished = 0
 
     def span_bare():
         with bare.start_as_current_span("move"):
             move()
 
     def span_kept():
+        nonlocal finished
         with kept.start_as_current_span("move"):
             move()
-        finished[0] += 1
-        if finished[0] == 10_000:  # keep memory flat
+        finished += 1
+        if finished == 10_000:  # keep memory flat
             exporter.clear()
-            finished[0] = 0
+            finished = 0
 
     cases["move in an OTel span (no processor)"] = (span_bare, span_calls, "move, no collector")
     cases["move in an OTel span (in-memory export)"] = (span_kept, span_calls, "move, no collector")

@@ -176,6 +176,7 @@ def main() -> None:
             "local binary move": "≤ 1 µs",
             "remote binary move": "≤ 1.3× echo; ≤ redis XADD",
             "remote ping": "≤ 1.3× echo",
+            "remote observe(index)": "≤ 1.2× echo (server in its own process)",
             "remote latest": "≤ 1.3× echo",
             "redis XADD": "≥ 1 (PastSet faster)",
             "redis XREVRANGE count=1": "≥ 1 (PastSet faster)",

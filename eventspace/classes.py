@@ -19,7 +19,7 @@ _U32 = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
-class Layout:
+class Membership:
     """What the stage needs of a catalogue, by collector id: each collector's member (an index
     into `members`, -1 for none) and the part of a signature its events count under for `ops`
     (its element class: the element's or tree's name without digits and underscores, an index
@@ -31,7 +31,7 @@ class Layout:
     element_class_of: np.ndarray
 
 
-def layout(catalogue: Catalogue, by: str) -> Layout:
+def layout(catalogue: Catalogue, by: str) -> Membership:
     every = catalogue.entries + catalogue.system
     if by == "thread":
         members = tuple(name for name, _ in catalogue.threads)
@@ -44,7 +44,7 @@ def layout(catalogue: Catalogue, by: str) -> Layout:
     names = [element_class(e.element or e.tree or "") for e in every]
     classes = tuple(sorted(set(names)))
     code = {name: i for i, name in enumerate(classes)}
-    return Layout(members, np.array([-1] + member, dtype=np.int64), classes,
+    return Membership(members, np.array([-1] + member, dtype=np.int64), classes,
                   np.array([0] + [code[n] for n in names], dtype=np.int64))
 
 
@@ -70,7 +70,7 @@ class _Class:
         return frozenset((key, value[1]) for key, value in self.parts.items())
 
 
-def reducer(signature: str, lay: Layout):
+def reducer(signature: str, lay: Membership):
     """The `classes:SIGNATURE@MEMBERS` stage as a function of a record batch (see ScopeStage).
 
     Each member (thread or node) whose events are in the batch gets a signature: for `ops`, per
@@ -107,7 +107,7 @@ def reducer(signature: str, lay: Layout):
     return reduce
 
 
-def _from_events(events: np.ndarray, signature: str, lay: Layout) -> list[_Class]:
+def _from_events(events: np.ndarray, signature: str, lay: Membership) -> list[_Class]:
     if not len(events):
         return []
     member = lay.member_of[events["collector"]]
@@ -149,7 +149,7 @@ def _from_events(events: np.ndarray, signature: str, lay: Layout) -> list[_Class
     return list(classes.values())
 
 
-def _from_records(records: np.ndarray, lay: Layout) -> list[_Class]:
+def _from_records(records: np.ndarray, lay: Membership) -> list[_Class]:
     classes: dict[int, _Class] = {}
     for op, cid, element, arg, nbytes, t0, t1 in zip(*(records[f].tolist() for f in (
             "op", "collector", "element", "arg", "nbytes", "t_start", "t_end"))):
@@ -237,7 +237,7 @@ def decode(records: np.ndarray, catalogue: Catalogue, signature: str, by: str) -
     return out
 
 
-def _part_name(part: int, signature: str, lay: Layout) -> str:
+def _part_name(part: int, signature: str, lay: Membership) -> str:
     if signature == "ops":
         return lay.element_classes[part] if part < len(lay.element_classes) else str(part)
     low, high = 3 * part - 2, 3 * part

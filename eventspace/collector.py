@@ -32,7 +32,7 @@ class Collector(Wrapper):
     element without taking its lock (NodeSpace.appender).
 
     Two implementations with these same semantics: the compiled one (eventspace/collector_c/, a
-    vectorcall object that writes the ring from C) and the pure-Python closure `collecting` makes,
+    vectorcall object that appends through pastset's ring appender contract) and the pure-Python closure `collecting` makes,
     which is the reference and the fallback (EVENTSPACE_PURE=1, or no compiler at install;
     NodeSpace chooses).
     Both write the same records, byte for byte but for the times, on the same clock.

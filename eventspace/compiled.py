@@ -6,11 +6,15 @@ import os
 import sys
 import warnings
 
+from pastset import ring
+
 try:
     from ._collector import Collect  # noqa: F401 - the module is what callers get (collector_module)
     _built, _NOT_BUILT = sys.modules[f"{__package__}._collector"], ""
 except ImportError as exc:  # the optional extension was not built (no compiler or headers at install)
     _built, _NOT_BUILT = None, str(exc)
+if _built is not None and ring.CONTRACT_VERSION is None:   # it appends through pastset's C ring append
+    _built, _NOT_BUILT = None, "pastset's ring appender (pastset._ring) is not built"
 
 PURE = "EVENTSPACE_PURE"   # set to 1: collectors run in pure Python even where the compiled one is built
 _warned = False

@@ -15,7 +15,7 @@ import numpy as np
 from paths import Pathmap, RunFile, Shape
 from paths.node import THREADS
 from paths.stack import DEPTH, ThreadState
-from paths.shapes import LayoutJoin as TreeJoin
+from paths.shapes import LayoutJoin
 from paths.shapes import Member, lay_out
 import pastset
 from pastset import Fanout, PastSetError
@@ -255,8 +255,8 @@ class EventScope:
         # A join of one child would only forward that child's reply (per-node over nodes: a join
         # per node reading just its own node): the child answers the join above directly. Not so
         # where stages run over a node's own records: there, that join cuts what leaves its node.
-        for join in [v for v in graph if isinstance(v, TreeJoin) and v != root and graph.in_degree(v) == 1
-                     and (not settings.stages or isinstance(next(iter(graph.predecessors(v))), TreeJoin))]:
+        for join in [v for v in graph if isinstance(v, LayoutJoin) and v != root and graph.in_degree(v) == 1
+                     and (not settings.stages or isinstance(next(iter(graph.predecessors(v))), LayoutJoin))]:
             (child,), (parent,) = graph.predecessors(join), graph.successors(join)
             graph.remove_node(join)
             graph.add_edge(child, parent)
@@ -267,7 +267,7 @@ class EventScope:
             merged = True
             while merged:
                 merged = False
-                for join in [v for v in graph if isinstance(v, TreeJoin) and v != root]:
+                for join in [v for v in graph if isinstance(v, LayoutJoin) and v != root]:
                     (parent,) = graph.successors(join)
                     if parent != root and graph.nodes[join]["node"] == graph.nodes[parent]["node"]:
                         for child in list(graph.predecessors(join)):
@@ -279,10 +279,10 @@ class EventScope:
         depth = nx.shortest_path_length(graph.reverse(copy=False), root)
         # The nodes whose trace elements each join's subtree reads (edges lead up: its ancestors).
         reads = {v: {m.name for m in nx.ancestors(graph, v) if isinstance(m, Member)}
-                 for v in graph if isinstance(v, TreeJoin)}
+                 for v in graph if isinstance(v, LayoutJoin)}
         prefix = f"{self._id}.{self._generation}"
         near = settings.placement == "near"
-        keys = {v: f"{prefix}/{v.label}" for v in graph if isinstance(v, TreeJoin)}
+        keys = {v: f"{prefix}/{v.label}" for v in graph if isinstance(v, LayoutJoin)}
         specs = []
         for join in sorted(keys, key=lambda j: -depth[j]):   # leaves' joins first, root last
             node = graph.nodes[join]["node"] if near and join != root else None   # the root: here

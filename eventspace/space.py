@@ -13,7 +13,7 @@ from pastset import AuthError, BadArgument, Expired, LimitExceeded, PastSetError
 from pastset import Fanout
 from pastset.caller import Caller
 from pastset.deferred import Deferred
-from paths.wrapper import PathsError
+from paths.errors import PathsError
 
 from . import compiled, trace
 from .catalogue import Catalogue
@@ -401,7 +401,7 @@ def _size_of(spec: JoinSpec, collectors: int) -> int:
             + _STAGE_CHAR_BYTES * sum(len(text) for text in spec.stages))
 
 
-def register(node) -> None:
+def start_event_space(node) -> None:
     """Entry point (eventspace.node_services): every node server gets its event space at start."""
     NodeSpace.of(node)
 

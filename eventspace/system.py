@@ -153,7 +153,7 @@ class SystemSampler:
         self._stat_fds.clear()
 
 
-def register(node) -> None:
+def start_sampler(node) -> None:
     """Entry point (eventspace.node_services): every node server samples itself from its start."""
     if not node.pathmap.instrument.system:   # `instrument: {system: false}`
         return

@@ -8,7 +8,7 @@ import numpy as np
 
 from paths import operation as op
 
-from .mpi import encoding as mpi
+from . import opcodes
 
 # op (u16), flags (u16), collector (u32), element (u32), arg (u32), nbytes (u32), t_start, t_end (u64 ns)
 FORMAT = "=HHIIIIQQ"
@@ -40,8 +40,8 @@ METRICS = {
 }
 
 # Operation codes are PATHS's (paths.operation), system metrics' (64-72) and, from 0x0100, MPI calls'
-# (eventspace.mpi.encoding): one name space for paths, MPI programs and traces.
-OP_NAMES = dict(op.NAMES) | METRICS | mpi.NAMES
+# (eventspace.opcodes): one name space for paths, MPI programs and traces.
+OP_NAMES = dict(op.NAMES) | METRICS | opcodes.NAMES
 OP_CODES = {name: code for code, name in OP_NAMES.items()}
 assert len(OP_CODES) == len(OP_NAMES), "a metric code names a PATHS operation too"
 

@@ -94,17 +94,18 @@ def scopes(scale: Scale, sizes=None, run_dir=None, progress=None, tree="flat", p
             steps = scale.steps[size]
             for label, view in VIEWS:
                 rates: list[float] = []
-                elements = [0]
+                elements = 0
 
-                def make_pull(view=view, elements=elements):
+                def make_pull(view=view):
+                    nonlocal elements
                     scope = EventScope(run, view, mode="latest", tree=tree, placement=placement)
-                    elements[0] = len(scope.entries)
+                    elements = len(scope.entries)
                     return scope.pull, scope.close
 
                 result = alternate(scale.repeats, lambda: step_time(run, n, steps),
                                    monitored(run, n, steps, make_pull, rates))
                 raw[f"{size}/{view}"] = {**result.as_dict(), "observe_rates": rates}
-                rows.append([size, label, elements[0], round(statistics.median(rates)), round(result.slowdown, 3),
+                rows.append([size, label, elements, round(statistics.median(rates)), round(result.slowdown, 3),
                              f"±{result.spread:.1%}"])
                 if progress:
                     progress()
@@ -170,19 +171,19 @@ def monitors(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
 
     def heartbeat(run):
         m = Heartbeat(run)
-        return m.beat, m.close
+        return m.read, m.close
 
     def getevent(run):
         m = GetEventMon(run, "all", sync_clocks=False)
-        return m.poll, m.close
+        return m.read, m.close
 
     def colop(run):
         m = ColOpMon(run, sync_clocks=False)
-        return m.poll, m.close
+        return m.read, m.close
 
     def archive(run):
         m = GetEventMon(run, "all", folder / f"archive-{time.monotonic_ns()}.sqlite", sync_clocks=False)
-        return m.poll, m.close
+        return m.read, m.close
 
     makers = {"heartbeat": heartbeat, "getevent": getevent, "colop": colop, "archive": archive}
     sets = [[name] for name in makers] + [list(makers)]

@@ -12,7 +12,7 @@ from eventspace.scope import EventScope
 from .scoped import ScopeMon
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClassesReport:
     """One pull: the classes, largest first (each with its representative's counts), the members
     of the view that had no event in the interval (`quiet`), the bytes that reached the monitor,
@@ -37,7 +37,7 @@ class ClassesMon(ScopeMon):
     """A scope over `view` in stream mode whose joins reduce to equivalence classes of `by`
     (threads or nodes) by `signature` (`classes:SIGNATURE@BY`, eventspace.classes), placed in the
     node servers by default, so that one representative per class (and its member list) reaches
-    the monitor. `poll()` pulls the interval since the last poll."""
+    the monitor. `read()` pulls the interval since the last read."""
 
     def __init__(self, run, view: str = "all", *, signature: str = "ops", by: str = "thread",
                  tree: str = "per-node", placement: str = "near", timeout: float = 2.0):
@@ -49,7 +49,7 @@ class ClassesMon(ScopeMon):
         self.members = [lay.members[i] for i in sorted(chosen)]
         self._bytes = 0
 
-    def poll(self) -> ClassesReport:
+    def read(self) -> ClassesReport:
         pulled = self.scope.pull()
         stats = self.scope.stats()
         found = classes.decode(pulled.records, self.scope.catalogue, self.signature, self.by)

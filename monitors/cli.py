@@ -285,7 +285,8 @@ def _replay(args) -> int:
     from pastset.terminal import console as terminal_console
 
     from .archive import Archive
-    from .replay import Replay, play
+    from .player import play
+    from .replay import Replay
 
     with Archive.open(args.db) as archive:
         replay = Replay(archive, args.interval, args.start, args.end)
@@ -320,19 +321,19 @@ def _matrix(args) -> int:
     from .watch import Watch
     with Watch(args.run, "matrix", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
         from .matrix import MatrixMon
-        from .render import matrix_tables
+        from .render import render
 
         with MatrixMon(watch.run_file) as mon:
             shown = {"messages": -1}
 
-            def show(matrix):
+            def show(report):
                 if args.json:
-                    watch.emit(matrix.as_dict() | {"discarded": mon.discarded})
-                elif int(matrix.messages.sum()) != shown["messages"]:   # again only when messages were added
-                    shown["messages"] = int(matrix.messages.sum())
-                    watch.out.print(matrix_tables(matrix))
+                    watch.emit(report.as_dict())
+                elif int(report.matrix.messages.sum()) != shown["messages"]:   # again only when messages were added
+                    shown["messages"] = int(report.matrix.messages.sum())
+                    watch.out.print(render(report))
 
-            watch.loop(mon.poll, show)
+            watch.loop(mon.read, show)
             account = _account(mon.scope)
     if mon.discarded:
         watch.say(f"note: {mon.discarded:,} records were discarded before they were read: the matrix is short of "
@@ -372,28 +373,28 @@ def _account_figures(account) -> dict | None:
 def _show_matrix(args, matrix, table: bool = True) -> None:
     """The matrix as JSON or tables (unless `table` is False), and its plots if --plot asks."""
     from .heatmap import write_plots
-    from .render import matrix_tables
 
-    _show(args, matrix, matrix_tables, write_plots, table)
+    _show(args, matrix, write_plots, table)
 
 
-def _show(args, result, tables, draw, table: bool = True) -> None:
-    """A monitor's result (with `as_dict`) as JSON or as `tables(result)` (unless `table` is False), and
-    its plots, `draw(result, args.plot)`, if --plot asks (or a note that the plot extra is missing)."""
+def _show(args, report, draw, table: bool = True) -> None:
+    """A monitor's report as JSON (`as_dict`) or rendered (unless `table` is False), and its plots,
+    `draw(report, args.plot)`, if --plot asks (or a note that the plot extra is missing)."""
     from pastset.terminal import console
 
     from .heatmap import INSTALL_HINT, plotting
+    from .render import render
 
     if table:
         if args.json:
-            print(json.dumps(result.as_dict()))
+            print(json.dumps(report.as_dict()))
         else:
-            console(highlight=False).print(tables(result))
+            console(highlight=False).print(render(report))
     if args.plot:
         if not plotting():
             print(f"note: no plots: --plot needs matplotlib ({INSTALL_HINT})", file=sys.stderr)
             return
-        written = draw(result, args.plot)
+        written = draw(report, args.plot)
         print(f"wrote {', '.join(map(str, written))}", file=sys.stderr if args.json else sys.stdout)
 
 
@@ -417,7 +418,7 @@ def _archive_waits(args) -> int:
 def _waits(args) -> int:
     from .watch import Watch
     with Watch(args.run, "waits", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
-        from .render import waitstates_tables
+        from .render import render
         from .waitstates import WaitStatesMon
 
         with WaitStatesMon(watch.run_file, args.view, top=args.top) as mon:
@@ -430,15 +431,15 @@ def _waits(args) -> int:
                 seen = (report.waiting_ns, sum(p.uncertain_ns for p in report.patterns))
                 if seen != shown["seen"]:   # the tables again only when waits were added
                     shown["seen"] = seen
-                    watch.out.print(waitstates_tables(report))
+                    watch.out.print(render(report))
 
-            watch.loop(mon.poll, show)
+            watch.loop(mon.read, show)
             if watch.why:   # the run has ended and its last records are in: settle what waited for more
                 report = mon.finish()
                 if args.json:
                     watch.emit(report.as_dict())
                 else:
-                    watch.out.print(waitstates_tables(report))
+                    watch.out.print(render(report))
             else:
                 report = mon.report()
             account = _account(mon.scope)
@@ -459,10 +460,9 @@ def _waits_line(report) -> str:
 
 def _show_waits(args, report, table: bool = True) -> None:
     """The wait states as JSON or tables (unless `table` is False), and their plots if --plot asks."""
-    from .render import waitstates_tables
     from .waitplots import write_plots
 
-    _show(args, report, waitstates_tables, write_plots, table)
+    _show(args, report, write_plots, table)
 
 
 def _json_value(value):
@@ -480,21 +480,22 @@ def _dashboard(args) -> int:
         from paths import attach
         from paths.runfile import run_ended
 
-        from .dashboard import Dashboard, render
+        from .dashboard import Dashboard
+        from .render import render
 
         run_file = watch.run_file
         run = attach(run_file)
         board = Dashboard(run_file, progress=run.progress, title=f"EventSpace: {run_file.name}", trees=args.tree,
                           ended=lambda: run_ended(run_file))
         try:
-            for note in board.state.notes:
+            for note in board.notes:
                 watch.say(f"note: {note}")
             if args.json:
-                watch.loop(board.update, lambda state: watch.emit(state.as_dict()))
+                watch.loop(board.read, lambda state: watch.emit(state.as_dict()))
             else:
                 console = Console()   # the terminal's own size: a frame fills it
-                with Live(render(board.update()), console=console, auto_refresh=False) as view:
-                    watch.loop(board.update, lambda state: view.update(render(state), refresh=True))
+                with Live(render(board.read()), console=console, auto_refresh=False) as view:
+                    watch.loop(board.read, lambda state: view.update(render(state), refresh=True))
                 if watch.why and not console.is_terminal:
                     console.line()  # rich ends a live display with a newline only on a terminal
         finally:
@@ -531,7 +532,7 @@ def _heartbeat(args) -> int:
     from .watch import Watch
     with Watch(args.run, "heartbeat", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
         from .heartbeat import Heartbeat
-        from .render import heartbeat_stacks, heartbeat_summary, heartbeat_table, status_counts
+        from .render import render
 
         shown, dumped = [], []
         with Heartbeat(watch.run_file, args.view, tree=args.tree, placement=args.placement, stacks=args.stacks,
@@ -542,16 +543,11 @@ def _heartbeat(args) -> int:
                     dumped.append(_dump_at_deadlock(watch, report.deadlock))
                 if args.json:
                     watch.emit(report.as_dict())
-                    return
-                if args.all:
-                    watch.out.print(heartbeat_table(report, f"heartbeat {time.strftime('%H:%M:%S')}"))
                 else:
-                    watch.out.print(heartbeat_summary(report, time.strftime("%H:%M:%S")))
-                if args.stacks:
-                    watch.out.print(heartbeat_stacks(report))
+                    watch.out.print(render(report, every_thread=args.all))
 
-            watch.loop(hb.beat, show)
-    last = dict(status_counts(shown[-1])) if shown else {}
+            watch.loop(hb.read, show)
+    last = dict(shown[-1].counts()) if shown else {}
     told = (", the last: " + ", ".join(f"{n} {status}" for status, n in last.items())) if last else ""
     watch.finish(f"{len(shown)} beat{'s' if len(shown) != 1 else ''}{told}", {"beats": len(shown), "last": last})
     return 0
@@ -577,20 +573,17 @@ def _getevent(args) -> int:
     from .watch import Watch
     with Watch(args.run, "getevent", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
         from .getevent import GetEventMon
-        from .render import events_table
+        from .render import render
 
         mon = GetEventMon(watch.run_file, args.view, args.out, tree=args.tree, placement=args.placement)
         try:
-            def show(records):
+            def show(report):
                 if args.json:
-                    watch.emit({"events": len(records), "total": mon.stats.tuples,
-                                "discarded": mon.stats.discarded, "rate": mon.stats.rate})
-                elif args.live and len(records):
-                    watch.out.print(events_table(records, mon.catalogue))
-                    watch.out.print(f"[dim]{mon.stats.tuples:,} events, {mon.stats.rate:,.0f} events/s of pulling, "
-                                    f"{mon.stats.discarded:,} discarded before read[/dim]")
+                    watch.emit(report.as_dict())
+                elif args.live and report.events:
+                    watch.out.print(render(report))
 
-            watch.loop(mon.poll, show)
+            watch.loop(mon.read, show)
             account = _account(mon.scope)
         finally:
             mon.scope.close()   # its nodes may stop once this watch detaches; the output is written after
@@ -610,27 +603,22 @@ def _colop(args) -> int:
     from .watch import Watch
     with Watch(args.run, "colop", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
         from .colop import ColOpMon
-        from .render import colop_tables, open_round
+        from .render import open_round, render
 
         with ColOpMon(watch.run_file, args.tree) as mon:
             shown = {"rounds": -1, "report": None}
-
-            def pull():
-                mon.poll()
-                return mon.report()
 
             def show(report):
                 shown["report"] = report
                 if args.json:
                     watch.emit(report.as_dict())
-                    return
-                if report.rounds != shown["rounds"]:  # the tables again only when rounds were added
+                elif report.rounds != shown["rounds"]:  # the tables again only when rounds were added
                     shown["rounds"] = report.rounds
-                    watch.out.print(colop_tables(report))
-                if report.open is not None and report.open.open_for_s >= args.interval:
+                    watch.out.print(render(report, open_for=args.interval))
+                elif report.open is not None and report.open.open_for_s >= args.interval:
                     watch.out.print(open_round(report))
 
-            watch.loop(pull, show)
+            watch.loop(mon.read, show)
             account = _account(mon.scope)
     report = shown["report"]
     summary = f"tree {mon.tree}: {report.rounds if report else 0:,} complete rounds"
@@ -644,10 +632,10 @@ def _colop(args) -> int:
 
 def _classes(args) -> int:
     from .watch import Watch
-    from rich.markup import escape
 
     with Watch(args.run, "classes", interval=args.interval, duration=args.duration, json_lines=args.json) as watch:
-        from .classes import ClassesMon, describe
+        from .classes import ClassesMon
+        from .render import render
 
         with ClassesMon(watch.run_file, args.view, signature=args.signature, by=args.by, tree=args.tree,
                         placement=args.placement) as mon:
@@ -658,9 +646,9 @@ def _classes(args) -> int:
                 if args.json:
                     watch.emit(report.as_dict())
                 else:
-                    watch.out.print(f"{time.strftime('%H:%M:%S')}  {escape(describe(report))}")
+                    watch.out.print(render(report))
 
-            watch.loop(mon.poll, show)
+            watch.loop(mon.read, show)
             account = _account(mon.scope)
     last = f", the last: {len(shown[-1].classes)} classes" if shown else ""
     watch.finish(f"{len(shown)} pulls{last}" + _account_line(account, watch),
@@ -671,7 +659,7 @@ def _classes(args) -> int:
 def _stack(args) -> int:
     from paths import RunFile
 
-    from .render import stacks_view
+    from .render import render
     from .stacks import StacksMon
 
     if not 1 <= args.depth <= 1000:
@@ -687,7 +675,7 @@ def _stack(args) -> int:
     else:
         from pastset.terminal import console
 
-        console(highlight=False).print(stacks_view(report, mon.order))
+        console(highlight=False).print(render(report))
     return 0
 
 

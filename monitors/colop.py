@@ -22,7 +22,8 @@ class OpStats:
 
     `latency`: from the last member's arrival to the last member's return (what the tree itself
     costs), median and 95th percentile, microseconds. `in_op`: a member's time inside the call
-    (waiting for the others included). `slowest`: the member that arrived last most often, in
+    (waiting for the others included). `slowest`: the member that arrived last most often (of
+    members last equally often, the first in the tree's order), in
     `slowest_share` of the rounds, `lateness_us` after the median of the other members (mean over
     the rounds it was last). `worst_*`: the round whose last member was latest (one outlier that
     the mean over many rounds would dilute), that member, and its lateness. Microseconds on the
@@ -43,7 +44,7 @@ class OpStats:
 
 @dataclass(frozen=True)
 class OpenRound:
-    """A round under way at the last poll: the members inside the collective now (`arrived`), the
+    """A round under way at the last read: the members inside the collective now (`arrived`), the
     ones it waits for (not in it yet), and for how long its first member has been in it
     (seconds, monitor clock). Members enter and leave a round within microseconds when all is
     well; a round open for long is blocked on `waiting_for`."""
@@ -70,8 +71,12 @@ class JoinStats:
     up_median_us: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class ColOpReport:
+    """One tree's collective operations over the rounds kept: per op (OpStats), per join
+    (JoinStats), each member's mean lateness, the records analysed (`events`), and the round open
+    at the read, if any."""
+
     tree: str
     ops: list[OpStats] = field(default_factory=list)
     joins: list[JoinStats] = field(default_factory=list)
@@ -124,11 +129,10 @@ class ColOpMon(ScopeMon):
         self.rounds = Rounds(self.scope.catalogue, tree, keep_rounds)
         self.members = self.rounds.members
         self.missing: set[str] = set()
-        self._open: OpenRound | None = None
 
-    def poll(self) -> int:
-        """Pull the events written since the last poll, and see which members are inside the
-        tree's collective right now (the open round); how many events arrived."""
+    def read(self) -> ColOpReport:
+        """Pull the events written since the last read, and see which members are inside the
+        tree's collective right now (the open round); the report of every round kept."""
         pulled = self.scope.pull()
         self.missing = pulled.missing
         self.rounds.add(pulled.records)
@@ -139,11 +143,7 @@ class ColOpMon(ScopeMon):
             if entry is not None:
                 since = mark.t_start - self.scope.clock_offsets.get(entry.node, 0)
                 inside[entry.thread] = (mark.arg, since) if mark.op else since
-        self._open = self.rounds.open_round(inside, time.monotonic_ns())
-        return len(pulled.records)
-
-    def report(self) -> ColOpReport:
-        return self.rounds.report(self._open)
+        return self.rounds.report(self.rounds.open_round(inside, time.monotonic_ns()))
 
 
 class Rounds:
@@ -160,6 +160,7 @@ class Rounds:
         self.catalogue = catalogue
         self.tree = tree
         self.members = list(catalogue.trees[tree].members)
+        self._order = {m: i for i, m in enumerate(self.members)}
         self.fan_in = dict(catalogue.trees[tree].fan_in)
         self.keep_rounds = keep_rounds
         self.contribute = {e.id: e for e in catalogue.entries if e.tree == tree and e.role == "contribute"}
@@ -219,15 +220,16 @@ class Rounds:
         records = np.concatenate(self._records) if self._records else trace.empty()
         self._records = [records] if len(records) else []
         catalogue = self.catalogue
-        report = ColOpReport(self.tree, events=len(records), open=open)
         if not len(records):
-            return report
+            return ColOpReport(self.tree, events=0, open=open)
         roles = np.array([catalogue[int(c)].role for c in records["collector"]])
         ok = (records["flags"] & trace.ERROR) == 0
-        contrib = records[(roles == "contribute") & ok]
-        report.ops, report.lateness_us = self._ops(contrib)
-        report.joins = self._joins(records[(roles == "arrival") & ok], records[(roles == "departure") & ok])
-        return report
+        ops, lateness = self._ops(records[(roles == "contribute") & ok])
+        joins = self._joins(records[(roles == "arrival") & ok], records[(roles == "departure") & ok])
+        return ColOpReport(self.tree, ops, joins, lateness, len(records), open)
+
+    def _position(self, member: str) -> tuple[int, str]:
+        return self._order.get(member, len(self._order)), member
 
     def _ops(self, contrib: np.ndarray):
         catalogue = self.catalogue
@@ -256,7 +258,8 @@ class Rounds:
         for code, rows in sorted(by_op.items()):
             latencies = np.array([row[0] for row in rows])
             lasts = [row[2] for row in rows]
-            slowest = max(set(lasts), key=lasts.count)
+            # Of members last equally often, the first in the tree's order: the same in every process.
+            slowest = max(sorted(set(lasts), key=self._position), key=lasts.count)
             worst = max(rows, key=lambda row: row[3])
             out.append(OpStats(
                 op=trace.OP_NAMES.get(code, str(code)), rounds=len(rows),
@@ -299,11 +302,10 @@ def instrumented_trees(run) -> list[str]:
 
 
 def wait_for(mon: ColOpMon, rounds: int, timeout: float = 30.0, interval: float = 0.05) -> ColOpReport:
-    """Poll until `rounds` complete rounds were seen (or `timeout` seconds); the report."""
+    """Read until `rounds` complete rounds were seen (or `timeout` seconds); the report."""
     deadline = time.monotonic() + timeout
     while True:
-        mon.poll()
-        report = mon.report()
+        report = mon.read()
         if sum(o.rounds for o in report.ops) >= rounds or time.monotonic() >= deadline:
             return report
         time.sleep(interval)

@@ -6,12 +6,6 @@ import resource
 import time
 from dataclasses import dataclass, field
 
-from rich.console import Group
-from rich.layout import Layout
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
-
 from eventspace.catalogue import Catalogue
 from eventspace.roster import ActiveScope, Roster, roster_node
 from eventspace.scope import resolve
@@ -21,18 +15,18 @@ from pastset import PastSetError
 
 from .colop import ColOpMon, ColOpReport, instrumented_trees
 from .heartbeat import Heartbeat, HeartbeatReport
-from .render import heartbeat_grid, open_round, status_counts, system_bars, waitstates_summary, worst_round
 from .system import SystemMon
 from .waitstates import WaitReport, WaitStatesMon, has_mpi
 
 
 class RunEnded(PastSetError):
-    """The run a dashboard watches ended during an update (the message says why)."""
+    """The run a dashboard watches ended during a read (the message says why)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class DashboardState:
-    """Everything one frame shows, as plain data (rendering is `render`)."""
+    """Everything one frame shows, as plain data (the dashboard's Report; `monitors.render.render`
+    draws it): the reports of the monitors it runs, and its own figures."""
 
     title: str
     elapsed: float
@@ -63,10 +57,10 @@ class Dashboard:
     """Runs a heartbeat, a collective-operation monitor per instrumented tree (or the `trees`
     named), on an MPI run (with `waitstates`) a WaitStatesMon (who waits for whom, by pattern)
     and, with `system`, a SystemMon (each node's CPU, memory and communication) against a
-    live run, reads the run's roster of scopes (every monitor's, wherever it runs), and turns
-    them into a DashboardState every `update()`. `progress` is a callable giving {thread:
+    live run, reads the run's roster of scopes (every monitor's, wherever it runs), and composes
+    their reports into a DashboardState at every `read()`. `progress` is a callable giving {thread:
     {"step": n}} (e.g. a paths.Run's `progress`). `ended` is a callable giving why the run ended
-    (None while it has not, as `paths.runfile.run_ended`): asked between panels, so that an update
+    (None while it has not, as `paths.runfile.run_ended`): asked between panels, so that a read
     of a run that ends under it raises RunEnded at once instead of waiting for each panel's nodes."""
 
     def __init__(self, run, *, progress=None, title: str | None = None, heartbeat: bool = True,
@@ -77,7 +71,7 @@ class Dashboard:
         pathmap, endpoints = resolve(run)
         self.roster = Roster(endpoints[roster_node(pathmap)])
         self.title = title or "EventSpace"
-        self.state = DashboardState(self.title, 0.0)
+        self.notes: list[str] = []    # what the notes panel shows, the newest last (`note`)
         # A panel whose view selects nothing in this run (an MPI run samples no system summaries; a
         # run may have no collectors on its threads) says so, and the others go on.
         self.heartbeat = self._panel(lambda: Heartbeat(run), "no heartbeat: no thread of this run has a collector "
@@ -95,6 +89,7 @@ class Dashboard:
         self.reported = False   # whether any thread has reported its progress (an MPI rank never does)
         self._last_step: tuple[float, int] | None = None
         self._scopes_seen: set[str] = set()
+        self.state = DashboardState(self.title, 0.0, notes=list(self.notes))
 
     def _panel(self, make, nothing: str):
         """The monitor `make()` builds, or None with the note `nothing` when the run has nothing for it
@@ -102,38 +97,40 @@ class Dashboard:
         try:
             return make()
         except ViewError:
-            self.state.notes.append(nothing)
+            self.notes.append(nothing)
             return None
 
-    def update(self, beat: bool = True) -> DashboardState:
-        """Pull every monitor once (with `beat`; else only the figures that cost nothing) and
-        return the new state. Never raises for a node that does not answer: the heartbeat says so,
-        and the other panels keep their last figures."""
+    def note(self, text: str) -> None:
+        """Add a line to the notes panel, shown from the next read on."""
+        self.notes.append(text)
+
+    def read(self, beat: bool = True) -> DashboardState:
+        """Read every monitor once (with `beat`; else only the figures that cost nothing) and
+        return the new state, composed of their reports. Never raises for a node that does not
+        answer: the heartbeat says so, and the other panels keep their last figures."""
         now = time.monotonic()
-        state = DashboardState(self.title, now - self.started, self.state.heartbeat, self.state.colops,
-                               self.state.scopes, self.state.nodes, steps=self.state.steps,
-                               steps_per_s=self.state.steps_per_s, waits=self.state.waits)
+        last = self.state
+        heartbeat, colops, waits, nodes = last.heartbeat, last.colops, last.waits, last.nodes
         if beat and self.heartbeat:
-            state.heartbeat = self.heartbeat.beat()
+            heartbeat = self.heartbeat.read()
             self._check_ended()
         if beat and self.colops:
-            for mon in self.colops:
-                mon.poll()
-            state.colops = [mon.report() for mon in self.colops]
+            colops = [mon.read() for mon in self.colops]
             self._check_ended()
         if beat and self.waitstates:
-            state.waits = self.waitstates.poll()
+            waits = self.waitstates.read()
             self._check_ended()
         if beat and self.system:
-            state.nodes = self.system.poll()
+            nodes = list(self.system.read().nodes)
             self._check_ended()
+        scopes = last.scopes
         try:
-            state.scopes = self.roster.active()
-            self._scopes_seen.update(a.entry.scope for a in state.scopes)
+            scopes = self.roster.active()
+            self._scopes_seen.update(a.entry.scope for a in scopes)
         except PastSetError:
             pass
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        state.cpu_seconds = usage.ru_utime + usage.ru_stime
+        steps, steps_per_s = last.steps, last.steps_per_s
         if self.progress is not None:
             self._check_ended()
             try:
@@ -142,14 +139,14 @@ class Dashboard:
                 progress = None
             if progress:
                 self.reported = True
-                step = min((p.get("step", 0) for p in progress.values()), default=0)
-                state.steps = step
+                steps = min((p.get("step", 0) for p in progress.values()), default=0)
                 if self._last_step is not None and now > self._last_step[0]:
-                    state.steps_per_s = (step - self._last_step[1]) / (now - self._last_step[0])
-                self._last_step = (now, step)
-        state.notes = list(self.state.notes)
-        self.state = state
-        return state
+                    steps_per_s = (steps - self._last_step[1]) / (now - self._last_step[0])
+                self._last_step = (now, steps)
+        self.state = DashboardState(self.title, now - self.started, heartbeat, colops, scopes, nodes,
+                                    usage.ru_utime + usage.ru_stime, steps, steps_per_s, list(self.notes),
+                                    waits=waits)
+        return self.state
 
     def _check_ended(self) -> None:
         why = self.ended() if self.ended is not None else None
@@ -163,7 +160,7 @@ class Dashboard:
         if self.reported:
             parts.append(f"the application reached step {state.steps:,}")
         if state.heartbeat:
-            counts = ", ".join(f"{n} {status}" for status, n in status_counts(state.heartbeat))
+            counts = ", ".join(f"{n} {status}" for status, n in state.heartbeat.counts())
             parts.append(f"last heartbeat: {counts}")
         for report in state.colops:
             parts.append(f"tree {report.tree}: {report.rounds:,} rounds")
@@ -177,7 +174,7 @@ class Dashboard:
         """What `summary` says, as plain data (the last JSON object of `eventspace dashboard --json`)."""
         state = self.state
         return {"watched_s": round(state.elapsed, 3), "steps": state.steps if self.reported else None,
-                "heartbeat": dict(status_counts(state.heartbeat)) if state.heartbeat else None,
+                "heartbeat": dict(state.heartbeat.counts()) if state.heartbeat else None,
                 "trees": {report.tree: report.rounds for report in state.colops},
                 "waits": {p.key: p.waiting_ns for p in state.waits.patterns} if state.waits else None,
                 "scopes_seen": len(self._scopes_seen), "cpu_seconds": round(state.cpu_seconds, 3)}
@@ -192,56 +189,3 @@ class Dashboard:
         if self.system:
             self.system.close()
         self.roster.close()
-
-
-def render(state: DashboardState) -> Layout:
-    """The frame: heartbeat grid | scopes and cost, a bar row per node (CPU, memory,
-    communication), collective operations, notes."""
-    layout = Layout()
-    layout.split_column(Layout(name="top", ratio=2), Layout(name="nodes", size=max(3, len(state.nodes) + 3)),
-                        Layout(name="bottom", ratio=2), Layout(name="notes", size=6))
-    layout["top"].split_row(Layout(name="heartbeat", ratio=2), Layout(name="scopes", ratio=3))
-    beat = heartbeat_grid(state.heartbeat) if state.heartbeat else Text("no heartbeat yet", style="dim")
-    flagged = state.heartbeat.flagged if state.heartbeat else []
-    subtitle = f"stalled: {', '.join(flagged)}" if flagged else "no thread stalled"
-    layout["heartbeat"].update(Panel(beat, title="heartbeat per node / thread", subtitle=subtitle))
-    scopes = Table(box=None, padding=(0, 1))
-    for column in ("scope", "monitor", "view", "tree", "Hz", "events/s", "KiB/s", "busy"):
-        scopes.add_column(column, justify="left" if column in ("scope", "monitor", "view", "tree") else "right",
-                          no_wrap=True, overflow="ellipsis", max_width=24 if column == "view" else None)
-    for a in state.scopes:
-        e = a.entry
-        scopes.add_row(e.name, e.monitor, e.view, f"{e.shape}/{e.placement}", f"{e.observe_rate:,.0f}",
-                       f"{a.tuples_per_s:,.0f}", f"{a.bytes_per_s / 1024:,.1f}", f"{a.busy:.0%}")
-    if state.events_per_s is None:
-        pace = Text.assemble(("application: ", "bold"), f"step {state.steps:,}, {state.steps_per_s:,.1f} steps/s    ",
-                             ("monitors' CPU: ", "bold"), f"{state.cpu_seconds:.1f} s in {state.elapsed:.0f} s",
-                             # a share of a core over less than a second is mostly the monitor's own start
-                             f" ({state.cpu_seconds / state.elapsed:.0%} of a core)" if state.elapsed >= 1 else "")
-    else:
-        pace = Text.assemble(("recorded: ", "bold"), f"{state.events_per_s:,.0f} events/s at {state.elapsed:.1f} s")
-    layout["scopes"].update(Panel(Group(scopes, Text(""), pace), title="scopes and cost"))
-    nodes = system_bars(state.nodes) if state.nodes else Text(
-        "no system summaries: sampling is off (eventspace space switch on --run RUN --view role:system)", style="dim")
-    layout["nodes"].update(Panel(nodes, title="nodes: cpu, memory, communication per interval"))
-    ops = Table(box=None)
-    for column in ("tree", "op", "rounds", "latency median µs", "p95 µs", "slowest contributor", "worst round"):
-        ops.add_column(column, justify="left" if column in ("tree", "op", "slowest contributor", "worst round")
-                       else "right")
-    open_rounds = []
-    for report in state.colops:
-        for o in report.ops:
-            ops.add_row(report.tree, o.op, str(o.rounds), f"{o.latency_median_us:,.0f}", f"{o.latency_p95_us:,.0f}",
-                        f"{o.slowest} (+{o.lateness_us:,.0f} µs)", worst_round(o))
-        if report.open is not None and report.open.open_for_s >= 1.0:
-            open_rounds.append(open_round(report))
-    trees = ", ".join(r.tree for r in state.colops)
-    collectives = Panel(Group(ops, *open_rounds), title=f"collective operations{' on ' + trees if trees else ''}")
-    if state.waits is None:
-        layout["bottom"].update(collectives)
-    else:   # an MPI run: its wait states beside its collectives
-        layout["bottom"].split_row(Layout(collectives, name="collectives", ratio=3),
-                                   Layout(Panel(waitstates_summary(state.waits), title="wait states"), name="waits",
-                                          ratio=2))
-    layout["notes"].update(Panel(Text("\n".join(state.notes[-4:]) or " "), title=f"{state.title} — {state.elapsed:.0f} s"))
-    return layout

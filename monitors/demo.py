@@ -40,8 +40,9 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.pftrace", p
     the summary (also printed)."""
     from paths import Pathmap, launch
 
-    from .dashboard import Dashboard, render
+    from .dashboard import Dashboard
     from .getevent import GetEventMon
+    from .render import render
 
     console = console or Console()
     pm = Pathmap.load(pathmap)
@@ -53,12 +54,12 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.pftrace", p
         getevent = GetEventMon(run, "all | role:system", trace, tree="flat", placement="monitor")
         board = Dashboard(run, progress=run.progress, title=f"EventSpace demo: wind tunnel on {pm.name}")
         run.start("windtunnel", {"size": size, "steps": 10_000_000, "until": time.time() + duration})
-        board.state.notes.append(f"getevent streams every event to {trace.name} through a flat tree in this process")
+        board.note(f"getevent streams every event to {trace.name} through a flat tree in this process")
         started = time.monotonic()
         phase, phase_started, steps_at = 0, started, 0
         last_beat = 0.0
         try:
-            with Live(render(board.update()), console=console, refresh_per_second=4, transient=False,
+            with Live(render(board.read()), console=console, refresh_per_second=4, transient=False,
                       auto_refresh=False) as view:
                 while time.monotonic() - started < duration + 30 and _running(run):
                     now = time.monotonic()
@@ -66,21 +67,21 @@ def run_demo(duration: float = 30.0, trace: str | Path = "demo-trace.pftrace", p
                         phases[0] = _close_phase(phases[0], getevent, now - phase_started, board.state.steps - steps_at)
                         before = getevent.stats.pulls, getevent.scope.stats().seconds, getevent.stats.tuples
                         getevent.scope.reconfigure(tree="kary:2", placement="near")
-                        board.state.notes.append(
+                        board.note(
                             f"{now - started:.0f} s: reshaped getevent's scope from flat/monitor to kary:2/near "
                             f"(joins now run inside the node servers)")
                         phase, phase_started, steps_at = 1, now, board.state.steps
                         phases[1].pulls, phases[1].pull_seconds, phases[1].events = (-before[0], -before[1], -before[2])
-                    getevent.poll()
+                    getevent.read()
                     beat = now - last_beat >= 1.0
                     if beat:
                         last_beat = now
-                    view.update(render(board.update(beat=beat)), refresh=True)
+                    view.update(render(board.read(beat=beat)), refresh=True)
                     time.sleep(0.2)
             now = time.monotonic()
             phases[phase] = _close_phase(phases[phase], getevent, now - phase_started, board.state.steps - steps_at)
             results = run.wait(timeout=60)
-            getevent.poll()
+            getevent.read()
         finally:
             board.close()
             getevent.close()

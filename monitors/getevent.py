@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,18 +41,38 @@ class GetEventStats:
         return self.tuples / self.seconds if self.seconds else 0.0
 
 
+@dataclass(frozen=True)
+class GetEventReport:
+    """One read: the new events (trace.DTYPE, monitor clock; `catalogue` names their collectors),
+    and the stream's figures so far: events read in all (`total`), discarded before they could be
+    read, and read per second of pulling (`rate`)."""
+
+    records: np.ndarray = field(repr=False)
+    catalogue: object = field(repr=False, compare=False)
+    total: int
+    discarded: int
+    rate: float
+
+    @property
+    def events(self) -> int:
+        return len(self.records)
+
+    def as_dict(self) -> dict:
+        return {"events": self.events, "total": self.total, "discarded": self.discarded, "rate": self.rate}
+
+
 class GetEventMon:
     """A gather-only scope in `stream` mode over `view` (default: every collector and each node's
-    system summary element): each `poll()` returns the events written
+    system summary element): each `read()` reports the events written
     since the last one (timestamps on the monitor's clock, after clock synchronisation) and
     appends them to the output. Nothing read is lost: an archive's row count equals the tuples
     streamed, and the events discarded before they could be read are counted and recorded.
 
     Perfetto and OTF2 files are written by `close()` (they need every event); an archive grows
-    with every poll, so it is useful while the run goes on. `lost` names the nodes that did not
-    answer the last poll: node -> (gone, since), `gone` True if its connection closed (its
+    with every read, so it is useful while the run goes on. `lost` names the nodes that did not
+    answer the last read: node -> (gone, since), `gone` True if its connection closed (its
     process ended), False if it is only not answering (paused, busy), `since` the wall-clock time
-    (seconds since the epoch) of the poll that first missed it so. Traces are dated by the
+    (seconds since the epoch) of the read that first missed it so. Traces are dated by the
     wall-clock time of the monitor's clock read when monitoring began (`recorded`).
     """
 
@@ -94,7 +114,7 @@ class GetEventMon:
     def catalogue(self):
         return self.scope.catalogue
 
-    def poll(self) -> np.ndarray:
+    def read(self) -> GetEventReport:
         """Pull once: the new events (trace.DTYPE, monitor clock), also written to the output."""
         started = time.perf_counter()
         bytes_before = self.scope.stats().bytes_in
@@ -117,7 +137,8 @@ class GetEventMon:
         now = time.time()
         self.lost = {node: self.lost[node] if self.lost.get(node, (None,))[0] == (node in pulled.gone)
                      else (node in pulled.gone, now) for node in pulled.missing}
-        return records
+        stats = self.stats
+        return GetEventReport(records, self.scope.catalogue, stats.tuples, stats.discarded, stats.rate)
 
     def events(self) -> np.ndarray:
         """Everything kept so far (Perfetto and OTF2 outputs keep events until close)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from eventspace.scope import EventScope
@@ -60,7 +60,7 @@ class ThreadBeat:
     stack: tuple[str, ...] = ()   # its whole stack, outermost first ("file.py:12 in f"), when asked
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeartbeatReport:
     """One beat: every thread of the view, the nodes that are gone and those that did not answer
     (but keep their connection), those not asked because a join above them did not answer
@@ -78,6 +78,13 @@ class HeartbeatReport:
     def by_status(self, status: str) -> list[str]:
         return [b.thread for b in self.threads if b.status == status]
 
+    def counts(self) -> list[tuple[str, int]]:
+        """(status, threads with it), the most common first."""
+        counts: dict[str, int] = {}
+        for beat in self.threads:
+            counts[beat.status] = counts.get(beat.status, 0) + 1
+        return sorted(counts.items(), key=lambda kv: -kv[1])
+
     @property
     def flagged(self) -> list[str]:
         """The threads reported as without progress of their own (STALLED)."""
@@ -93,7 +100,8 @@ class HeartbeatReport:
 class Heartbeat(ScopeMon):
     """Per thread, the newest event over all its paths and trees: a scope whose joins reduce to
     the greatest t_end per thread (`reduce:max_t_end@thread`) inside the tree, so that one record
-    per thread reaches the monitor. `beat()` pulls once and compares with the previous beat.
+    per thread reaches the monitor. `read()` pulls once (a beat) and compares with the previous beat;
+    the HeartbeatReport says every thread's status.
 
     A thread whose newest event did not move since the previous beat is without progress. If one
     of its collectors is timing an operation right now (the scope's in-flight table), it is
@@ -134,7 +142,7 @@ class Heartbeat(ScopeMon):
             if entry.thread:
                 self._collectors.setdefault(entry.thread, set()).add(entry.id)
 
-    def beat(self) -> HeartbeatReport:
+    def read(self) -> HeartbeatReport:
         pulled = self.scope.pull()
         catalogue = self.scope.catalogue
         if catalogue is not self.waits.catalogue:   # the run grew (an MPI run's new communicators)
@@ -167,8 +175,7 @@ class Heartbeat(ScopeMon):
         report = self.judge.judge(newest, time.monotonic(), blocked, pulled.missing, pulled.gone, pulled.unreached,
                                   pulled.seconds, always=self.waits.active or len(newest) < len(self.threads),
                                   stacks=self.stacks)
-        report.deadlock = deadlock
-        return report
+        return replace(report, deadlock=deadlock) if deadlock else report
 
     def close(self) -> None:
         self.waits.close()
@@ -227,16 +234,16 @@ class Judge:
         for thread in self.threads:
             node = self.node_of[thread]
             state = states.get(thread)
-            at = {"where": state.where, "stack": tuple(f.text for f in from_the_program(state.frames)) if stacks else ()
-                  } if state else {}
+            place = {"where": state.where,
+                     "stack": tuple(f.text for f in from_the_program(state.frames)) if stacks else ()} if state else {}
             if node in missing:
                 status = GONE if node in gone else NOT_ANSWERING
                 beats.append(ThreadBeat(thread, node, status, self._last.get(thread, 0), 0.0))
             elif state is not None and state.failed:
-                beats.append(ThreadBeat(thread, node, FAILED, self._last.get(thread, 0), 0.0, state.failed, **at))
+                beats.append(ThreadBeat(thread, node, FAILED, self._last.get(thread, 0), 0.0, state.failed, **place))
             elif thread in off and (thread in still or thread not in newest):
                 # Its collectors write nothing: its progress cannot be seen, which is not a stall.
-                beats.append(ThreadBeat(thread, node, OFF, self._last.get(thread, 0), 0.0, **at))
+                beats.append(ThreadBeat(thread, node, OFF, self._last.get(thread, 0), 0.0, **place))
             elif thread not in newest:
                 # No record reached us: say so, never ALIVE on an old record (nor QUIET when the join
                 # that reads its node did not answer). One in an operation already (an MPI rank blocked
@@ -248,7 +255,7 @@ class Judge:
                 else:
                     status = QUIET if thread not in self._last and node not in unreached else UNSEEN
                 beats.append(ThreadBeat(thread, node, status, self._last.get(thread, 0), 0.0,
-                                        inside.get(thread, ""), **at))
+                                        inside.get(thread, ""), **place))
             elif thread in still:
                 status = WAITING if thread in inside else (
                     COMPUTING if thread in computing else IDLE if everyone_idle else STALLED)
@@ -257,7 +264,7 @@ class Judge:
                 if status == STALLED or (thread not in inside and thread not in computing):
                     suspects.add(thread)
                 beats.append(ThreadBeat(thread, node, status, self._last[thread], now - self._moved_at[thread],
-                                        inside.get(thread, ""), **at))
+                                        inside.get(thread, ""), **place))
             else:
                 beats.append(ThreadBeat(thread, node, ALIVE, self._last[thread], 0.0))
         self._suspects = suspects

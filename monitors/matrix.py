@@ -18,13 +18,14 @@ SAME_HOST, SAME_CLUSTER, ACROSS_CLUSTERS = "same host", "same cluster", "across 
 HOPS = (SAME_HOST, SAME_CLUSTER, ACROSS_CLUSTERS)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Matrix:
     """Point-to-point traffic of an MPI run: `messages[s, d]` and `nbytes[s, d]` that world rank s
     sent to rank d (every communicator; a message counted once, at its sending end: a blocking
     send, a Sendrecv's send half or a nonblocking send's post; bytes as the record says: the
     buffer's, or the pickle's for the lowercase forms). `hosts[r]` and `clusters[r]` place rank r,
-    so each pair has a hop class (HOPS). Collectives are not in it: they have no pairs."""
+    so each pair has a hop class (HOPS). Collectives are not in it: they have no pairs. `add` counts
+    more in, in place (the report of an archive; a live monitor reports copies)."""
 
     hosts: tuple[str, ...]
     clusters: tuple[str, ...]
@@ -46,6 +47,10 @@ class Matrix:
     @property
     def ranks(self) -> int:
         return len(self.hosts)
+
+    def copy(self) -> Matrix:
+        """A matrix of the counts so far, which later `add`s leave as they are."""
+        return Matrix(self.hosts, self.clusters, self.messages.copy(), self.nbytes.copy())
 
     def add(self, records: np.ndarray, catalogue) -> int:
         """Count in the messages sent in `records` (trace.DTYPE); how many there were."""
@@ -105,9 +110,22 @@ def archive_matrix(archive) -> Matrix:
     return matrix
 
 
+@dataclass(frozen=True)
+class MatrixReport:
+    """A live matrix as one read left it (a copy: the monitor's own goes on counting), and the
+    records discarded before the monitor could read them, since it attached (then the matrix is
+    short of them)."""
+
+    matrix: Matrix
+    discarded: int = 0
+
+    def as_dict(self) -> dict:
+        return self.matrix.as_dict() | {"discarded": self.discarded}
+
+
 class MatrixMon(ScopeMon):
     """The matrix of a live MPI run: a stream scope over its ranks' point-to-point collectors
-    (those it has when the monitor attaches), counted in at every `poll`. It counts what the
+    (those it has when the monitor attaches), counted in at every `read`. It counts what the
     collectors still keep when it attaches and everything after; `discarded` says how many records
     were discarded before they were read (then the matrix is short of them)."""
 
@@ -116,9 +134,9 @@ class MatrixMon(ScopeMon):
         self.matrix = Matrix.of_catalogue(self.scope.catalogue)
         self.discarded = 0
 
-    def poll(self) -> Matrix:
+    def read(self) -> MatrixReport:
         pulled = self.scope.pull()
         self.discarded += pulled.discarded
         self.matrix.add(pulled.records, self.scope.catalogue)
-        return self.matrix
+        return MatrixReport(self.matrix.copy(), self.discarded)
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from eventspace import system, trace
 from eventspace.catalogue import Catalogue
+from paths.atomicfile import replacing
 
 from .slices import READ, collector_args, flows, record_args, slice_name
 from .tracks import UNKNOWN_NODE, Layout, layout, with_nodes
@@ -127,14 +128,8 @@ def write_perfetto(path: str | os.PathLike, records: np.ndarray, catalogue: Cata
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path.parent}: no such directory; create it or write the trace elsewhere")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with replacing(path, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
     return doc
 
 

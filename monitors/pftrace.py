@@ -17,6 +17,7 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 from eventspace import system, trace
 from eventspace.catalogue import Catalogue
 from eventspace.clock import WallClock
+from paths.atomicfile import replacing
 
 from .slices import READ, FlowIds, collector_args, flows, record_args, slice_name
 from .tracks import UNKNOWN_NODE, Layout, layout, with_nodes
@@ -103,18 +104,13 @@ def write_pftrace(path: str | os.PathLike, records: np.ndarray, catalogue: Catal
     counters = (samples["t_start"].astype(np.int64), np.array([counter_uuid[k] for k in series], dtype=np.int64),
                 values)
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            strings = _Strings(records, catalogue)
-            header = (packet.SerializeToString() for packet in _header(strings, lay, t0, recorded, counter_uuid))
-            events = _events(records, starts, ends, lay, arrows, strings, t0, counters, progress)
-            _write_bundles(StreamingTraceProtoBuilder(f), itertools.chain(header, events))
-        nbytes = tmp.stat().st_size
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with replacing(path, "wb") as f:
+        strings = _Strings(records, catalogue)
+        header = (packet.SerializeToString() for packet in _header(strings, lay, t0, recorded, counter_uuid))
+        events = _events(records, starts, ends, lay, arrows, strings, t0, counters, progress)
+        _write_bundles(StreamingTraceProtoBuilder(f), itertools.chain(header, events))
+        f.flush()
+        nbytes = os.fstat(f.fileno()).st_size
     return PftraceSummary(path, len(records), len(lay.tracks), len(lay.nodes), arrows.count, nbytes, len(samples))
 
 

@@ -1,8 +1,13 @@
-"""How monitor results look in a terminal: rich renderables built from the monitors' plain data."""
+"""How monitor results look in a terminal: `render(report)`, rich renderables built from the monitors' reports."""
 
 from __future__ import annotations
 
-from rich.console import Group
+import time
+from functools import singledispatch
+
+from rich.console import Group, RenderableType
+from rich.layout import Layout
+from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
@@ -10,9 +15,83 @@ from eventspace import trace
 from eventspace.system import NodeSample
 from pastset.terminal import counted
 
+from .classes import ClassesReport, describe
 from .colop import ColOpReport
+from .dashboard import DashboardState
+from .getevent import GetEventReport
 from .heartbeat import (ALIVE, COMPUTING, FAILED, GONE, IDLE, NOT_ANSWERING, OFF, QUIET, SLOW, STALLED, UNSEEN,
                         WAITING, HeartbeatReport)
+from .matrix import HOPS, Matrix, MatrixReport
+from .replay import Frame
+from .stacks import StacksReport, group_title
+from .system import SystemReport
+from .waitstates import PATTERNS, WaitReport
+
+
+@singledispatch
+def render(report, **options) -> RenderableType:
+    """A monitor's report (monitors.monitor.Report) as a rich renderable, for a console to print or
+    a Live display to show; what each kind of report takes as `options` is said where it is drawn
+    below. TypeError for an object that is not a report of a monitor."""
+    raise TypeError(f"no monitor reports {type(report).__name__}: nothing renders it")
+
+
+def _clock(at: float) -> str:
+    """`14:02:17`: a report's time (seconds since the epoch), local."""
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+@render.register
+def _(report: HeartbeatReport, *, every_thread: bool = False) -> Group:
+    """A beat: its counts per status and a row for each thread that is not alive (every thread's row
+    with `every_thread`), then the whole stacks the report holds (heartbeat --stacks)."""
+    at = _clock(report.at)
+    beat = heartbeat_table(report, f"heartbeat {at}") if every_thread else heartbeat_summary(report, at)
+    return Group(beat, heartbeat_stacks(report))
+
+
+@render.register
+def _(report: ColOpReport, *, open_for: float = 0.0) -> Group:
+    """The tables of a tree's operations and joins; then the round open at the read, if it has been
+    open for `open_for` seconds or more (not at all with an infinite `open_for`)."""
+    shown = open_for <= report.open.open_for_s if report.open is not None else False
+    return Group(colop_tables(report), open_round(report)) if shown else colop_tables(report)
+
+
+@render.register
+def _(report: ClassesReport) -> Text:
+    """One line: the read's time, then `describe` (the classes, the quiet members, the nodes not answering)."""
+    return Text(f"{_clock(report.at)}  {describe(report)}")
+
+
+@render.register
+def _(report: GetEventReport) -> Group:
+    """The newest events of the read, then the stream's figures so far."""
+    return Group(events_table(report.records, report.catalogue),
+                 Text(f"{report.total:,} events, {report.rate:,.0f} events/s of pulling, "
+                      f"{report.discarded:,} discarded before read", style="dim"))
+
+
+@render.register
+def _(report: MatrixReport) -> Group:
+    return matrix_tables(report.matrix)
+
+
+@render.register
+def _(report: SystemReport) -> Table:
+    return system_bars(list(report.nodes))
+
+
+@render.register
+def _(frame: Frame) -> Layout:
+    """A replay's frame, as the live dashboard drew its state."""
+    return render(frame.state)
+
+
+@render.register
+def _(report: StacksReport) -> Group:
+    return stacks_view(report, report.order)
+
 
 STATUS_STYLE = {ALIVE: "green", WAITING: "yellow", STALLED: "bold red", QUIET: "dim", GONE: "magenta", IDLE: "blue",
                 SLOW: "orange3", NOT_ANSWERING: "bold magenta", UNSEEN: "grey50", OFF: "dim cyan", COMPUTING: "cyan",
@@ -65,18 +144,10 @@ def _lost_nodes(report: HeartbeatReport) -> str:
                                          ("not reached", report.unreached)) if nodes)
 
 
-def status_counts(report: HeartbeatReport) -> list[tuple[str, int]]:
-    """(status, threads with it), the most common first."""
-    counts: dict[str, int] = {}
-    for beat in report.threads:
-        counts[beat.status] = counts.get(beat.status, 0) + 1
-    return sorted(counts.items(), key=lambda kv: -kv[1])
-
-
 def heartbeat_summary(report: HeartbeatReport, clock: str) -> Group:
     """One line of counts per status, then a row for each thread that is not alive."""
     line = Text(f"{clock}  {len(report.threads)} threads: ")
-    for i, (status, n) in enumerate(status_counts(report)):
+    for i, (status, n) in enumerate(report.counts()):
         line.append(("" if i == 0 else ", ") + f"{n} {status}", style=STATUS_STYLE[status])
     lost = _lost_nodes(report)
     if lost:
@@ -199,8 +270,6 @@ HOP_STYLE = {"same host": "green", "same cluster": "yellow", "across clusters": 
 def matrix_tables(matrix, most: int = 16) -> Group:
     """Traffic by hop class (messages, bytes, share), bytes sent per host by hop class, and, for
     at most `most` ranks, the rank-by-rank matrix (bytes, messages; coloured by hop class)."""
-    from .matrix import HOPS
-
     total = int(matrix.nbytes.sum())
     hops = Table(title=f"point-to-point traffic between {counted(matrix.ranks, 'rank')}", title_justify="left")
     for column in ("hop class", "messages", "bytes", "share of bytes"):
@@ -232,8 +301,6 @@ def matrix_tables(matrix, most: int = 16) -> Group:
 def stacks_view(report, order: list[str]) -> Group:
     """`eventspace stack`: each group of threads with one stack (the largest first), what each is in,
     the frames (innermost last); then the threads that failed, and the nodes that did not answer."""
-    from .stacks import group_title
-
     shown = []
     for group in report.groups:
         shown.append(Text(group_title(group, order), style="bold"))
@@ -262,8 +329,6 @@ def waitstates_tables(report, most: int = 16) -> Group:
     """The wait states (monitors.waitstates.WaitReport): the clock's bound, per pattern its waiting,
     share of the MPI time and uncertain waits; per rank its waiting by pattern and what it caused;
     for at most `most` ranks, who waits for whom; per communicator; the top waits; what is pending."""
-    from .waitstates import PATTERNS
-
     def ms(ns: int) -> str:
         return f"{ns / 1e6:,.1f}"
 
@@ -342,3 +407,62 @@ def waitstates_summary(report, most: int = 4) -> Group:
     clock = "clock bound: not known between hosts" if bound is None else f"clock bound {bound / 1e3:,.1f} µs"
     return Group(patterns if patterns.row_count else Text("no waits yet", style="dim"), *lines,
                  Text(f"{report.waiting_ns / 1e6:,.1f} of {report.mpi_ns / 1e6:,.1f} ms in MPI; {clock}", style="dim"))
+
+
+@render.register
+def _(state: DashboardState) -> Layout:
+    """The frame: heartbeat grid | scopes and cost, a bar row per node (CPU, memory,
+    communication), collective operations, notes."""
+    layout = Layout()
+    layout.split_column(Layout(name="top", ratio=2), Layout(name="nodes", size=max(3, len(state.nodes) + 3)),
+                        Layout(name="bottom", ratio=2), Layout(name="notes", size=6))
+    layout["top"].split_row(Layout(name="heartbeat", ratio=2), Layout(name="scopes", ratio=3))
+    beat = heartbeat_grid(state.heartbeat) if state.heartbeat else Text("no heartbeat yet", style="dim")
+    flagged = state.heartbeat.flagged if state.heartbeat else []
+    subtitle = f"stalled: {', '.join(flagged)}" if flagged else "no thread stalled"
+    layout["heartbeat"].update(Panel(beat, title="heartbeat per node / thread", subtitle=subtitle))
+    scopes = Table(box=None, padding=(0, 1))
+    for column in ("scope", "monitor", "view", "tree", "Hz", "events/s", "KiB/s", "busy"):
+        scopes.add_column(column, justify="left" if column in ("scope", "monitor", "view", "tree") else "right",
+                          no_wrap=True, overflow="ellipsis", max_width=24 if column == "view" else None)
+    for a in state.scopes:
+        e = a.entry
+        scopes.add_row(e.name, e.monitor, e.view, f"{e.shape}/{e.placement}", f"{e.observe_rate:,.0f}",
+                       f"{a.tuples_per_s:,.0f}", f"{a.bytes_per_s / 1024:,.1f}", f"{a.busy:.0%}")
+    if state.events_per_s is None:
+        pace = Text.assemble(("application: ", "bold"), f"step {state.steps:,}, {state.steps_per_s:,.1f} steps/s    ",
+                             ("monitors' CPU: ", "bold"), f"{state.cpu_seconds:.1f} s in {state.elapsed:.0f} s",
+                             # a share of a core over less than a second is mostly the monitor's own start
+                             f" ({state.cpu_seconds / state.elapsed:.0%} of a core)" if state.elapsed >= 1 else "")
+    else:
+        pace = Text.assemble(("recorded: ", "bold"), f"{state.events_per_s:,.0f} events/s at {state.elapsed:.1f} s")
+    layout["scopes"].update(Panel(Group(scopes, Text(""), pace), title="scopes and cost"))
+    nodes = system_bars(state.nodes) if state.nodes else Text(
+        "no system summaries: sampling is off (eventspace space switch on --run RUN --view role:system)", style="dim")
+    layout["nodes"].update(Panel(nodes, title="nodes: cpu, memory, communication per interval"))
+    ops = Table(box=None)
+    for column in ("tree", "op", "rounds", "latency median µs", "p95 µs", "slowest contributor", "worst round"):
+        ops.add_column(column, justify="left" if column in ("tree", "op", "slowest contributor", "worst round")
+                       else "right")
+    open_rounds = []
+    for report in state.colops:
+        for o in report.ops:
+            ops.add_row(report.tree, o.op, str(o.rounds), f"{o.latency_median_us:,.0f}", f"{o.latency_p95_us:,.0f}",
+                        f"{o.slowest} (+{o.lateness_us:,.0f} µs)", worst_round(o))
+        if report.open is not None and report.open.open_for_s >= 1.0:
+            open_rounds.append(open_round(report))
+    trees = ", ".join(r.tree for r in state.colops)
+    collectives = Panel(Group(ops, *open_rounds), title=f"collective operations{' on ' + trees if trees else ''}")
+    if state.waits is None:
+        layout["bottom"].update(collectives)
+    else:   # an MPI run: its wait states beside its collectives
+        layout["bottom"].split_row(Layout(collectives, name="collectives", ratio=3),
+                                   Layout(Panel(waitstates_summary(state.waits), title="wait states"), name="waits",
+                                          ratio=2))
+    layout["notes"].update(Panel(Text("\n".join(state.notes[-4:]) or " "), title=f"{state.title} — {state.elapsed:.0f} s"))
+    return layout
+
+
+# Reports that one view draws as they are (an archive's matrix is a report too: `eventspace archive matrix`).
+render.register(Matrix, matrix_tables)
+render.register(WaitReport, waitstates_tables)

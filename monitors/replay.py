@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,18 +19,17 @@ from .heartbeat import Blocked, Judge
 
 HEARTBEAT_ROLES = ("source", "contribute", "stage")   # what the live heartbeat watches by default
 MAX_FRAMES = 100_000   # frames a replay makes at most: 28 hours in frames of a second
-SLOWEST, FASTEST = 1 / 64, 1024   # speeds `-` and `+` stop at (× recorded time)
 
 
 class ReplayError(ValueError):
     """A replay that cannot be played as asked (an empty archive, a window outside the recording)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Frame:
-    """One interval of the recording as the dashboard shows it: its number (from 0), its end
-    (`at`, seconds from the recording's start), the events that ended in it (operations; system
-    summary records are not counted), and the state."""
+    """One interval of the recording as the dashboard shows it (the player's Report): its number
+    (from 0), its end (`at`, seconds from the recording's start), the events that ended in it
+    (operations; system summary records are not counted), and the state."""
 
     index: int
     at: float
@@ -66,7 +63,8 @@ class Replay:
     - each node's newest system summary (eventspace.system), when the archive holds samples;
     - the events (operations) per second recorded in the interval.
 
-    Frames come in order from `frames()` (each builds on the one before). ReplayError for an
+    Frames come in order, one per `read()` (each builds on the one before; `ended` once the last was
+    read), or all from `frames()`. ReplayError for an
     archive without events, a window outside the recording, or one of more than MAX_FRAMES
     frames (times that span years: a damaged or hand-made archive).
 
@@ -136,9 +134,28 @@ class Replay:
         self._pulls = pulls[np.argsort(pulls["at_ns"], kind="stable")]
         scope = json.loads(self.info.extra.get("scope", "null") or "null")
         self._scope = scope if isinstance(scope, dict) else None
+        self._played = self._play()
+        self.ended = False   # whether the last frame was read
+
+    def read(self) -> Frame:
+        """The next frame; ReplayError after the last (`ended`)."""
+        frame = next(self._played, None)
+        if frame is None:
+            raise ReplayError(f"the replay of {self.archive.path} has ended: its {self.count} frames were read")
+        self.ended = frame.index == self.count - 1
+        return frame
+
+    def close(self) -> None:
+        """Stop playing: the archive's reads under way end (the archive stays open; who opened it
+        closes it), and `read` raises ReplayError."""
+        self._played.close()
 
     def frames(self) -> Iterator[Frame]:
-        """Every frame, in order."""
+        """Every frame not read yet, in order."""
+        while not self.ended:
+            yield self.read()
+
+    def _play(self) -> Iterator[Frame]:
         newest = np.full(len(self.threads), -1, dtype=np.int64)
         nodes: dict[str, system.NodeSample] = {}
         step = round(self.interval * 1e9)
@@ -278,121 +295,3 @@ def _span(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.3g} {unit}"
     return f"{seconds:.3g} s"
-
-
-# -- playing in a terminal ---------------------------------------------------------------------------
-
-class Keys:
-    """Single keys from a terminal's stdin, without echo and without waiting for Enter (cbreak
-    mode), while the block runs; the terminal's settings come back on exit, however it ends.
-    Off a terminal (a pipe, a file) there are no keys: `read` only waits."""
-
-    def __init__(self, stream):
-        self.stream = stream
-        self._saved = None
-        self._pending: list[str] = []
-
-    def __enter__(self) -> Keys:
-        import termios
-        import tty
-
-        try:
-            fd = self.stream.fileno()
-            if self.stream.isatty():
-                self._saved = termios.tcgetattr(fd)
-                tty.setcbreak(fd)
-                self.fd = fd
-        except (OSError, ValueError, termios.error):
-            self._saved = None
-        return self
-
-    @property
-    def live(self) -> bool:
-        return self._saved is not None
-
-    def read(self, timeout: float) -> str | None:
-        """The next key within `timeout` seconds: a character, `right` for the right arrow; None."""
-        import os
-        import select
-
-        if not self._pending:
-            if self._saved is None:
-                time.sleep(max(0.0, timeout))
-                return None
-            ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout))
-            if not ready:
-                return None
-            # Keys typed quickly come in one read: each is taken in turn.
-            self._pending = re.findall(r"\x1b\[[A-D]|.", os.read(self.fd, 64).decode(errors="replace"), re.S)
-        key = self._pending.pop(0) if self._pending else None
-        return "right" if key == "\x1b[C" else key
-
-    def __exit__(self, *exc) -> None:
-        if self._saved is not None:
-            import termios
-
-            termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
-            self._saved = None
-
-
-HELP = "space pause · s or → step · + faster · - slower · q quit"
-
-
-def play(replay: Replay, console, speed: float = 1.0, stdin=None) -> int:
-    """Show `replay` in the terminal (rich Live), one frame per `interval / speed` seconds, with
-    keys (HELP) when stdin is a terminal; returns the frames shown. When the recording ends, a
-    terminal stays on the last frame until `q`; without one it returns."""
-    import sys
-
-    from rich.live import Live
-
-    from .dashboard import render
-
-    frames = replay.frames()
-    frame = next(frames)
-    shown, paused, ended = 1, False, False
-    if not speed > 0:
-        raise ReplayError(f"the speed must be a positive number (1 plays as recorded), got {speed!r}")
-    with Keys(stdin if stdin is not None else sys.stdin) as keys, \
-            Live(console=console, auto_refresh=False, transient=False) as live:
-        def show():
-            status = "ended" if ended else "paused" if paused else "playing"
-            frame.state.notes = [f"frame {frame.index + 1} of {replay.count}: {frame.at:.1f} s of "
-                                 f"{replay.end:.1f} s, {_speed_text(speed)} speed, {status}",
-                                 f"{frame.events:,} events in this interval", HELP if keys.live else ""]
-            live.update(render(frame.state), refresh=True)
-
-        show()
-        due = time.monotonic() + replay.interval / speed
-        while True:
-            key = keys.read(0.05 if keys.live else max(0.0, due - time.monotonic()))
-            advance = False
-            if key in ("q", "Q"):
-                break
-            if key == " ":
-                paused = not paused
-                due = time.monotonic() + replay.interval / speed
-            elif key in ("s", "S", "right"):
-                paused, advance = True, True
-            elif key in ("+", "="):
-                speed = min(FASTEST, speed * 2)
-            elif key in ("-", "_"):
-                speed = max(SLOWEST, speed / 2)
-            if not paused and not ended and time.monotonic() >= due:
-                advance = True
-                due += replay.interval / speed
-            if advance and not ended:
-                try:
-                    frame = next(frames)
-                    shown += 1
-                except StopIteration:
-                    ended = True
-                    if not keys.live:
-                        break
-            if key is not None or advance:
-                show()
-    return shown
-
-
-def _speed_text(speed: float) -> str:
-    return f"{speed:g}×" if speed >= 1 else f"1/{round(1 / speed)}×"

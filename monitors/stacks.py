@@ -33,12 +33,13 @@ class StackGroup:
                 "in_flight": dict(self.in_flight), "omitted": self.omitted}
 
 
-@dataclass
+@dataclass(frozen=True)
 class StacksReport:
     """Every selected thread's stack, merged (the largest group first); the threads that ended by
     raising (`failed`: thread -> "ZeroDivisionError: ... at worker.py:41 in work"); the nodes that did
     not answer (`not_answering`: a rank in a C call that holds the GIL cannot; `gone`: its process
-    ended); the threads of answering nodes that are not running (`ended`)."""
+    ended); the threads of answering nodes that are not running (`ended`); every thread of the run
+    in the pathmap's order (`order`, how runs of threads are named: `T0..T4`)."""
 
     threads: list[str]
     groups: list[StackGroup]
@@ -46,6 +47,7 @@ class StacksReport:
     not_answering: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
+    order: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def as_dict(self) -> dict:
         return {"threads": self.threads, "groups": [g.as_dict() for g in self.groups], "failed": dict(self.failed),
@@ -94,7 +96,7 @@ class StacksMon:
         answered = {node_of[t] for t in self.threads} - missing
         ended = [t for t in self.threads if node_of[t] in answered and t not in states]
         return StacksReport(self.threads, sorted(groups.values(), key=lambda g: -len(g.threads)), failed,
-                            sorted(missing - gone), sorted(gone), ended)
+                            sorted(missing - gone), sorted(gone), ended, self.order)
 
     def close(self) -> None:
         self._fanout.close()

@@ -20,21 +20,21 @@ the `scout` analyser's MPI patterns):
 
 A wait whose size is within the clock error between the two ranks (`ClockBounds`) is reported as
 uncertain, not as a wait. Point-to-point waits need both ends' records, matched by MPI's
-non-overtaking rule (`eventspace.mpi.matching.Matcher`); collectives need every member's record of
+non-overtaking rule (`eventspace.mpi.matching.MessageMatcher`); collectives need every member's record of
 a round (a communicator's collectives are numbered alike on every member).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from eventspace import clock as clocks
 from eventspace import trace
 from eventspace.mpi import encoding as e
-from eventspace.mpi.matching import ENDS, Matcher, channel_ends, end_positions, post_rows
+from eventspace.mpi.matching import ENDS, MessageMatcher, channel_ends, end_positions, post_rows
 from eventspace.scope import EventScope
 
 from .scoped import ScopeMon
@@ -193,7 +193,7 @@ class TopWait:
     waiting_ns: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class WaitReport:
     """What the wait-state analysis found in the records it was given (plain data; times in ns).
 
@@ -266,7 +266,7 @@ class WaitStates:
         if top < 0:
             raise ValueError(f"top {top}: give how many of the largest waits to list, 0 or more")
         self.top = top
-        self._matcher = Matcher(_END)
+        self._matcher = MessageMatcher(_END)
         self._awaiting = np.empty(0, _REQUEST)
         self._calls = np.empty(0, _CALL)
         self._next_call = 0
@@ -693,7 +693,7 @@ def has_mpi(catalogue) -> bool:
 class WaitStatesMon(ScopeMon):
     """The wait states of a live MPI run: a stream scope over `view` (default: every collector;
     a wait is found where both its ends are in the view), its nodes' clocks estimated once (one
-    offset per host), each pull's records fed to a WaitStates (`poll`), and `finish` when the run
+    offset per host), each pull's records fed to a WaitStates (`read`), and `finish` when the run
     has ended. ValueError for a run without MPI collectors."""
 
     def __init__(self, run, view: str = "all", *, timeout: float = 2.0, top: int = 10):
@@ -716,8 +716,8 @@ class WaitStatesMon(ScopeMon):
         self._catalogue = catalogue
         self.discarded = 0
 
-    def poll(self) -> WaitReport:
-        """Pull the records written since the last poll and analyse them; the report so far."""
+    def read(self) -> WaitReport:
+        """Pull the records written since the last read and analyse them; the report so far."""
         pulled = self.scope.pull()
         self.discarded += pulled.discarded
         if self.scope.catalogue is not self._catalogue:   # the run grew: new communicators' collectors
@@ -732,6 +732,5 @@ class WaitStatesMon(ScopeMon):
         return self.report()
 
     def report(self) -> WaitReport:
-        report = self.states.report()
-        report.discarded = self.discarded
-        return report
+        """The report so far, without pulling."""
+        return replace(self.states.report(), discarded=self.discarded)

@@ -2,7 +2,7 @@
 
 from .client import Client, RemoteElement, as_batch
 from .element import Element, ElementInfo
-from .errors import (AuthError, BadArgument, Expired, LimitExceeded, NotAnswering, PastSetError, ProtocolError,
+from .errors import (AuthError, BadArgument, EventSpaceError, Expired, LimitExceeded, NotAnswering, PastSetError, ProtocolError,
                      Refused, ServerGone, TemplateMismatch, Timeout, UnknownElement, register_error)
 from .fanout import Fanout
 from .linda import ANY, Linda
@@ -16,6 +16,6 @@ from .transport import Transport, connect
 __all__ = [
     "TupleServer", "connect", "Transport", "Client", "LocalClient", "Element", "RemoteElement", "ElementInfo",
     "Template", "Fanout", "Limits", "Linda", "ANY", "Security", "encodable", "register_error", "as_batch",
-    "PastSetError", "UnknownElement", "TemplateMismatch", "Expired", "Timeout", "ServerGone",
+    "EventSpaceError", "PastSetError", "UnknownElement", "TemplateMismatch", "Expired", "Timeout", "ServerGone",
     "NotAnswering", "ProtocolError", "LimitExceeded", "BadArgument", "AuthError", "Refused",
 ]

@@ -66,7 +66,7 @@ class Client(transport.Transport):
         self._closed = False
         self.name = "?"   # the server's, once it answered
         try:
-            self.name, max_frame = self._call(p.PING, (), timeout, timeout, gone_after=timeout)
+            self.name, max_frame = self.submit(p.PING, (), timeout, timeout, gone_after=timeout)
         except Refused as exc:
             self.close()
             raise Refused(f"node server at {endpoint} refused this client: {exc}") from None
@@ -91,36 +91,36 @@ class Client(transport.Transport):
     def enter(self, name: str, template, keep: int | None = None, delta: int | None = None) -> RemoteElement:
         """As `TupleServer.enter`, on the remote server."""
         spec = Template.of(template).spec
-        return self._handle(name, self._call(p.ENTER, (name, spec, keep, delta)))
+        return self._handle(name, self.submit(p.ENTER, (name, spec, keep, delta)))
 
     def element(self, name: str) -> RemoteElement:
         """The existing element `name` on the server; UnknownElement if absent."""
-        return self._handle(name, self._call(p.LOOKUP, (name,)))
+        return self._handle(name, self.submit(p.LOOKUP, (name,)))
 
     def delete(self, name: str) -> None:
-        self._call(p.DELETE, (name,))
+        self.submit(p.DELETE, (name,))
 
     def elements(self) -> list[ElementInfo]:
         """Every element, sorted by name, asked for a page at a time (`protocol.ELEMENTS_PAGE`): one
         entered or deleted while the pages come may be listed or not."""
         infos, start = [], None
         while True:
-            rows, start = self._call(p.ELEMENTS, (start, p.ELEMENTS_PAGE))
+            rows, start = self.submit(p.ELEMENTS, (start, p.ELEMENTS_PAGE))
             infos += [ElementInfo(*row) for row in rows]
             if start is None:
                 return infos
 
     def latest_many(self, elements, n: int = 1) -> list[tuple[int, list | bytes]]:
         """`latest(n)` of many elements (handles or names) in one round trip."""
-        return [as_batch(reply) for reply in self._call(p.LATEST_MANY, (refs(elements), n))]
+        return [as_batch(reply) for reply in self.submit(p.LATEST_MANY, (refs(elements), n))]
 
     def latest_records(self, elements, n: int = 1) -> bytes:
         """The newest `n` records of many binary elements (handles or names) as one bytes, one round trip."""
-        return self._call(p.LATEST_RECORDS, (refs(elements), n))
+        return self.submit(p.LATEST_RECORDS, (refs(elements), n))
 
     def range_many(self, elements, los, hi: int) -> list[tuple[int, list | bytes]]:
         """`read_range(lo, hi)` of many elements (handles or names), each from its own lo, in one round trip."""
-        return [as_batch(reply) for reply in self._call(p.RANGE_MANY, (refs(elements), list(los), hi))]
+        return [as_batch(reply) for reply in self.submit(p.RANGE_MANY, (refs(elements), list(los), hi))]
 
     def call(self, name: str, *args, timeout: float | None = None, grace: float | None = None):
         """Run the callable the server hosts as `name` (see `TupleServer.host`); returns its result.
@@ -129,11 +129,11 @@ class Client(transport.Transport):
         the server answers liveness pings. `grace` overrides the client's for this call: how
         long a server whose connection is open may stay silent before NotAnswering.
         """
-        return self._call(p.CALL, (name, list(args)), timeout, grace)
+        return self.submit(p.CALL, (name, list(args)), timeout, grace)
 
     def ping(self) -> str:
         """The server's name; raises ServerGone if it does not answer."""
-        return self._call(p.PING, ())[0]
+        return self.submit(p.PING, ())[0]
 
     def close(self) -> None:
         """Close this client; returns at once, whatever its other threads are doing.
@@ -162,6 +162,12 @@ class Client(transport.Transport):
         else:
             self._ctx.term()
 
+    @classmethod
+    def link(cls, endpoint: str, context, security: Security, limits) -> Channel:
+        """A DEALER of the fan-out's own (see `Transport.link`): no handshake, so that a round is not
+        held up by a server that does not answer; it is seen missing when the round ends."""
+        return Channel(context, endpoint, security, max_reply=limits.max_reply, sndhwm=1000)
+
     # -- requests ----------------------------------------------------------------------------------
 
     def _handle(self, name, reply) -> RemoteElement:
@@ -187,8 +193,8 @@ class Client(transport.Transport):
             self._local.matcher = Matcher(self.limits.max_reply // 16)
         return channel
 
-    def _call(self, op, args, wait=None, grace=None, gone_after=None):
-        """Send one request from this thread and wait for its reply.
+    def submit(self, op, args, wait=None, grace=None, gone_after=None):
+        """Send one request from this thread and wait for its reply (see `Transport.submit`).
 
         `wait` is how long the server may legitimately take (the operation's own timeout;
         None for as long as it keeps answering pings); `grace` how long it may be silent with
@@ -336,11 +342,11 @@ class Client(transport.Transport):
 class RemoteElement:
     """An element on a remote node server, with the `Element` API (see `pastset.element.Element`)."""
 
-    __slots__ = ("_client", "_call", "id", "name", "template", "keep")
+    __slots__ = ("_client", "_submit", "id", "name", "template", "keep")
 
     def __init__(self, client: Client, eid: int, name: str, template: Template, keep, delta):
         self._client = client
-        self._call = client._call
+        self._submit = client.submit
         self.id = eid
         self.name = name
         self.template = template
@@ -348,7 +354,7 @@ class RemoteElement:
 
     def move(self, values, timeout: float | None = None) -> int:
         try:
-            return self._call(p.MOVE, (self.id, values, timeout), timeout)
+            return self._submit(p.MOVE, (self.id, values, timeout), timeout)
         except _Unsendable:
             self.template.check(values)  # names the field, as a local move would
             raise
@@ -358,35 +364,35 @@ class RemoteElement:
         return self.move(self.template.unpack(record))
 
     def observe(self, index: int | None = None, timeout: float | None = None) -> tuple:
-        return tuple(self._call(p.OBSERVE, (self.id, index, timeout), timeout))
+        return tuple(self._submit(p.OBSERVE, (self.id, index, timeout), timeout))
 
     def observe_indexed(self, index: int | None = None, timeout: float | None = None) -> tuple[int, tuple]:
-        found, values = self._call(p.OBSERVE_INDEXED, (self.id, index, timeout), timeout)
+        found, values = self._submit(p.OBSERVE_INDEXED, (self.id, index, timeout), timeout)
         return found, tuple(values)
 
     def find(self, pattern, remove: bool = False, timeout: float | None = None) -> tuple:
-        return tuple(self._call(p.FIND, (self.id, pattern, remove, timeout), timeout))
+        return tuple(self._submit(p.FIND, (self.id, pattern, remove, timeout), timeout))
 
     def first(self) -> int:
-        return self._call(p.FIRST, (self.id,))
+        return self._submit(p.FIRST, (self.id,))
 
     def last(self) -> int:
-        return self._call(p.LAST, (self.id,))
+        return self._submit(p.LAST, (self.id,))
 
     def delta(self, n: int | None = None) -> int | None:
-        return self._call(p.DELTA, (self.id, n))
+        return self._submit(p.DELTA, (self.id, n))
 
     def axe(self, index: int) -> int:
-        return self._call(p.AXE, (self.id, index))
+        return self._submit(p.AXE, (self.id, index))
 
     def read_range(self, lo: int, hi: int) -> tuple[int, list | bytes]:
-        return as_batch(self._call(p.READ_RANGE, (self.id, lo, hi)))
+        return as_batch(self._submit(p.READ_RANGE, (self.id, lo, hi)))
 
     def latest(self, n: int = 1) -> tuple[int, list | bytes]:
-        return as_batch(self._call(p.LATEST, (self.id, n)))
+        return as_batch(self._submit(p.LATEST, (self.id, n)))
 
     def info(self) -> ElementInfo:
-        rows, _ = self._call(p.ELEMENTS, (self.name, 1))
+        rows, _ = self._submit(p.ELEMENTS, (self.name, 1))
         if rows and rows[0][0] == self.name:
             return ElementInfo(*rows[0])
         raise UnknownElement(f"no element named {self.name!r} on {self._client.endpoint}")

@@ -11,6 +11,12 @@ from .checks import check_bound, check_index, check_pattern, check_timeout
 from .errors import Expired, TemplateMismatch, Timeout, UnknownElement
 from .template import Template
 
+try:   # the cursors at a layout C relies on (pastset/ring_c/pastset_ring.h)
+    from ._ring import Cursors
+except ImportError:   # not built (no compiler at install): the same four attributes as slots
+    class Cursors:
+        __slots__ = ("_first", "_last", "_sleepers", "_parked")
+
 # Returned by `attempt` when the operation would have to wait.
 WOULD_BLOCK = object()
 # The blocking operations, as `attempt` knows them.
@@ -39,7 +45,7 @@ class ElementInfo:
         return self.last - self.first
 
 
-class Element:
+class Element(Cursors):
     """The ordered log of the tuples of one template, addressed by name.
 
     Indices start at 0 and only grow. `first()` is the index of the oldest tuple still held
@@ -69,9 +75,10 @@ class Element:
     changes nothing.
     """
 
-    # Slots, not the instance dict: what an append reads and writes (the compiled appender of
-    # eventspace._collector reaches them at fixed offsets); everything else is in __dict__.
-    __slots__ = ("_first", "_last", "_sleepers", "_parked", "__dict__", "__weakref__")
+    # What an append reads and writes (_first, _last, _sleepers, _parked) is in the base, `Cursors`:
+    # slots at the layout pastset's ring appender contract names (pastset/ring_c/pastset_ring.h);
+    # everything else is in __dict__.
+    __slots__ = ("__dict__", "__weakref__")
 
     slab = None  # the RingSlab whose row holds a binary element's ring, if any
 

@@ -1,8 +1,16 @@
-"""The PastSet error hierarchy: every failure a caller can see is one of these."""
+"""The error hierarchy: every failure a caller of PastSet can see is one of these, under the one
+root of every layer's errors."""
 
 
-class PastSetError(Exception):
-    """Base of every PastSet error; carried over the wire by class name and message."""
+class EventSpaceError(Exception):
+    """The root of every error EventSpace's layers raise on purpose: the tuple space's
+    (`PastSetError`), PATHS's (`paths.PathsError`) and those above. Defined here, at the lowest
+    layer, because the wire carries any of them by class name and message (`register_error`), and
+    pastset imports nothing above itself."""
+
+
+class PastSetError(EventSpaceError):
+    """Base of every PastSet error: the tuple space, its server and its transport."""
 
 
 class UnknownElement(PastSetError):
@@ -63,13 +71,13 @@ def hosted_failure(name: str, exc: Exception) -> ProtocolError:
 ERRORS_BY_NAME = {
     cls.__name__: cls
     for cls in (
-        PastSetError, UnknownElement, TemplateMismatch, Expired, Timeout,
+        EventSpaceError, PastSetError, UnknownElement, TemplateMismatch, Expired, Timeout,
         ServerGone, NotAnswering, ProtocolError, LimitExceeded, BadArgument, AuthError,
     )
 }
 
 
-def register_error(cls: type[PastSetError]) -> type[PastSetError]:
+def register_error(cls: type[EventSpaceError]) -> type[EventSpaceError]:
     """Let an error class defined above PastSet (e.g. by PATHS) travel the wire by name."""
     ERRORS_BY_NAME.setdefault(cls.__name__, cls)
     return cls

@@ -11,10 +11,10 @@ import zmq
 from . import protocol as p
 from .client import as_batch
 from .deferred import Deferred
-from .errors import BadArgument, PastSetError, ProtocolError, ServerGone
-from .local import SCHEME as LOCAL, LocalClient
+from .errors import BadArgument, EventSpaceError, PastSetError, ProtocolError, ServerGone
 from .requests import Channel, Matcher, shared_context
 from .security import Security, resolve
+from .transport import Transport, backend_of
 
 # Batch reads: per-element lists, then one value; such reads to one node in one round merge into one request.
 _BATCH_READS = (p.LATEST_MANY, p.RANGE_MANY, p.LATEST_RECORDS)
@@ -30,28 +30,29 @@ class Fanout:
     requests are in flight at once (or one after another), and its replies are collected within
     a deadline. See `Round`.
 
-    Nodes are reached by their endpoints' schemes, as `pastset.connect` reaches them: a ZeroMQ
-    node (`tcp://`, `ipc://`) through a DEALER socket of this fan-out's own, a `local://` node by
-    direct calls in `wait`. Not thread-safe: give each thread its own. A node that does not answer
-    in time is reported missing, and its late replies are recognised by request id and dropped.
-    `gone(missing)` tells which of the missing nodes are gone (their connection is closed, or a
-    local one is no longer served) rather than not answering (connected, but paused, swapping or
-    busy). Counts the bytes it sends and receives (`bytes_sent`, `bytes_received`). `security`
-    holds the CURVE keys its sockets speak with (None: the process's, see
-    `pastset.security.default`); a server that refuses them never answers, so its node is
-    reported missing (and gone). Servers are not trusted, as `pastset.Client` does not trust
-    them (`limits.max_reply`): what a node sends that is not a reply, or a result of the wrong
-    shape, answers its requests with a ProtocolError naming it.
+    Nodes are reached through the backends their endpoints' schemes name, as `pastset.connect`
+    reaches them, each through what its backend's `Transport.link` gives: a ZeroMQ node (`tcp://`,
+    `ipc://`) through a DEALER socket of this fan-out's own, whose requests are in flight at once;
+    a node of any other backend (`local://`) through a client of it, whose `submit` makes each
+    request, in `wait`, while the remote replies are on their way. Not thread-safe: give each
+    thread its own. A node that does not answer in time is reported missing, and its late replies
+    are recognised by request id and dropped. `gone(missing)` tells which of the missing nodes are
+    gone (their connection is closed, or a local one is no longer served) rather than not
+    answering (connected, but paused, swapping or busy). Counts the bytes it sends and receives
+    (`bytes_sent`, `bytes_received`). `security` holds the CURVE keys its sockets speak with
+    (None: the process's, see `pastset.security.default`); a server that refuses them never
+    answers, so its node is reported missing (and gone). Servers are not trusted, as
+    `pastset.Client` does not trust them (`limits.max_reply`): what a node sends that is not a
+    reply, or a result of the wrong shape, answers its requests with a ProtocolError naming it.
     """
 
     def __init__(self, endpoints: dict[str, str], context: zmq.Context | None = None,
                  security: Security | None = None, limits: p.Limits = p.Limits()):
         self._ctx = context or shared_context()
         self._security = resolve(security)
-        self._max_reply = limits.max_reply
+        self._limits = limits
         self._endpoints = dict(endpoints)
-        self._channels: dict[str, Channel] = {}
-        self._locals: dict[str, LocalClient] = {}
+        self._links: dict[str, Channel | _Direct] = {}   # node -> what it is reached through
         self._node_of: dict[zmq.Socket, str] = {}
         self._poller = zmq.Poller()
         self._matcher = Matcher(limits.max_reply // 16)
@@ -77,38 +78,29 @@ class Fanout:
         return {node for node in nodes if not self._reachable(node)}
 
     def close(self) -> None:
-        for node in list(self._channels):
+        for node in list(self._links):
             self._drop(node)
-        self._locals.clear()
 
     # -- the legs of a round ---------------------------------------------------------------------
 
     def _reachable(self, node: str) -> bool:
-        local = self._locals.get(node)
-        if local is not None:
-            try:
-                local.ping()
-            except PastSetError:
-                return False
-            return True
-        channel = self._channels.get(node)
-        return channel is not None and channel.reachable()
+        link = self._links.get(node)
+        return link is not None and link.reachable()
 
-    def _local(self, node: str) -> LocalClient:
-        """The in-process client of local node `node` (ServerGone if it is not served)."""
-        client = self._locals.get(node)
-        if client is None:
-            client = self._locals[node] = LocalClient(self._endpoint(node))
-        return client
-
-    def _channel(self, node: str) -> Channel:
-        channel = self._channels.get(node)
-        if channel is None:
-            channel = Channel(self._ctx, self._endpoint(node), self._security, max_reply=self._max_reply, sndhwm=1000)
-            self._channels[node] = channel
-            self._node_of[channel.sock] = node
-            self._poller.register(channel.sock, zmq.POLLIN)
-        return channel
+    def _link(self, node: str) -> Channel | _Direct:
+        """What `node` is reached through (see `Transport.link`), made on first use: ServerGone if no
+        endpoint is known for it, or its backend finds no server there (a local one not served)."""
+        link = self._links.get(node)
+        if link is None:
+            endpoint = self._endpoint(node)
+            link = backend_of(endpoint).link(endpoint, self._ctx, self._security, self._limits)
+            if isinstance(link, Transport):
+                link = _Direct(link)
+            else:
+                self._node_of[link.sock] = node
+                self._poller.register(link.sock, zmq.POLLIN)
+            self._links[node] = link
+        return link
 
     def _endpoint(self, node: str) -> str:
         endpoint = self._endpoints.get(node)
@@ -117,12 +109,13 @@ class Fanout:
         return endpoint
 
     def _drop(self, node: str) -> None:
-        self._locals.pop(node, None)
-        channel = self._channels.pop(node, None)
-        if channel is not None:
-            self._poller.unregister(channel.sock)
-            del self._node_of[channel.sock]
-            channel.close()
+        link = self._links.pop(node, None)
+        if link is None:
+            return
+        if link.sock is not None:
+            self._poller.unregister(link.sock)
+            del self._node_of[link.sock]
+        link.close()
 
     def _names_of(self, lists: list) -> p.Packed:
         """The names of `lists` run together and encoded, once for as long as the same lists (the
@@ -150,7 +143,7 @@ class Fanout:
     def _give_up_gone(self, waiting: dict, missing: set[str]) -> None:
         """Take the nodes of `waiting` whose connection has closed since their request was sent out
         of it, into `missing`: they are gone, and their sockets are dropped."""
-        gone = {node for node in set(waiting.values()) if node in self._channels and not self._reachable(node)}
+        gone = {node for node in set(waiting.values()) if node in self._links and not self._reachable(node)}
         if not gone:
             return
         for on_reply, node in list(waiting.items()):
@@ -163,7 +156,7 @@ class Fanout:
 
 class Reply:
     """The reply to one request of a round, once the round's `wait` returned: `value` if it was
-    answered with one, `error` (a PastSetError) if it was answered with that, neither if its node
+    answered with one, `error` (an EventSpaceError) if it was answered with that, neither if its node
     did not answer (`answered` False: the node is in the round's `missing`)."""
 
     __slots__ = ("node", "value", "error", "answered")
@@ -171,7 +164,7 @@ class Reply:
     def __init__(self, node: str):
         self.node = node
         self.value = None
-        self.error: PastSetError | None = None
+        self.error: EventSpaceError | None = None
         self.answered = False
 
     @property
@@ -209,8 +202,8 @@ class Round:
     (and the same `n` or `hi`) travel as one request, each getting its own part of the reply;
     names are encoded once for as long as the same lists come back (lists given to a round are
     read, never kept or changed: pass the same list objects round after round, and do not change
-    one while a round holds it). Requests to a `local://` node are direct calls, made in `wait`
-    while the remote replies are on their way.
+    one while a round holds it). Requests to a node reached by direct calls (`local://`) are made
+    in `wait` while the remote replies are on their way.
     """
 
     def __init__(self, fanout: Fanout, timeout: float, sequential: bool = False):
@@ -253,40 +246,33 @@ class Round:
 
     def start(self) -> Exchange:
         """Send the round's requests (all of them, or with `sequential` the first), make its
-        local calls, and return without waiting: the `Exchange` collects the replies, as `wait`
+        direct calls, and return without waiting: the `Exchange` collects the replies, as `wait`
         does, or step by step in the caller's own loop (a node server's, see
         `pastset.deferred`). Its result is the round's `missing`."""
-        fanout, missing = self._fanout, self.missing
         deadline = monotonic() + self.timeout
         groups = [[r] for r in self._requests] if self.sequential else _merged(self._requests)
-        sends, calls = [], []
-        for group in groups:
-            (calls if fanout._endpoint(group[0][0]).startswith(LOCAL) else sends).append(group)
-        exchange = Exchange(fanout, [self._send(group) for group in sends], missing, deadline, self.sequential)
-        for group in calls:   # while the remote requests travel
-            for request in group:
-                if request[0] not in missing:
-                    _call_local(fanout, request, missing)
-        return exchange
+        return Exchange(self._fanout, [self._send(group) for group in groups], self.missing, deadline, self.sequential)
 
     def _send(self, group) -> tuple:
-        """(node, op, args, on_reply) of the one request that carries `group`, its requests merged."""
+        """(node, op, args, on_reply, the operation its errors name) of the one request that carries
+        `group`, its requests merged."""
         node, op, names, lists, last, reply = group[0]
         if op not in _BATCH_READS:
             args = () if op == p.PING else (names, last) if op == p.CALL else None
-            return node, op, args, _whole(op, reply)
+            return node, op, args, _whole(op, reply), op
         encoded = self._fanout._names_of([request[2] for request in group])
         merged = [[x for request in group for x in request[3][i]] for i in range(len(lists))]
         if len(group) == 1:
-            return node, op, (encoded, *merged, last), _whole(op, reply)
+            return node, op, (encoded, *merged, last), _whole(op, reply), op
         if op == p.LATEST_RECORDS:
-            return node, p.LATEST_RECORDS_COUNTED, (encoded, *merged, last), _cut_records(group)
-        return node, op, (encoded, *merged, last), _cut_lists(group)
+            return node, p.LATEST_RECORDS_COUNTED, (encoded, *merged, last), _cut_records(group), op
+        return node, op, (encoded, *merged, last), _cut_lists(group), op
 
 
 class Exchange(Deferred):
     """A round's remote requests in flight and the collection of their replies (`Round.start`):
-    the Deferred whose result is the round's `missing`.
+    the Deferred whose result is the round's `missing`. Requests to a node reached by direct
+    calls are made as they are sent, after the others (their replies do not travel).
 
     `readable(sock)` reads the replies waiting on one of its `sockets()`; `tick()` gives up, at
     the deadline, the nodes still silent (and sooner, after `_LOOK_EVERY` of silence, those
@@ -310,8 +296,12 @@ class Exchange(Deferred):
         if one_at_a_time:
             self._send_next()
         else:
+            direct = []
             for send in sends:
-                self._send(*send)
+                if self._send(*send) is False:
+                    direct.append(send)
+            for send in direct:   # while the remote requests travel
+                self._send(*send, now=True)
         self._check_done()
 
     def sockets(self) -> list:
@@ -345,10 +335,13 @@ class Exchange(Deferred):
                 break
             if matched is None:
                 continue  # the server's liveness probe, or a late reply to a request given up on
-            on_reply, ok, result = matched
-            del waiting[on_reply]
+            key, ok, result = matched
+            node = waiting.pop(key)
             owed[sock] -= 1
             self._heard = monotonic()
+            on_reply, op, named = key
+            if ok and not p.fits(op, result):   # a server is not trusted: its results have their op's shape
+                ok, result = False, _malformed(node, named, result)
             on_reply(ok, result)
             self._send_next()
         self._check_done()
@@ -359,10 +352,10 @@ class Exchange(Deferred):
         fanout = self._fanout
         node = fanout._node_of[sock]
         error = type(exc)(f"node {node} at {fanout._endpoints[node]} sent a {exc}")
-        for on_reply, of in list(self._waiting.items()):
+        for key, of in list(self._waiting.items()):
             if of == node:
-                del self._waiting[on_reply]
-                on_reply(False, error)
+                del self._waiting[key]
+                key[0](False, error)
         self._owed.pop(sock, None)
         fanout._drop(node)
         self._heard = monotonic()
@@ -394,26 +387,40 @@ class Exchange(Deferred):
 
     def _send_next(self) -> None:
         while self._queue and not self._waiting:
-            self._send(*self._queue.pop())
+            self._send(*self._queue.pop(), now=True)
 
-    def _send(self, node, op, args, on_reply) -> None:
+    def _send(self, node, op, args, on_reply, named, now: bool = False) -> bool | None:
+        """Send the request, or (`now`) make it if its node is reached by direct calls; False if it
+        is such a request and not `now`: it is left to be made."""
         fanout, missing = self._fanout, self._missing
         if node in missing:
-            return
-        channel = fanout._channel(node)
+            return None
         try:
-            frame = fanout._matcher.request(op, args, on_reply)
+            link = fanout._link(node)
+        except ServerGone:
+            if node not in fanout._endpoints:
+                raise
+            missing.add(node)   # its backend finds no server there: gone, as a node whose process ended
+            return None
+        if link.sock is None:
+            if now:
+                link.submit(node, op, args, on_reply, missing)
+            return now
+        key = (on_reply, op, named)
+        try:
+            frame = fanout._matcher.request(op, args, key)
         except (TypeError, ValueError, OverflowError) as exc:
             on_reply(False, BadArgument(f"{p.OP_NAMES[op]}: an argument cannot be sent as msgpack ({exc})"))
-            return
-        if not channel.send(frame):   # nothing connected (a dead peer), or a queue full behind a paused one
+            return None
+        if not link.send(frame):   # nothing connected (a dead peer), or a queue full behind a paused one
             missing.add(node)
-            if not channel.reachable():
+            if not link.reachable():
                 fanout._drop(node)
-            return
+            return None
         fanout.bytes_sent += len(frame)
-        self._waiting[on_reply] = node
-        self._owed[channel.sock] = self._owed.get(channel.sock, 0) + 1
+        self._waiting[key] = node
+        self._owed[link.sock] = self._owed.get(link.sock, 0) + 1
+        return None
 
     def _check_done(self) -> None:
         if not self._waiting and not self._queue and not self.done:
@@ -438,9 +445,7 @@ def _merged(requests: list) -> list[list]:
 
 def _whole(op, reply: Reply):
     def on_reply(ok, result):
-        if ok and not p.fits(op, result):
-            reply._set(False, _malformed(reply.node, op, result))
-        elif op == p.PING:
+        if op == p.PING:
             reply._set(ok, result[0] if ok else result)
         elif op in (p.LATEST_MANY, p.RANGE_MANY):
             reply._set(ok, _batches(result) if ok else result)
@@ -455,7 +460,7 @@ def _cut_lists(group):
     names = sum(len(request[2]) for request in group)
 
     def on_reply(ok, result):
-        if ok and not (p.fits(op, result) and len(result) == names):
+        if ok and len(result) != names:
             ok, result = False, _malformed(group[0][0], op, result)
         start = 0
         for request in group:
@@ -490,15 +495,48 @@ def _cut_records(group):
 
 
 def _counts(result, names: int) -> array | None:
-    """The record count of each of `names` elements in a LATEST_RECORDS_COUNTED result, if it is one
-    (and its records are that many records of one size); None if it is not."""
-    if not p.fits(p.LATEST_RECORDS_COUNTED, result) or len(result[0]) != 4 * names:
+    """The record count of each of `names` elements in a LATEST_RECORDS_COUNTED result, if its
+    records are that many records of one size; None if they are not."""
+    if len(result[0]) != 4 * names:
         return None
     counts = array("I", result[0])
     if sys.byteorder == "big":
         counts.byteswap()
     total = sum(counts)
     return counts if (len(result[1]) % total == 0 if total else not result[1]) else None
+
+
+class _Direct:
+    """A node reached by direct calls: a client of its backend (see `Transport.link`), whose
+    `submit` makes each request in the caller's thread; it has no socket."""
+
+    sock = None
+
+    def __init__(self, client: Transport):
+        self.client = client
+
+    def submit(self, node: str, op: int, args, on_reply, missing: set[str]) -> None:
+        """Make the request; its reply to `on_reply`, as a remote one would come, or `node` into
+        `missing` if it is not served (any more)."""
+        try:
+            result = self.client.submit(op, [a.obj if a.__class__ is p.Packed else a for a in args])
+        except ServerGone:
+            missing.add(node)   # gone, as a node whose process ended
+            return
+        except EventSpaceError as exc:
+            on_reply(False, exc)
+            return
+        on_reply(True, result)
+
+    def reachable(self) -> bool:
+        try:
+            self.client.ping()
+        except PastSetError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def _malformed(node: str, op: int, result) -> ProtocolError:
@@ -508,33 +546,6 @@ def _malformed(node: str, op: int, result) -> ProtocolError:
 def _batches(result) -> list:
     """[(start, items), ...] as the Transport API gives them, from a batch reply's lists."""
     return [(start, items) if items.__class__ is bytes else as_batch((start, items)) for start, items in result]
-
-
-def _call_local(fanout: Fanout, request, missing: set[str]) -> None:
-    """Make one request of a round by a direct call; its reply as a remote one would be."""
-    node, op, names, lists, last, reply = request
-    try:
-        local = fanout._local(node)
-        if op == p.LATEST_RECORDS:
-            result = local.latest_records(names, last)
-        elif op == p.RANGE_MANY:
-            result = local.range_many(names, lists[0], last)
-        elif op == p.LATEST_MANY:
-            result = local.latest_many(names, last)
-        elif op == p.CALL:
-            result = local.call(names, *last)
-        else:
-            result = local.ping()
-    except ServerGone:
-        missing.add(node)   # not served (any more): gone, as a node whose process ended
-        return
-    except PastSetError as exc:
-        reply._set(False, exc)
-        return
-    except Exception as exc:  # bad arguments, as a server would answer them
-        reply._set(False, ProtocolError(f"bad arguments for {p.OP_NAMES[op]}: {type(exc).__name__}: {exc}"))
-        return
-    reply._set(True, result)
 
 
 def _drain(sock: zmq.Socket) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import itertools
 import threading
 
+from . import protocol as p
 from . import transport
 from .deferred import waited
-from .errors import BadArgument, PastSetError, ServerGone, hosted_failure
+from .errors import BadArgument, EventSpaceError, PastSetError, ServerGone, hosted_failure
+from .template import Template
 
 SCHEME = "local://"
 
@@ -59,7 +61,7 @@ class LocalClient(transport.Transport):
 
     Element handles are the server's own elements, so an operation costs what it costs on the
     server itself. A hosted call runs in the caller's thread (`timeout` and `grace` do not apply:
-    it cannot be silent), and fails as it would remotely: a PastSetError as raised, anything else
+    it cannot be silent), and fails as it would remotely: an EventSpaceError as raised, anything else
     as a ProtocolError naming it. Once the server stops serving the name, every call is ServerGone.
     """
 
@@ -105,7 +107,7 @@ class LocalClient(transport.Transport):
         fn = self._live().hosted(name)[0]
         try:
             return waited(fn(*args))
-        except PastSetError:
+        except EventSpaceError:
             raise
         except Exception as exc:
             raise hosted_failure(name, exc) from exc
@@ -113,8 +115,68 @@ class LocalClient(transport.Transport):
     def ping(self) -> str:
         return self._live().name
 
+    def submit(self, op: int, args):
+        """The request as a direct call of the server (see `Transport.submit`): its result as its
+        reply would carry it, but with tuples where the wire has lists."""
+        server = self._live()
+        run = _OPS[op] if op.__class__ is int and 0 <= op < len(_OPS) else None
+        if run is None:
+            raise p.unknown_operation(op)
+        arity = run.__code__.co_argcount - 2   # (client, server, *its arguments)
+        if len(args) != arity:
+            raise p.wrong_count(op, arity, len(args))
+        try:
+            return run(self, server, *args)
+        except EventSpaceError:
+            raise
+        except Exception as exc:   # as the server's endpoint answers it
+            raise p.bad_arguments(op, exc) from exc
+
     def close(self) -> None:
         self._closed = True
+
+
+def _described(element) -> list:
+    return [element.id, element.template.spec, element.keep, element.delta()]
+
+
+def _row(i) -> list:
+    return [i.name, i.template, i.first, i.last, i.keep, i.delta, i.nbytes]
+
+
+def _page(server, start, most) -> list:
+    elements, after = server.table.page(start, min(most, p.ELEMENTS_PAGE))
+    return [[_row(element.info()) for element in elements], after]
+
+
+# op -> how LocalClient.submit makes it: fn(client, server, *its arguments).
+_OPS = [None] * (max(p.OP_NAMES) + 1)
+for _op, _run in (
+    (p.PING, lambda client, server: [server.name, server.limits.max_frame]),
+    (p.ENTER, lambda client, server, name, spec, keep, delta: _described(server.enter(name, Template.of(spec),
+                                                                                       keep, delta))),
+    (p.LOOKUP, lambda client, server, name: _described(server.element(name))),
+    (p.MOVE, lambda client, server, eid, values, timeout: server.table.find(eid).move(values, timeout)),
+    (p.OBSERVE, lambda client, server, eid, index, timeout: server.table.find(eid).observe(index, timeout)),
+    (p.OBSERVE_INDEXED, lambda client, server, eid, index, timeout:
+        server.table.find(eid).observe_indexed(index, timeout)),
+    (p.FIND, lambda client, server, eid, pattern, remove, timeout:
+        server.table.find(eid).find(pattern, remove, timeout)),
+    (p.FIRST, lambda client, server, eid: server.table.find(eid).first()),
+    (p.LAST, lambda client, server, eid: server.table.find(eid).last()),
+    (p.DELTA, lambda client, server, eid, n: server.table.find(eid).delta(n)),
+    (p.AXE, lambda client, server, eid, index: server.table.find(eid).axe(index)),
+    (p.READ_RANGE, lambda client, server, eid, lo, hi: server.table.find(eid).read_range(lo, hi)),
+    (p.LATEST, lambda client, server, eid, n: server.table.find(eid).latest(n)),
+    (p.LATEST_MANY, lambda client, server, refs, n: server.latest_many(refs, n)),
+    (p.RANGE_MANY, lambda client, server, refs, los, hi: server.range_many(refs, los, hi)),
+    (p.LATEST_RECORDS, lambda client, server, refs, n: server.latest_records(refs, n)),
+    (p.LATEST_RECORDS_COUNTED, lambda client, server, refs, n: server.latest_records_counted(refs, n)),
+    (p.DELETE, lambda client, server, name: server.delete(name)),
+    (p.ELEMENTS, lambda client, server, start, most: _page(server, start, most)),
+    (p.CALL, lambda client, server, name, args: client.call(name, *args)),
+):
+    _OPS[_op] = _run
 
 
 transport.register("local", LocalClient)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from .errors import ERRORS_BY_NAME, LimitExceeded, PastSetError, ProtocolError
+from .errors import ERRORS_BY_NAME, EventSpaceError, LimitExceeded, PastSetError, ProtocolError
 
 OK, ERROR = 0, 1
 
@@ -118,9 +118,10 @@ class Packed:
     """An argument encoded once, for a request sent again and again (a monitor's list of trace
     element names): `pack_request` splices its bytes instead of encoding it on every send."""
 
-    __slots__ = ("data",)
+    __slots__ = ("obj", "data")
 
     def __init__(self, obj):
+        self.obj = obj
         self.data = pack(obj)
 
 
@@ -159,28 +160,40 @@ def decode(frame: bytes, most: int, what: str):
     that), values are counted as their lists and maps are built, and decoding stops at the first
     list or map that takes the count past `most` (so at most twice `most` values are built).
     LimitExceeded naming Limits.max_objects then; ProtocolError for a frame that is not msgpack."""
+    if len(frame) <= _BIG_FRAME:   # every request and reply of a round trip: no hooks, no pause
+        try:
+            return _unpackb(frame, raw=False, strict_map_key=True, use_list=True, max_array_len=most,
+                            max_map_len=most // 2)
+        except Exception as exc:  # msgpack raises several unrelated types for bad input
+            raise _undecodable(exc, most, what) from None
     # Decoding a frame of many small lists or maps runs the cyclic garbage collector again and again
     # (five times the decoding itself): it is off while a big frame is decoded, as msgpack advises.
-    big = len(frame) > _BIG_FRAME
-    pause = big and gc.isenabled()
-    hooks = _Count(most).hooks() if big else {}
+    pause = gc.isenabled()
     if pause:
         gc.disable()
     try:
-        return msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True, max_array_len=most,
-                               max_map_len=most // 2, **hooks)
+        return _unpackb(frame, raw=False, strict_map_key=True, use_list=True, max_array_len=most,
+                        max_map_len=most // 2, **_Count(most).hooks())
     except _TooMany:
         raise LimitExceeded(f"{what} holds more than {most:,} values in its lists and maps (Limits.max_objects); "
                             "send fewer at once") from None
     except Exception as exc:  # msgpack raises several unrelated types for bad input
-        if exc.__class__ is ValueError and "exceeds max_" in str(exc):   # a list or map declared longer
-            raise LimitExceeded(f"{what} holds a list or map of more than {most:,} values "
-                                f"(Limits.max_objects); send fewer at once") from None
-        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise ProtocolError(f"malformed {what}: not msgpack ({why})") from None
+        raise _undecodable(exc, most, what) from None
     finally:
         if pause:
             gc.enable()
+
+
+_unpackb = msgpack.unpackb
+
+
+def _undecodable(exc: Exception, most: int, what: str) -> ProtocolError:
+    """The error of a frame msgpack could not decode (it raised `exc`)."""
+    if exc.__class__ is ValueError and "exceeds max_" in str(exc):   # a list or map declared longer
+        return LimitExceeded(f"{what} holds a list or map of more than {most:,} values "
+                             f"(Limits.max_objects); send fewer at once")
+    why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return ProtocolError(f"malformed {what}: not msgpack ({why})")
 
 
 def request_id(frame: bytes):
@@ -295,12 +308,28 @@ def check_result(op: int, result) -> None:
         raise ProtocolError(f"malformed reply to {OP_NAMES[op]}: {result!r:.60}")
 
 
+def unknown_operation(op) -> ProtocolError:
+    """What a request of an operation code that is none of the protocol's is answered with."""
+    return ProtocolError(f"unknown operation {op}; known: {sorted(OP_NAMES)}")
+
+
+def wrong_count(op: int, arity: int, got: int) -> ProtocolError:
+    """What a request of `op` with `got` arguments is answered with, where it takes `arity`."""
+    return ProtocolError(f"{OP_NAMES[op]} takes {arity} arguments, got {got}")
+
+
+def bad_arguments(op, exc: Exception) -> ProtocolError:
+    """What a request is answered with whose arguments its operation `op` cannot take (they made it
+    fail with `exc`, an error that is not a PastSetError): remotely and in-process alike."""
+    return ProtocolError(f"bad arguments for {OP_NAMES.get(op, op)}: {type(exc).__name__}: {exc}")
+
+
 def error_reply(rid, exc: BaseException) -> bytes:
-    name = type(exc).__name__ if isinstance(exc, PastSetError) else "ProtocolError"
+    name = type(exc).__name__ if isinstance(exc, EventSpaceError) else "ProtocolError"
     return pack([rid, ERROR, name, str(exc)])
 
 
-def error_of(name, message) -> PastSetError:
+def error_of(name, message) -> EventSpaceError:
     """The error a reply names, by name: unknown names become ProtocolError, never anything else."""
     cls = ERRORS_BY_NAME.get(name, ProtocolError) if name.__class__ is str else ProtocolError
     return cls(message)

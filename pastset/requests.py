@@ -109,7 +109,7 @@ class Matcher:
 
     `request` gives each request a new id and remembers it under the caller's `key`; `match`
     decodes a reply and hands back (key, ok, result) for a request still waited for, where
-    `result` is the value, or (ok False) the PastSetError the reply names (`protocol.error_of`).
+    `result` is the value, or (ok False) the EventSpaceError the reply names (`protocol.error_of`).
     A reply to a request no longer waited for (one answered already, or abandoned by `clear`: a
     late reply from a server that was given up on) is dropped: `match` returns None. A frame that
     is not a reply, or holds more than `most` values, raises ProtocolError (see

@@ -1,4 +1,17 @@
-"""Binary elements: records packed in a preallocated ring of bytes, appended by generated code, rows of a slab."""
+"""Binary elements: records packed in a preallocated ring of bytes, rows of a slab; the ring appender.
+
+The ring appender contract (version 1; in C, pastset/ring_c/pastset_ring.h, which says it in full):
+an append writes the record into slot `last mod cap`, then moves `_last` past it, then `_first` up to
+`keep` behind; then, if threads sleep on the element or a node server parked requests on it, signals
+its change under its mutex. It takes the mutex for all of that, unless it is the only writer of the
+element (`single_writer`: the mutex only to signal), or its caller holds it (`move`). Readers may
+assume a record below `_last` is whole; one racing a single writer checks `_first` again after
+copying (`Element._read_held`).
+
+The append is written once in C (`Appender`, from pastset._ring: what every append runs, from Python
+or, through its `contract` capsule, from the compiled collector) and once in Python (`_APPEND`: the
+same steps, the reference the C one is tested against, and what runs where the C part is not built).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +25,11 @@ from .element import WOULD_BLOCK, Element
 from .errors import TemplateMismatch
 from .template import Template
 
+try:
+    from ._ring import CONTRACT_VERSION, HELD, LOCKED, SINGLE_WRITER, Appender
+except ImportError:   # not built (no compiler at install): appends run the Python reference
+    Appender = CONTRACT_VERSION = None
+
 # `keep` for a ring without one: an append never discards.
 _NO_KEEP = 1 << 62
 
@@ -21,7 +39,7 @@ class BinaryElement(Element):
 
     The ring holds `keep` (or `delta`) records when bounded and doubles when an unbounded
     element fills it. No Python object exists per tuple; batch reads return one `bytes`.
-    Every append, by `move` or by an `appender`, runs the one generated append (`_APPEND`).
+    Every append, by `move` or by an `appender`, runs the one ring append (see the module's doc).
     """
 
     _INITIAL_CAPACITY = 64
@@ -58,9 +76,7 @@ class BinaryElement(Element):
     def _bind(self):
         """(Re)build what appends under the mutex, for the current ring; and whether `move` may
         take its short way (a ring bounded by keep alone, of an element not deleted)."""
-        self._put = _appender_maker(len(self.template.fields), _HELD)(
-            self, None, self._pack_into, self._ring, self._cap, self._size,
-            _NO_KEEP if self.keep is None else self.keep)
+        self._put = _appender(self, _HELD, _NO_KEEP if self.keep is None else self.keep)
         self._short = self.keep is not None and self._delta is None and not self._deleted
 
     def move(self, values, timeout: float | None = None) -> int:
@@ -106,7 +122,13 @@ class BinaryElement(Element):
         """
         if self.keep is None or self._delta is not None:
             return lambda *values: self.move(values)
-        return _appender_maker(len(self.template.fields), _SINGLE_WRITER if single_writer else _LOCKED)(
+        return _appender(self, _SINGLE_WRITER if single_writer else _LOCKED, self.keep)
+
+    def reference_appender(self, single_writer: bool = False):
+        """`appender(single_writer)` as the Python reference writes it (`_APPEND`), whether the C part
+        is built or not: what the C append is tested against."""
+        kind = _SINGLE_WRITER if single_writer else _LOCKED
+        return _appender_maker(len(self.template.fields), kind)(
             self, self.mutex, self._pack_into, self._ring, self._cap, self._size, self.keep)
 
     def move_record(self, record: bytes) -> int:
@@ -200,7 +222,7 @@ def _as_they_are(values):
 # (benchmarks/collector_bench.py).
 _APPENDER_MAKERS: dict[tuple[int, str], object] = {}
 
-# What an append does, the one place it is written: the record, then `last` past it, then `first`
+# What an append does (the Python reference; see the module's doc): the record, then `last` past it, then `first`
 # up to `keep` behind. The slot written never holds a kept record (the ring has a spare one), so a
 # record that fails to pack half way damages nothing, and a reader racing a lock-free writer can
 # tell (`_peek`).
@@ -220,6 +242,19 @@ if last + 1 - element._first > keep:
 _HELD = "{append}"
 _LOCKED = "with mutex:\n{indented}    if element._sleepers or element._parked:\n        element._signal_change()\n"
 _SINGLE_WRITER = "{append}if element._sleepers or element._parked:\n    with mutex:\n        element._signal_change()\n"
+# The same kinds, as pastset._ring.Appender takes them.
+_MODES = {} if Appender is None else {_HELD: HELD, _LOCKED: LOCKED, _SINGLE_WRITER: SINGLE_WRITER}
+
+
+def _appender(element: BinaryElement, kind: str, keep: int):
+    """An append of `kind` into `element`'s ring as it is now: pastset._ring's, or where that is not
+    built, the Python reference."""
+    if Appender is not None:
+        return Appender(element, _MODES[kind], len(element.template.fields), element._pack_into,
+                        element._ring, element._cap, element._size, keep, element.mutex,
+                        element._signal_change, element.template._mismatch)
+    return _appender_maker(len(element.template.fields), kind)(
+        element, element.mutex, element._pack_into, element._ring, element._cap, element._size, keep)
 
 
 def _appender_maker(fields: int, kind: str):
@@ -249,6 +284,9 @@ def _new_ring(nbytes: int):
     for as long as that takes (tens of milliseconds a 64 MiB ring)."""
     return bytearray(nbytes) if nbytes < _MAPPED_RING else mmap.mmap(-1, nbytes)
 
+
+# CONTRACT_VERSION: the version of the ring appender contract an appender's `contract` capsule holds
+# (pastset_ring.h), or None where pastset's C part is not built (appenders then have no contract).
 
 # Rings of at least this many bytes are anonymous maps (see _new_ring).
 _MAPPED_RING = 1 << 20

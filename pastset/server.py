@@ -127,7 +127,8 @@ class TupleServer:
         `pastset.deferred.Deferred` instead, which the loop carries to its answer while it
         serves other requests (a client, one connection, may have at most
         `Limits.max_deferred_per_client` of them on their way). It receives and returns
-        msgpack-encodable values; a PastSetError it raises reaches the caller by name.
+        msgpack-encodable values; an EventSpaceError it raises (a PastSetError, a PathsError) reaches
+        the caller by name.
         `caller=True`: `fn` is called with the `Caller` first, `fn(caller, *args)` (`IN_PROCESS`
         for a call made in this process), for a callable that decides by who asks.
         """

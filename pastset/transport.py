@@ -8,8 +8,8 @@ from .connection import GRACE
 from .errors import BadArgument
 from .security import Security
 
-# scheme -> the backend's client class (or any callable taking the endpoint and connect's options)
-_BACKENDS: dict[str, object] = {}
+# scheme -> the backend: its client class, a Transport
+_BACKENDS: dict[str, type[Transport]] = {}
 
 
 class Transport(ABC):
@@ -21,11 +21,16 @@ class Transport(ABC):
     `pastset.fanout.Fanout`, over the same backends.
 
     Errors are the same whatever the backend: every failure is a PastSetError, one that the
-    server raised arrives as the same class with the same message, a hosted callable that fails
-    with another error is a ProtocolError naming it, and a server that cannot be reached is
+    server raised arrives as the same class with the same message (so does a hosted callable's
+    EventSpaceError of a layer above, such as a PathsError), one that fails with another error
+    is a ProtocolError naming it, and a server that cannot be reached is
     ServerGone (NotAnswering when its connection is open but it is silent).
 
     `endpoint` is what was connected to; `name` the server's name.
+
+    A backend is a subclass that implements these methods, `submit` (every request of the
+    protocol, by its operation code) and, if its requests can be in flight to many servers at
+    once, `link`; `register` makes `connect` and `Fanout` reach its scheme through it.
     """
 
     endpoint: str
@@ -68,6 +73,24 @@ class Transport(ABC):
         """The server's name; ServerGone if it does not answer."""
 
     @abstractmethod
+    def submit(self, op: int, args):
+        """The result of request `op` (an operation code of `pastset.protocol`) with its arguments
+        `args` (a sequence), in the shape its reply carries it (see the operation codes; an in-process
+        backend may give tuples for lists): the one request path of the backend. Raises the
+        PastSetError the request is answered with (the errors above), ProtocolError for arguments
+        its operation cannot take (`protocol.bad_arguments`)."""
+
+    @classmethod
+    def link(cls, endpoint: str, context, security: Security, limits):
+        """What a `pastset.fanout.Fanout` reaches the server at `endpoint` through: by default a
+        client of this backend (`cls(endpoint, security=security)`), whose `submit` a round calls for
+        each of its requests to that server, after it sent its other requests (ServerGone: the
+        server is missing from the round). A backend whose requests travel as ZeroMQ frames returns
+        a `pastset.requests.Channel` on `context` instead (replies at most `limits.max_reply`
+        bytes): the round sends its requests' frames on it, and they are all in flight at once."""
+        return cls(endpoint, security=security)
+
+    @abstractmethod
     def close(self) -> None:
         """Let go of the server; calls after (and, remote, still waiting) raise PastSetError."""
 
@@ -81,9 +104,20 @@ class Transport(ABC):
         return f"<{type(self).__name__} {self.endpoint}>"
 
 
-def register(scheme: str, backend) -> None:
-    """Make `connect` reach endpoints `scheme://...` through `backend(endpoint, **options)`."""
+def register(scheme: str, backend: type[Transport]) -> None:
+    """Make `connect` reach endpoints `scheme://...` through `backend(endpoint, **options)`, and a
+    `Fanout` through `backend.link` (see `Transport`)."""
     _BACKENDS[scheme] = backend
+
+
+def backend_of(endpoint: str) -> type[Transport]:
+    """The backend that reaches `endpoint`, by its scheme; BadArgument for an endpoint of no known scheme."""
+    scheme, sep, _ = endpoint.partition("://") if isinstance(endpoint, str) else ("", "", "")
+    backend = _BACKENDS.get(scheme) if sep else None
+    if backend is None:
+        raise BadArgument(f"cannot connect to {endpoint!r}: an endpoint looks like tcp://HOST:PORT, "
+                          f"ipc://PATH or local://NAME (known schemes: {', '.join(sorted(_BACKENDS))})")
+    return backend
 
 
 def connect(endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0, grace: float = GRACE,
@@ -107,12 +141,7 @@ def connect(endpoint: str, *, timeout: float = 5.0, gone_after: float = 2.0, gra
 
     BadArgument for an endpoint of no known scheme.
     """
-    scheme, sep, _ = endpoint.partition("://") if isinstance(endpoint, str) else ("", "", "")
-    backend = _BACKENDS.get(scheme) if sep else None
-    if backend is None:
-        raise BadArgument(f"cannot connect to {endpoint!r}: an endpoint looks like tcp://HOST:PORT, "
-                          f"ipc://PATH or local://NAME (known schemes: {', '.join(sorted(_BACKENDS))})")
-    return backend(endpoint, timeout=timeout, gone_after=gone_after, grace=grace, security=security)
+    return backend_of(endpoint)(endpoint, timeout=timeout, gone_after=gone_after, grace=grace, security=security)
 
 
 def scheme_of(endpoint: str) -> str:

@@ -33,8 +33,9 @@ class TypedElement(Element):
         self._checked = self.template.checked
 
     def _append(self, checked) -> int:
-        """Store one checked tuple at index `last`, publish it, and discard down to `keep`; its index.
-        The budget is asked first, so that a refused move changes nothing."""
+        """Store one checked tuple at index `last`, publish it, and discard down to `keep`; its index:
+        the steps of the ring append (pastset/ring.py's module doc), on a deque. The budget is asked
+        first, so that a refused move changes nothing."""
         values, nbytes = checked
         nbytes += self._tuple_bytes
         held = self._held_bytes + nbytes

@@ -12,7 +12,8 @@ from .runfile import RunError, RunFile
 from .sections import (DEFAULT_KEEP, Clock, ElementSpec, Instrument, Liveness, Node, Path, SecuritySpec, Selector,
                        Stage, Thread, Tree, TreePoints)
 from .shapes import Shape
-from .wrapper import PathsError, Wrapper
+from .errors import PathsError
+from .wrapper import Wrapper
 
 __all__ = [
     "Pathmap", "PathmapError", "Problem", "Node", "Thread", "ElementSpec", "Stage", "Path", "Tree",

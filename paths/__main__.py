@@ -12,15 +12,15 @@ import threading
 import time
 
 import pastset
-from pastset import PastSetError
+from pastset import EventSpaceError, PastSetError
 from pastset.security import use as use_security
 
 from . import snapshot
 from .document import PathmapError
+from .errors import PathsError
 from .mpiexec import my_rank
 from .node import STOP, NodeServer
 from .pathmap import Pathmap
-from .wrapper import PathsError
 
 
 def run_node(pathmap_file: str, node: str | None, bind: str | None = None, launched: bool = False,
@@ -136,7 +136,7 @@ def _stop(server: NodeServer, node: str) -> bool:
     try:
         client.call(STOP, timeout=STOP_WAIT)
         return True
-    except PastSetError:
+    except EventSpaceError:
         return False
     finally:
         client.close()

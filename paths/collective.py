@@ -8,7 +8,8 @@ from time import monotonic
 from pastset import Timeout
 
 from . import operation as op
-from .wrapper import PathsError, Wrapper
+from .errors import PathsError
+from .wrapper import Wrapper
 
 BUILTIN_FUNCTIONS = {
     "sum": sum,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pastset import as_batch
 
 from . import operation as op
-from .wrapper import PathsError
+from .errors import PathsError
 
 # Which tree kinds a collective looks for when the caller names no tree.
 _KINDS_FOR = {

@@ -7,7 +7,7 @@ from .inputs import AppMap, AppTree, ClusterMap, Placement
 from .pathmap import Pathmap
 from .registry import JOIN_TYPE_OF_KIND
 from .sections import ElementSpec, Path, Stage, Thread, Tree
-from .shapes import Layout, LayoutJoin, Member, Shape, arrange
+from .shapes import LayoutJoin, Member, Shape, TreeGraph, arrange
 
 
 def generate(app: AppMap, cluster: ClusterMap, mapping: Placement, tree_shape: str | Shape = "flat",
@@ -84,7 +84,7 @@ def place_threads(threads, node_order: list[str], mapping: Placement) -> dict[st
     return placed
 
 
-def _tree(tree: AppTree, graph: Layout, shape: str) -> tuple[list[Stage], Tree]:
+def _tree(tree: AppTree, graph: TreeGraph, shape: str) -> tuple[list[Stage], Tree]:
     """The stages and the Tree for one laid-out tree."""
     join_type = JOIN_TYPE_OF_KIND[tree.kind]
     root = graph.graph["root"]

@@ -21,10 +21,10 @@ from pastset.security import bind_problem
 from . import mpiexec as by_mpiexec
 from . import rundir, runfile
 from . import snapshot as snapshots
+from .errors import PathsError
 from .node import ABORT, INFO, JOIN, LINK, START, STOP
 from .pathmap import Pathmap
 from .runfile import RunFile
-from .wrapper import PathsError
 
 # One INFO record per run started, naming its run file (the `eventspace` command prints it), and the
 # lines a recorded run's end says (its archive, its flight recorder's dump).
@@ -183,11 +183,11 @@ class Run:
         why = f"thread {failed[0]} failed ({first[1]}: {first[2]})"
         for end in (False, True):   # every node learns why before any ends what its threads wait in
             for node in self._nodes_with_threads():   # a stage one waits in may be on a node whose threads ended
-                with contextlib.suppress(pastset.PastSetError):
+                with contextlib.suppress(pastset.EventSpaceError):
                     self._call(node, ABORT, why, end)
         deadline = time.monotonic() + self._STOP_THREADS
         for node in sorted(pending):
-            with contextlib.suppress(pastset.PastSetError):
+            with contextlib.suppress(pastset.EventSpaceError):
                 outcomes.update(self._call(node, JOIN, max(0.0, deadline - time.monotonic()))["outcomes"])
 
     def run(self, program: str, args: dict | None = None, timeout: float | None = None) -> dict[str, object]:
@@ -266,12 +266,12 @@ class Run:
                 self.run_file.end()
         for node, proc in self._processes.items():
             if proc.poll() is None:
-                with contextlib.suppress(pastset.PastSetError):
+                with contextlib.suppress(pastset.EventSpaceError):
                     self.client(node).call(STOP, timeout=1)
         self.close_clients()
         _stop_processes(self._processes, timeout)
         if self._processes:
-            self.run_file.unregister()
+            self.run_file.release()
 
 
 @contextlib.contextmanager
@@ -283,7 +283,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
            record: str | None = None) -> Iterator[Run]:
     """Start one node server process per pathmap node on this machine; stop them all on exit.
 
-    Registers the run (`paths.runfile.register`: its name is the pathmap's, or `NAME-2`, ... while
+    Registers the run (`paths.runfile.claim`: its name is the pathmap's, or `NAME-2`, ... while
     another run of that name is live), waits until every node answers (PathsError naming a node
     that does not within `start_timeout` seconds, by default 60, or 10 per node if more, after
     stopping the others), tells each where the others listen, and publishes the run file in
@@ -342,7 +342,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
     recording = _recording(archive, record)
     node_env = node_environment(env, path)
     source = pathmap.source if pathmap.source.startswith("<") else os.path.abspath(pathmap.source)
-    run_file = runfile.register(pathmap.name, run_dir, source=source)
+    run_file = runfile.claim(pathmap.name, run_dir, source=source)
     ended = ENDED_NORMALLY
     snapshot = FilePath(run_file.pathmap_file)
     logs = {n.name: run_file.log(n.name) for n in pathmap.nodes}
@@ -390,7 +390,7 @@ def launch(pathmap: Pathmap | str | os.PathLike, *, run_dir: str | os.PathLike |
             run.stop()
         else:
             _stop_processes(processes, 2.0)
-        run_file.unregister()
+        run_file.release()
         run_file.drop_empty_logs(logs)
         if recording is not None and run is not None:
             _tell(recording.finish, run_file, pathmap, ended)

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .wrapper import PathsError
+from .errors import PathsError
 
 # Where MPI launchers put a process's rank: MPICH/Hydra and Intel MPI, Open MPI, PMIx, Slurm's srun.
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")

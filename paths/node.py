@@ -11,16 +11,17 @@ import traceback
 from collections.abc import Callable, Mapping
 
 import pastset
-from pastset import AuthError, PastSetError, TupleServer, UnknownElement
+from pastset import AuthError, EventSpaceError, PastSetError, TupleServer, UnknownElement
 from pastset.security import check_bind
 
 from . import operation as op
 from . import stack
 from .context import Context
+from .errors import PathsError
 from .instrument import CollectorPoint
 from .pathmap import Pathmap
 from .registry import NODE_SERVICES, PROGRAMS, installed, load_reference, wrapper_class
-from .wrapper import PathsError, Remote, Wrapper
+from .wrapper import Remote, Wrapper
 
 # Hosted call names (see pastset.TupleServer.host); every node server answers these.
 STAGE = "paths.stage"      # (stage index, code, args)       -> the stage's result
@@ -305,7 +306,7 @@ class NodeServer:
                 # What it waited in was ended under it (ABORT): not a failure of its own.
                 self._outcomes[ctx.thread] = ["stopped", self._aborted]
                 return
-            if not isinstance(exc, PastSetError):
+            if not isinstance(exc, EventSpaceError):
                 traceback.print_exc()
             frames = stack.traceback_frames(exc.__traceback__)
             self._failed[ctx.thread] = [f"{type(exc).__name__}: {exc}", [f.wire() for f in frames]]
@@ -377,7 +378,7 @@ class NodeServer:
         for stage in self.stages.values():
             try:
                 stage.close()
-            except PastSetError:
+            except EventSpaceError:
                 pass  # a buffer that cannot flush to a node that is gone
         for service in self.services.values():
             close = getattr(service, "close", None)

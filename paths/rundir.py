@@ -3,8 +3,8 @@ the one way the registry writes and removes files there (never through a link, n
 
 Every file the registry writes appears whole under its name: it is written to a new file of a
 random name in the same directory (created with O_EXCL|O_NOFOLLOW, readable by this user alone) and
-then renamed over the name, or linked to it if the name must be new. A rename replaces whatever is
-at the name, a planted link included, and never writes through it. Removal takes names the
+then renamed over the name, or linked to it if the name must be new (paths.atomicfile). A rename
+replaces whatever is at the name, a planted link included, and never writes through it. Removal takes names the
 registry derives itself (paths.runfile), and removes only this user's files.
 """
 
@@ -14,11 +14,12 @@ import contextlib
 import os
 import shutil
 import stat
-import tempfile
 from pathlib import Path as FilePath
 from typing import BinaryIO
 
 import pastset
+
+from .atomicfile import PRIVATE, fresh, write_atomically
 
 # Where run files live, in order: this variable, $XDG_RUNTIME_DIR/eventspace/runs, ~/.eventspace/runs.
 RUN_DIR_ENV = "EVENTSPACE_RUN_DIR"
@@ -121,17 +122,14 @@ def own_file(path: str | os.PathLike) -> bool:
 def replace(path: str | os.PathLike, data: bytes) -> None:
     """Put a file holding `data` at `path`, replacing what is there (a link included, never
     written through); readers see the old file or the new one, whole. OSError if it cannot."""
-    with _fresh(path) as (out, tmp):
-        out.write(data)
-        out.flush()
-        os.replace(tmp, path)
+    write_atomically(path, data, PRIVATE)
 
 
 def create(path: str | os.PathLike, data: bytes) -> bool:
     """Put a file holding `data` at `path` if nothing is there (not even a link): True if it was put
     there. Readers see the whole file or none (a hard link of a finished file: atomic, and refused
     if the name exists)."""
-    with _fresh(path) as (out, tmp):
+    with fresh(path, "wb", PRIVATE) as (out, tmp), out:
         out.write(data)
         out.flush()
         try:
@@ -143,7 +141,7 @@ def create(path: str | os.PathLike, data: bytes) -> bool:
 
 def open_new(path: str | os.PathLike) -> BinaryIO:
     """A new empty file at `path`, open for writing, replacing what is there (as `replace`)."""
-    with _fresh(path, keep_open=True) as (out, tmp):
+    with fresh(path, "wb", PRIVATE) as (out, tmp):
         os.replace(tmp, path)
         return out
 
@@ -162,25 +160,6 @@ def create_dir(path: str | os.PathLike) -> bool:
     except FileExistsError:
         return False
     return True
-
-
-@contextlib.contextmanager
-def _fresh(path, keep_open: bool = False):
-    """(an open new file of a random name beside `path`, its name); the name is gone afterwards
-    (renamed or linked by the caller, or removed), and the file closed unless `keep_open`."""
-    path = FilePath(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)   # O_EXCL|O_NOFOLLOW, 0600
-    out = os.fdopen(fd, "wb")
-    try:
-        yield out, tmp
-    except BaseException:
-        out.close()
-        raise
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    if not keep_open:
-        out.close()
 
 
 def remove(path: str | os.PathLike) -> None:

@@ -17,10 +17,10 @@ import pastset
 
 from . import rundir
 from . import snapshot as snapshots
+from .errors import PathsError
 from .pathmap import Pathmap
 from .process import Owner, exited, refused
 from .rundir import RunError, run_dir
-from .wrapper import PathsError
 
 # Seconds a launcher whose program has ended waits, nodes still serving, for the monitors attached to
 # make their final read (RunFile.end). A monitor that sees the end reads once more and detaches:
@@ -33,8 +33,8 @@ class RunFile:
     """A run: its pathmap (a snapshot the launcher wrote), each node's endpoint and pid, who
     launched it and when.
 
-    `register(name)` claims a name for a new run (atomically: two launches of one pathmap get two
-    names), `ready(endpoints, pids)` publishes the nodes once they serve, and `unregister()`
+    `claim(name)` claims a name for a new run (atomically: two launches of one pathmap get two
+    names), `ready(endpoints, pids)` publishes the nodes once they serve, and `release()`
     removes the run's own files and nothing else. `RunFile.find(name_or_path)` reads one,
     `live_runs()` lists them, `check_live()` tells a stale one apart.
 
@@ -109,7 +109,7 @@ class RunFile:
         (and the digest of the checked pathmap its launcher wrote, if it did)."""
         return replace(self, endpoints=dict(endpoints), pids=dict(pids), checked=checked).write(self.path)
 
-    def unregister(self) -> None:
+    def release(self) -> None:
         """Remove this run's run file, pathmap snapshot and monitor entries, if they are still its own
         (a file another launcher has since registered under the name is left alone)."""
         try:
@@ -267,7 +267,7 @@ class MonitorEntry:
         self.close()
 
 
-def register(name: str, directory: str | os.PathLike | None = None, source: str = "") -> RunFile:
+def claim(name: str, directory: str | os.PathLike | None = None, source: str = "") -> RunFile:
     """Claim a run name for this process (the launcher) and write its run file, still without nodes.
 
     The name is `name`, or `name-2`, `name-3`, ... if a live run holds it: the claim is atomic (a

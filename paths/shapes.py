@@ -56,7 +56,7 @@ class LayoutJoin:
     label: str
 
 
-class Layout:
+class TreeGraph:
     """A laid-out tree as it is built: vertices (Member and LayoutJoin objects, each with the node
     it runs on, `nodes[v]["node"]`), edges from child to parent, kept in the order they were made,
     and `graph["root"]`. What `lay_out` makes and paths.generate reads, in plain dicts: an MPI
@@ -125,8 +125,8 @@ def lay_out(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
 
 
 def arrange(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
-            cluster_of: Mapping[str, str], node_order: Sequence[str]) -> Layout:
-    """The tree of `shape` over `members` (thread names), as a Layout.
+            cluster_of: Mapping[str, str], node_order: Sequence[str]) -> TreeGraph:
+    """The tree of `shape` over `members` (thread names), as a TreeGraph.
 
     Members are ordered by their node (in `node_order`) first, so that subtrees stay on one node
     where they can. A join runs on the node of most of its children (the first of them on a
@@ -136,7 +136,7 @@ def arrange(shape: Shape, members: Sequence[str], node_of: Mapping[str, str],
         raise ValueError("a tree needs at least one member")
     rank = {n: i for i, n in enumerate(node_order)}
     ordered = sorted(members, key=lambda m: rank[node_of[m]])  # stable: keeps order within a node
-    graph = Layout()
+    graph = TreeGraph()
     for m in ordered:
         graph.add_node(Member(m), node=node_of[m])
     level = [Member(m) for m in ordered]
@@ -179,7 +179,7 @@ def _chunks(items: list, k: int) -> list[list]:
     return [items[i:i + k] for i in range(0, len(items), k)]
 
 
-def _by(graph: Layout, items: list, key, prefix: str) -> list[tuple[str, list]]:
+def _by(graph: TreeGraph, items: list, key, prefix: str) -> list[tuple[str, list]]:
     """Items grouped by key(node they run on), groups in order of first appearance."""
     groups: dict[str, list] = {}
     for item in items:
@@ -187,7 +187,7 @@ def _by(graph: Layout, items: list, key, prefix: str) -> list[tuple[str, list]]:
     return [(f"{prefix}-{name}", group) for name, group in groups.items()]
 
 
-def _join(graph: Layout, children: list, label: str) -> LayoutJoin:
+def _join(graph: TreeGraph, children: list, label: str) -> LayoutJoin:
     """A new join over `children`, on the node most of them run on."""
     nodes = [graph.nodes[c]["node"] for c in children]
     counts = Counter(nodes)
@@ -208,7 +208,7 @@ def knomial_parent(i: int, k: int) -> int:
     return i - ((i // power) % k) * power
 
 
-def _knomial(graph: Layout, members: list[Member], k: int) -> None:
+def _knomial(graph: TreeGraph, members: list[Member], k: int) -> None:
     """Member i's join (a LayoutJoin `join-NAME` on i's node) exists where i has children in
     the k-nomial tree over the positions; member i enters its own join, or else its parent's. The
     join of position 0 is the root."""

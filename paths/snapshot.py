@@ -16,8 +16,8 @@ from pathlib import Path as FilePath
 
 from . import rundir
 from .document import Origin
+from .errors import PathsError
 from .pathmap import Pathmap
-from .wrapper import PathsError
 
 
 def checked_file(snapshot: str | os.PathLike) -> FilePath:

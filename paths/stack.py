@@ -27,7 +27,7 @@ _INSTALLED = tuple(f"{os.sep}{where}{os.sep}{package}{os.sep}" for where in ("si
 
 
 @dataclass(frozen=True)
-class Frame:
+class StackFrame:
     """One frame of a stack: file, line, function, and the module it runs in (`__name__`)."""
 
     file: str
@@ -66,7 +66,7 @@ class ThreadState:
     thread: str
     node: str
     cpu_ns: int | None
-    frames: tuple[Frame, ...] = ()
+    frames: tuple[StackFrame, ...] = ()
     omitted: int = 0
     failed: str | None = None
     stopped: str | None = None
@@ -80,7 +80,7 @@ class ThreadState:
     def from_wire(cls, thread: str, node: str, data) -> ThreadState:
         cpu, frames, omitted, failed, stopped = data
         return cls(thread, node, None if cpu < 0 else int(cpu),
-                   tuple(Frame(str(f), int(n), str(fn), str(m)) for f, n, fn, m in frames),
+                   tuple(StackFrame(str(f), int(n), str(fn), str(m)) for f, n, fn, m in frames),
                    int(omitted), failed, stopped)
 
 
@@ -101,7 +101,7 @@ def from_the_program(frames) -> tuple:
     return tuple(frames)
 
 
-def traceback_frames(tb, depth: int = DEPTH) -> list[Frame]:
+def traceback_frames(tb, depth: int = DEPTH) -> list[StackFrame]:
     """The frames of a traceback, outermost first (the innermost `depth`)."""
     found = []
     while tb is not None:
@@ -110,9 +110,9 @@ def traceback_frames(tb, depth: int = DEPTH) -> list[Frame]:
     return found[-depth:]
 
 
-def _frame(frame, line: int) -> Frame:
+def _frame(frame, line: int) -> StackFrame:
     code = frame.f_code
-    return Frame(code.co_filename, line or 0, code.co_name, str(frame.f_globals.get("__name__", "")))
+    return StackFrame(code.co_filename, line or 0, code.co_name, str(frame.f_globals.get("__name__", "")))
 
 
 def cpu_ns(native_id: int | None) -> int | None:
@@ -147,7 +147,7 @@ _THREAD = re.compile(rb"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) ")
 _FRAME = re.compile(rb'^  File "(.*)", line (\d+) in (.*)$')
 
 
-def _all_stacks() -> dict[int, list[Frame]]:
+def _all_stacks() -> dict[int, list[StackFrame]]:
     """{Python thread ident: its frames, outermost first} of every thread of this process, as
     faulthandler writes them: in C, holding the GIL throughout, from the interpreter's own frames.
     Reading other threads' frame objects from Python (sys._current_frames, then f_back) can crash
@@ -157,8 +157,8 @@ def _all_stacks() -> dict[int, list[Frame]]:
         faulthandler.dump_traceback(out, all_threads=True)
         out.seek(0)
         text = out.read()
-    stacks: dict[int, list[Frame]] = {}
-    frames: list[Frame] | None = None
+    stacks: dict[int, list[StackFrame]] = {}
+    frames: list[StackFrame] | None = None
     for line in text.splitlines():
         head = _THREAD.match(line)
         if head:
@@ -167,6 +167,6 @@ def _all_stacks() -> dict[int, list[Frame]]:
         frame = _FRAME.match(line)
         if frame and frames is not None:
             file, number, function = frame.groups()
-            frames.insert(0, Frame(file.decode("utf-8", "replace"), int(number),
+            frames.insert(0, StackFrame(file.decode("utf-8", "replace"), int(number),
                                    function.decode("utf-8", "replace"), ""))
     return stacks

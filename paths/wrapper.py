@@ -5,15 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
-from pastset import PastSetError
-from pastset import register_error
-
 from . import operation as op
-
-
-@register_error
-class PathsError(PastSetError):
-    """A PATHS failure: a broken tree, a collective called wrongly, a stage that cannot be built."""
+from .errors import PathsError
 
 
 class StageHost(Protocol):

@@ -53,9 +53,65 @@ def test_imports_point_down_the_layers():
     assert upward == []
 
 
+def floors() -> dict[str, int]:
+    """eventspace's module -> its floor, as the package's docstring lists them (`N. what: `a`, `b``;
+    `mpi` stands for every module of the subpackage)."""
+    doc = ast.get_docstring(ast.parse((REPO / "eventspace" / "__init__.py").read_text())) or ""
+    listed = {}
+    for floor, names in re.findall(r"^(\d+)\. [^:\n]*: (.*)$", doc, re.M):
+        for name in re.findall(r"`([\w.]+)`", names.split(" (")[0]):
+            listed[f"eventspace.{name}"] = int(floor)
+    found = {}
+    for module in modules():
+        if module.startswith("eventspace."):
+            home = next((m for m in listed if module == m or module.startswith(m + ".")), None)
+            found[module] = listed.get(home)
+    return found
+
+
+def test_every_eventspace_module_has_a_floor():
+    unplaced = sorted(m for m, floor in floors().items() if floor is None)
+    assert unplaced == [], "modules on no floor of eventspace/__init__.py's docstring"
+
+
+def test_imports_inside_eventspace_point_down_the_floors():
+    floor = floors()
+    upward = [f"{a} (floor {floor[a]}) imports {b} (floor {floor[b]})" for a, b in imports()
+              if a in floor and b in floor and None not in (floor[a], floor[b]) and floor[b] > floor[a]]
+    assert upward == []
+
+
 def test_no_module_imports_itself_back():
     cycles = list(nx.simple_cycles(nx.DiGraph(imports())))
     assert cycles == [], "import circles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:5])
+
+
+def classes() -> dict[str, list[str]]:
+    """Class name -> the modules that define a class of that name."""
+    defined: dict[str, list[str]] = {}
+    for module, file in modules().items():
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(module)
+    return defined
+
+
+def test_no_two_classes_share_a_name():
+    """A reader knows the class from its name, wherever it is met (STYLE.md: one name, one thing)."""
+    shared = {name: where for name, where in classes().items() if len(where) > 1}
+    assert shared == {}, "classes of one name in several modules"
+
+
+def test_a_class_is_imported_under_its_own_name():
+    """`from m import A as B` of a project class gives it a second name."""
+    defined = classes()
+    renamed = []
+    for module, file in modules().items():
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in LAYERS):
+                renamed += [f"{module}: {a.name} as {a.asname}" for a in node.names
+                            if a.asname and a.asname != a.name and a.name in defined]
+    assert renamed == []
 
 
 def test_no_module_imports_its_own_package():

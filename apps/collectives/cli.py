@@ -36,7 +36,7 @@ class OpLatency:
 
 
 @dataclass
-class Summary:
+class CollectivesSummary:
     """What a run measured: the tree, sizes, and each op's latency. `latencies` holds the raw
     samples (thread -> op -> seconds per round); `delayed` the seconds each delayed thread slept."""
 
@@ -54,8 +54,9 @@ class Summary:
 
 
 def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_dir=None, delay=None,
-                    on_progress=None, path=(), grace=None, mpiexec=None, archive=None, record=None) -> Summary:
-    """Launch, run `rounds` rounds of `ops` over the pathmap's `ops` tree, stop; the Summary.
+                    on_progress=None, path=(), grace=None, mpiexec=None, archive=None,
+                    record=None) -> CollectivesSummary:
+    """Launch, run `rounds` rounds of `ops` over the pathmap's `ops` tree, stop; what it measured.
 
     `delay` is the test hook {thread, seconds, every} (see program.thread). Raises ValueError for
     bad arguments before launching anything, paths.NodeDied naming a node that died (or, after
@@ -85,7 +86,7 @@ def run_collectives(pathmap, rounds: int = 100, payload: int = 0, ops=OPS, run_d
                         mpiexec=mpiexec, archive=archive, record=record)
     results, wall = execution.results, execution.wall_seconds
     latencies = {t: results[t]["latency"] for t in sorted(results, key=_thread_order(pm))}
-    return Summary(
+    return CollectivesSummary(
         pathmap=pm.name, tree=TREE, shape=tree.shape, threads=len(results), nodes=len(pm.nodes),
         rounds=rounds, payload=payload, ops=[op_latency(o, [s for t in latencies.values() for s in t[o]]) for o in ops],
         wall_seconds=wall, delayed={t: r["delayed"] for t, r in results.items() if r["delayed"]},
@@ -148,7 +149,7 @@ def _run(args) -> int:
     return print_summary(args, bar.console, data, render(summary))
 
 
-def render(summary: Summary):
+def render(summary: CollectivesSummary):
     """The summary as a rich Table: one row per op, latency in microseconds."""
     from rich.table import Table
 

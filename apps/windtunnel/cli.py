@@ -28,7 +28,7 @@ def register(programs) -> None:
 
 
 @dataclass
-class Summary:
+class WindtunnelSummary:
     """What a run did: sizes, time, rates, the particle count, and the final grid's hash."""
 
     pathmap: str
@@ -48,8 +48,8 @@ class Summary:
 
 def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run_dir=None, stall=None,
                    on_progress=None, duration=None, path=(), grace=None, mpiexec=None, archive=None,
-                   record=None) -> Summary:
-    """Launch, run, stop; the Summary. Raises paths.NodeDied naming a node that died (or, after
+                   record=None) -> WindtunnelSummary:
+    """Launch, run, stop; what the run did. Raises paths.NodeDied naming a node that died (or, after
     `grace` seconds, default the pathmap's, did not answer), or paths.ProgramFailed naming the
     thread that failed (a conservation error among them). `on_progress(step)` is called with the
     slowest thread's step while it runs; with `duration` (seconds) the program is told to stop
@@ -77,7 +77,7 @@ def run_windtunnel(pathmap, size="small", steps=100, seed=1, check_every=10, run
     exchanges = sum(r["exchanges"] for r in ordered)
     steps = ordered[0]["steps"]
     blocks = [sum((r["blocks"][i] for r in ordered), []) for i in range(3)]
-    return Summary(
+    return WindtunnelSummary(
         pathmap=pm.name, n=n, steps=steps, threads=len(ordered), nodes=len(pm.nodes),
         particles=sum(r["particles"] for r in ordered), wall_seconds=wall,
         steps_per_second=steps / wall if wall else 0.0, exchanges=exchanges,

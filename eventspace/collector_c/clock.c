@@ -1,4 +1,6 @@
-/* Part of the compiled collector (module.c includes it after record.h). */
+/* Part of the compiled collector (module.c includes it after record.h): the collectors' clock (clock_ns,
+ * clock_source). Relies on: CLOCK_MONOTONIC, and the kernel's own choice of clocksource (read from
+ * /sys) to decide whether the TSC may stand for it; on nothing of Python's but the GIL. */
 
 /* -- the clock ------------------------------------------------------------------------------
  *

@@ -1,4 +1,7 @@
-/* Part of the compiled collector (module.c includes it after typed_size.c): uses the clock and the appender. */
+/* Part of the compiled collector (module.c includes it after typed_size.c): Collect, the collecting
+ * stage a linked path calls. Uses the clock and the appender; relies on the node's switches and
+ * in-flight table as buffers (eventspace/space.py), and for prefetching only on the fields of
+ * pastset's ring appender contract (pastset_ring.h), never on what they point to being current. */
 
 /* -- Collect ------------------------------------------------------------------------------- */
 
@@ -11,11 +14,10 @@
  * touches 1,841 of them), and the record read them one after the other, each a miss (about 7 a
  * record; docs/RESULTS.md). Addresses only: one that went stale costs a miss, never a wrong record. */
 enum {
-    AH_APPENDER,            /* the RingAppender's first two lines */
+    AH_APPENDER,            /* the RingAppender, and the ring contract it holds */
     AH_SIZE = 2,            /* the TypedSize, and its kinds */
-    AH_SLOTS = 4,           /* the element's slots _last, _first, _sleepers, _parked */
-    AH_CURSORS = AH_SLOTS + A_COUNT,   /* the ints in _last and _first */
-    AH_RECORD = AH_CURSORS + 2,        /* the next record's first and last byte (written) */
+    AH_CURSORS = 4,         /* the element's cursor slots (one line), and the ints in _last and _first */
+    AH_RECORD = AH_CURSORS + 3,        /* the next record's first and last byte (written) */
     AHEAD = AH_RECORD + 2
 };
 
@@ -79,20 +81,20 @@ aim(Collect *self)
     RingAppender *r = self->ring;
     if (r == NULL)
         return;
+    const PastsetRing *ring = r->ring;
+    PastsetCursors *cursors = ring->cursors;
     a[AH_APPENDER] = r;
-    a[AH_APPENDER + 1] = (const char *)r + 64;
-    for (int k = 0; k < A_COUNT; k++)
-        a[AH_SLOTS + k] = slot(r->element, r->offsets[k]);
-    PyObject *last = *slot(r->element, r->offsets[A_LAST]), *first = *slot(r->element, r->offsets[A_FIRST]);
-    if (last != NULL)
-        a[AH_CURSORS] = last;
-    if (first != NULL)
-        a[AH_CURSORS + 1] = first;
-    if (last != NULL && PyLong_CheckExact(last)) {
+    a[AH_APPENDER + 1] = ring;
+    a[AH_CURSORS] = &cursors->first;
+    if (cursors->last != NULL)
+        a[AH_CURSORS + 1] = cursors->last;
+    if (cursors->first != NULL)
+        a[AH_CURSORS + 2] = cursors->first;
+    if (cursors->last != NULL && PyLong_CheckExact(cursors->last)) {
         int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(last, &overflow);
+        long long x = PyLong_AsLongLongAndOverflow(cursors->last, &overflow);
         if (!overflow && x >= 0) {
-            const char *record = (const char *)r->ring.buf + (x % r->cap) * RECORD;
+            const char *record = ring->ring + (x % ring->cap) * ring->record_size;
             a[AH_RECORD] = record;
             a[AH_RECORD + 1] = record + RECORD - 1;
         }

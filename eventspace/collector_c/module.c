@@ -3,7 +3,8 @@
  * (this file includes them, in order) so that a collector's call inlines the clock read and the append:
  *   record.h       the 36-byte trace tuple (=HHIIIIQQ) and the checks of its fields; interned names
  *   clock.c        the collectors' clock (clock_ns: the TSC scaled to CLOCK_MONOTONIC where the kernel's is)
- *   appender.c     RingAppender: one record appended to a pastset element's ring
+ *   appender.c     RingAppender: one record appended to a pastset element's ring, through pastset's
+ *                  ring appender contract (pastset/ring_c/pastset_ring.h), the only part of pastset used
  *   typed_size.c   TypedSize: the msgpack size of a typed template's tuple
  *   collect.c      Collect: the collecting stage a linked path calls
  *   mpi_arguments.c, mpi_call.c  MpiCall: an MPI collector closure's hot path
@@ -11,13 +12,12 @@
  * Each part's header says what it holds and what it relies on.
  *
  * The types:
- * The types:
  *   RingAppender(element, single_writer)  appends one trace tuple (=HHIIIIQQ, 36 bytes) to a
- *       pastset BinaryElement's ring: the C form of BinaryElement.appender for the trace format,
- *       with exactly its semantics (see pastset/element.py, _APPEND, _LOCKED, _SINGLE_WRITER):
- *       the record, then `_last` past it, then `_first` up to `keep` behind; waiters woken
- *       under the element's mutex. Locked unless single_writer. Callable from Python as
- *       append(op, flags, collector, element, arg, nbytes, t_start, t_end) -> index.
+ *       pastset BinaryElement's ring with pastset's own append, through the contract its appender
+ *       hands out (pastset/ring_c/pastset_ring.h): the record, then `_last` past it, then `_first`
+ *       up to `keep` behind; waiters woken under the element's mutex; locked unless single_writer.
+ *       Callable from Python as append(op, flags, collector, element, arg, nbytes, t_start, t_end)
+ *       -> index; the other types call it without Python.
  *   Collect(next, switches, inflight, cid, eid, flags, failed, size_of, append, offset_ns,
  *           move, observe, collectives)
  *       the collecting callable a linked path calls as stage(code, args) (vectorcall): the
@@ -65,10 +65,7 @@ PyMODINIT_FUNC
 PyInit__collector(void)
 {
     struct { PyObject **slot; const char *text; } strings[] = {
-        {&s_last, "_last"}, {&s_first, "_first"}, {&s_sleepers, "_sleepers"}, {&s_parked, "_parked"},
-        {&s_signal_change, "_signal_change"}, {&s_template, "template"}, {&s_mismatch, "_mismatch"},
-        {&s_ring, "_ring"}, {&s_cap, "_cap"}, {&s_size, "_size"}, {&s_keep, "keep"}, {&s_mutex, "mutex"},
-        {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_nbytes, "nbytes"}, {&s_get_count, "Get_count"},
+        {&s_nbytes, "nbytes"}, {&s_get_count, "Get_count"},
         {&s_get_source, "Get_source"}, {&s_get_tag, "Get_tag"}, {&s_info, "info"},
     };
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {

@@ -285,7 +285,7 @@ record_refused(RingAppender *ring, const uint64_t v[8])
             break;
     }
     if (i == 8)
-        raise_mismatch(ring->element, values, 8);
+        raise_mismatch(ring, values, 8);
     while (i-- > 0)
         Py_DECREF(values[i]);
     return 1;

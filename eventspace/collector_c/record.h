@@ -1,8 +1,9 @@
 /* The trace record (=HHIIIIQQ, 36 bytes) and the checks of the fields a collector writes into it; the
- * names the parts look up, interned once by the module. Included first by module.c.
+ * names the parts look up, interned once by the module; how the parts reach the slots of eventspace's
+ * own classes (the traced Request, the MPI Channel). Included first by module.c.
  *
- * Self-contained on purpose: the ring's layout is pastset's (a row of a RingSlab or a bytearray
- * of `_cap` records); nothing here depends on where that Python code lives.
+ * Relies on: pastset's ring appender contract (pastset_ring.h, from pastset/ring_c/) for the ring a
+ * record goes into, and on nothing else of pastset.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -10,13 +11,12 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
-#include <structmember.h>   /* T_OBJECT_EX, READONLY: the element's slots */
+#include <structmember.h>   /* T_OBJECT_EX, READONLY: slots of eventspace's own classes */
+#include "pastset_ring.h"
 
 #define RECORD 36
 #define U32 0xFFFFFFFFull
 
-static PyObject *s_last, *s_first, *s_sleepers, *s_parked, *s_signal_change, *s_template, *s_mismatch,
-    *s_ring, *s_cap, *s_size, *s_keep, *s_mutex, *s_acquire, *s_release;
 
 /* Field limits of =HHIIIIQQ, in order. */
 static const uint64_t LIMIT[8] = {0xFFFF, 0xFFFF, U32, U32, U32, U32, UINT64_MAX, UINT64_MAX};
@@ -71,16 +71,41 @@ field_value(PyObject *obj, uint64_t limit, uint64_t *out)
     return rc;
 }
 
-/* obj.name as an index (an int, or an object with __index__); -1 with an error set for anything
- * else, or out of Py_ssize_t's range. */
+static PyObject *zero;   /* the int 0 (CPython's cached one) */
+
 static int
-get_ssize(PyObject *obj, PyObject *name, Py_ssize_t *out)
+call_void(PyObject *fn)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL)
+    PyObject *r = PyObject_CallNoArgs(fn);
+    if (r == NULL)
         return -1;
-    *out = PyNumber_AsSsize_t(v, PyExc_OverflowError);
-    Py_DECREF(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    Py_DECREF(r);
+    return 0;
 }
 
+/* The offset of slot `name` of `type`, one of eventspace's own classes (a member descriptor holding
+ * an object, of `type` or a base of it: a descriptor of another class, set as a class attribute,
+ * holds another layout's offset), or -1 with an error set. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, PyObject *name)
+{
+    PyObject *d = PyObject_GetAttr((PyObject *)type, name);   /* a member descriptor is itself, on its class */
+    if (d == NULL)
+        PyErr_Clear();
+    Py_ssize_t offset = -1;
+    if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) && PyType_IsSubtype(type, PyDescr_TYPE(d))) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
+            offset = m->offset;
+    }
+    Py_XDECREF(d);
+    if (offset < 0)
+        PyErr_Format(PyExc_TypeError, "%s's %U must be a slot (in its __slots__)", type->tp_name, name);
+    return offset;
+}
+
+static inline PyObject **
+slot(PyObject *obj, Py_ssize_t offset)
+{
+    return (PyObject **)((char *)obj + offset);
+}

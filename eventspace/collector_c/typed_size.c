@@ -1,4 +1,6 @@
-/* Part of the compiled collector (module.c includes it after appender.c). */
+/* Part of the compiled collector (module.c includes it after appender.c): TypedSize, the msgpack size
+ * of a typed template's tuple. Relies on: msgpack's encoding rules, and the template's Python size
+ * function (pastset.template.Template.sizer, public) as the reference and the fallback. */
 
 /* -- TypedSize ------------------------------------------------------------------------------ */
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -11,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from .launch import EXTRA_HINT, UsageError, add_options, mpi4py_installed, parse
+from .launch import EXTRA_HINT, UsageError, add_options, add_program, mpi4py_installed, parse, program_of
 
 
 def register(subparsers) -> None:
@@ -25,9 +24,7 @@ def register(subparsers) -> None:
     add_options(run)
     run.add_argument("--mpiexec", help="the mpiexec to use (default: the one next to this Python, which "
                                        "the mpi extra installs, else the first on PATH)")
-    run.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
-                     help="run a module, as python -m does")
-    run.add_argument("program", nargs=argparse.REMAINDER, metavar="prog.py [ARGS]", help="the script and its arguments")
+    add_program(run)
     run.set_defaults(func=_mpirun)
 
 
@@ -49,9 +46,9 @@ def find_mpiexec(given: str | None = None) -> str:
 def command(args) -> tuple[list[str], str]:
     """The mpiexec command line for parsed `eventspace mpirun` arguments, and the name the run asks
     for. UsageError, or LookupError (naming the extra) when mpiexec or mpi4py is missing."""
-    program = ["-m", *args.module] if args.module else list(args.program)
     if args.ranks < 1:
         raise UsageError(f"-n {args.ranks}: give at least one rank")
+    program = program_of(args)
     ours = []
     for flag, value in (("--name", args.name), ("--archive", args.archive), ("--record", args.record),
                         ("--topology", args.topology)):
@@ -59,14 +56,16 @@ def command(args) -> tuple[list[str], str]:
             ours += [flag, value]
     ours += ["--instrument", args.instrument, "--keep", str(args.keep), "--max-communicators",
              str(args.max_communicators)] + (["--insecure"] if args.insecure else [])
-    options, _ = parse([*ours, *program])          # the ranks' own check, once, here
+    # "--": whatever the program is called, the ranks read it as the program, not as an option of ours.
+    ranks_argv = [*ours, "--", *program]
+    options, _ = parse(ranks_argv)                 # the ranks' own check, once, here
     if options.topology is not None:
         from .topology import Topology
         Topology.load(options.topology)             # one clear error before any rank starts
     mpiexec = find_mpiexec(args.mpiexec)
     if not mpi4py_installed():
         raise LookupError(f"mpi4py is not installed for {sys.executable}; {EXTRA_HINT}")
-    return ([mpiexec, "-n", str(args.ranks), sys.executable, "-m", "eventspace.mpi", *ours, *program],
+    return ([mpiexec, "-n", str(args.ranks), sys.executable, "-m", "eventspace.mpi", *ranks_argv],
             options.name or options.default_name)
 
 

@@ -29,9 +29,6 @@ from .options import DEFAULT_KEEP, INSTRUMENT, MAX_COMMUNICATORS, Options
 _FORWARD_GRACE = 0.2
 
 EXTRA_HINT = "pip install 'eventspace[mpi]'"
-# Options taking a value, so that splitting a command line knows where the program begins.
-VALUED = frozenset({"--name", "--archive", "--record", "--instrument", "--topology", "--keep", "--max-communicators",
-                    "--recording-dir"})
 # What launchers say a process's rank is, before MPI is up (for messages printed once).
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 
@@ -40,7 +37,7 @@ class UsageError(ValueError):
     """A command line that does not say what to run, or how."""
 
 
-class Terminated(BaseException):
+class RankTerminated(BaseException):
     """SIGTERM reached this rank (a launcher's, or Slurm's, way to end a job): raised in the
     program where it is, as Ctrl-C raises KeyboardInterrupt, so that the rank ends as an
     interrupted one does (its recording closed, the job aborted)."""
@@ -48,7 +45,7 @@ class Terminated(BaseException):
 
 def _terminated(signum, frame):
     _Unblock.heard.add(signum)
-    raise Terminated()
+    raise RankTerminated()
 
 
 def _interrupted(signum, frame):
@@ -135,30 +132,34 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recording-dir", help=argparse.SUPPRESS)   # eventspace mpirun's, for --archive
 
 
-def split_command(argv: list[str], valued=VALUED) -> tuple[list[str], list[str]]:
-    """(our options, the program: [script, args...] or ['-m', module, args...]).
-    UsageError if no program is named."""
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if token == "-m" or not token.startswith("-") or token == "-":
-            break
-        if token == "--":
-            return argv[:i], argv[i + 1:]
-        i += 2 if token in valued else 1
-    program = argv[i:]
-    if not program or (program[0] == "-m" and len(program) < 2):
+def add_program(parser: argparse.ArgumentParser) -> None:
+    """The program to run and its own arguments, everything after our options (argparse.REMAINDER:
+    the program's options are its own, even where they share a name with ours); `program_of` reads it."""
+    parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
+                        help="run a module, as python -m does")
+    parser.add_argument("program", nargs=argparse.REMAINDER, metavar="prog.py [ARGS]",
+                        help="the script and its arguments")
+
+
+def program_of(args) -> list[str]:
+    """The program `add_program`'s arguments name: [script, args...] or ['-m', module, args...] (a
+    leading `--`, which ends our options, left out). UsageError if none is named."""
+    program = ["-m", *args.module] if args.module is not None else list(args.program)
+    if program[:1] == ["--"]:
+        program = program[1:]
+    if not program or program == ["-m"]:
         raise UsageError("name the program to run: prog.py [ARGS...] or -m MODULE [ARGS...]")
-    return argv[:i], program
+    return program
 
 
 def parse(argv: list[str]):
     """(Options, program argv) from `python -m eventspace.mpi`'s command line."""
-    ours, program = split_command(argv)
     parser = argparse.ArgumentParser(prog="python -m eventspace.mpi", add_help=True,
                                      usage="python -m eventspace.mpi [options] (prog.py | -m module) [args...]")
     add_options(parser)
-    args = parser.parse_args(ours)
+    add_program(parser)
+    args = parser.parse_args(argv)
+    program = program_of(args)
     if args.keep < 1:
         raise UsageError(f"--keep {args.keep}: give a positive number of records")
     if args.max_communicators < 1:
@@ -247,11 +248,11 @@ class Monitor:
 
     def _start(self, mpi) -> None:
         from . import interpose
-        from .rank import Rank, Refused, say
+        from .rank import Rank, RunRefused, say
 
         try:
             rank = Rank(mpi, self.options)
-        except Refused as exc:
+        except RunRefused as exc:
             if mpi.COMM_WORLD.Get_rank() == 0:
                 say(str(exc).replace("\n", "; "))
             raise SystemExit(2) from None
@@ -276,7 +277,7 @@ class Monitor:
             raise
         except KeyboardInterrupt:
             self._abort(130, None, "Ctrl-C (SIGINT)")
-        except Terminated:
+        except RankTerminated:
             self._abort(143, None, "SIGTERM")
         except BaseException as exc:
             self._abort(1, exc)

@@ -39,11 +39,11 @@ def message_pairs(records: np.ndarray, catalogue) -> list[tuple[int, int]]:
     channel from its first message on (an archive of the run, or a stream attached before the
     messages); where one end's first records were discarded before they were read, that
     channel's pairs are off. Sends beyond a channel's last receive stay unmatched. This is
-    `Matcher` fed `records` at once.
+    `MessageMatcher` fed `records` at once.
     """
     collectors = e.Collectors(catalogue)
     sends, receives = end_positions(records, collectors)
-    matcher = Matcher(np.dtype(np.int64))
+    matcher = MessageMatcher(np.dtype(np.int64))
     s, r = matcher.add(channel_ends(records, sends, collectors, sending=True), sends,
                        channel_ends(records, receives, collectors, sending=False), receives)
     return sorted(zip(s.tolist(), r.tolist()))
@@ -90,7 +90,7 @@ def channel_ends(records: np.ndarray, positions: np.ndarray, collectors: e.Colle
     return out
 
 
-class Matcher:
+class MessageMatcher:
     """MPI's non-overtaking rule (see `message_pairs`), applied to message ends as their records
     come, a batch at a time (`add`), by one engine whatever the batches: the pairs it gives over
     any split of the records into batches, with `finish` at the end, are the pairs it gives for

@@ -15,7 +15,7 @@ import pastset
 from pastset import AuthError, BadArgument, LimitExceeded
 from pastset.terminal import counted
 from paths import NodeServer, PathmapError, RunError, rundir
-from paths.wrapper import PathsError
+from paths.errors import PathsError
 
 from ..hosted import RECORD_FLUSH
 from ..space import NodeSpace
@@ -48,7 +48,7 @@ def hold_no_lock(mpi, comm) -> None:
         make(comm)
 
 
-class Refused(Exception):
+class RunRefused(Exception):
     """The run cannot start as asked (a taken name, a bad topology, an archive that exists...):
     rank 0 says why in one line and every rank exits with status 2."""
 
@@ -60,7 +60,7 @@ class Rank:
     communicators the program makes, and writes the archive.
 
     Making one is collective over COMM_WORLD (every rank makes its own once, after MPI is
-    initialized and before the program's first MPI call), and raises Refused (the same on every
+    initialized and before the program's first MPI call), and raises RunRefused (the same on every
     rank) when the run cannot start as asked; so is `finish` (when the program ends, or calls
     MPI.Finalize). Between them every MPI call on a traced communicator is collected.
     """
@@ -84,7 +84,7 @@ class Rank:
         decision = self._decide() if self.rank == 0 else None
         decision = self.private.bcast(decision, root=0)
         if decision[0] == "refused":
-            raise Refused(decision[1])
+            raise RunRefused(decision[1])
         # Rank 0 made the run's pathmap (the others would each import networkx and lay the same trees out).
         _, self.name, self.clusters, self.token, self.recording_dir, pathmap = decision
         self.comms = [Communicator(0, tuple(range(self.size)), "COMM_WORLD")]
@@ -109,7 +109,7 @@ class Rank:
                 from .. import recording
 
                 recording.remove_directory(self.recording_dir)
-            raise Refused(f"rank {failed[0][0]} could not start: {failed[0][1]}")
+            raise RunRefused(f"rank {failed[0][0]} could not start: {failed[0][1]}")
         pids = self.private.allgather(os.getpid())
         self.endpoints = {node_name(r): ep for r, ep in enumerate(endpoints)}
         self.node.link(self.endpoints)

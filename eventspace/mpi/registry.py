@@ -14,7 +14,7 @@ class Registration:
     communicator is declared, and `remove` deletes the run's files when the run ends."""
 
     def __init__(self, name: str):
-        self.run_file = runfile.register(name)
+        self.run_file = runfile.claim(name)
         self.name = self.run_file.name
 
     @property
@@ -35,4 +35,4 @@ class Registration:
         rundir.replace(self.run_file.pathmap_file, pathmap.dumps(header="\n".join(lines)).encode())
 
     def remove(self) -> None:
-        self.run_file.unregister()
+        self.run_file.release()

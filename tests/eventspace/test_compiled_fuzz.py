@@ -1,6 +1,6 @@
 """The compiled collector's entry points (eventspace/collector_c/: Collect, RingAppender, TypedSize)
 fuzzed against the pure-Python references they stand in for (eventspace.collector.collecting,
-BinaryElement.appender, Template.sizer): any type, any value. Each pair returns the same and writes
+BinaryElement.reference_appender, Template.sizer): any type, any value. Each pair returns the same and writes
 the same records, or both raise (the same exception, where the values an operation hands back are
 odd; some exception, where the element's own cursors were set to what no element holds).
 
@@ -197,12 +197,12 @@ def test_the_compiled_collect_does_what_the_pure_closure_does(calls, size, on, r
         results = iter([result for _, _, result in calls])
         nxt = lambda code, args: stage(next(results))(code, args)   # noqa: E731
         if side == "compiled":
-            append = C.RingAppender(element, True) if ring else element.appender(True)
+            append = C.RingAppender(element, True) if ring else element.reference_appender(True)
             collect = C.Collect(nxt, switches, inflight, 1, 7, 3, 3 | trace.ERROR, size, append, 0, op.MOVE,
                                 op.OBSERVE, _COLLECTIVES_MASK)
         else:
-            collect = collecting(nxt, switches, inflight, 1, 7, 3, 3 | trace.ERROR, size, element.appender(True),
-                                 time.monotonic_ns)
+            collect = collecting(nxt, switches, inflight, 1, 7, 3, 3 | trace.ERROR, size,
+                                 element.reference_appender(True), time.monotonic_ns)
         sides[side] = ([outcome(lambda: collect(code, args)) for code, args, _ in calls], written(element),
                        inflight[1])
         _server.delete(element.name)
@@ -239,8 +239,8 @@ def test_records_land_where_the_pure_collectors_do_when_the_element_changed_sinc
             collect = C.Collect(stage(5), switches, inflight, 1, 7, 3, 3 | trace.ERROR, 12, C.RingAppender(element, True),
                                 0, op.MOVE, op.OBSERVE, _COLLECTIVES_MASK)
         else:
-            collect = collecting(stage(5), switches, inflight, 1, 7, 3, 3 | trace.ERROR, 12, element.appender(True),
-                                 time.monotonic_ns)
+            collect = collecting(stage(5), switches, inflight, 1, 7, 3, 3 | trace.ERROR, 12,
+                                 element.reference_appender(True), time.monotonic_ns)
         other, held = element.appender(), []
         for step in steps:
             if step[0] == "record":
@@ -275,7 +275,7 @@ def test_a_collect_refuses_ids_flags_and_offsets_that_do_not_fit_instead_of_wrap
         C.Collect(**{**arguments, field: value})
 
 
-# -- RingAppender against BinaryElement.appender --------------------------------------------------
+# -- RingAppender against BinaryElement.reference_appender ------------------------------------------
 
 # An element's cursors as something outside may have set them: ints (within the +-2^62 a ring ever
 # counts), numpy int64s, and what is no index (refused by both). The compiled append reads a cursor
@@ -317,7 +317,7 @@ def test_the_compiled_appender_does_what_the_pure_one_does(last, first, sleepers
     got = {}
     for side in ("compiled", "pure"):
         element = twin(state)
-        make = C.RingAppender if side == "compiled" else type(element).appender
+        make = C.RingAppender if side == "compiled" else type(element).reference_appender
         how, result = outcome(lambda: make(element, single_writer)(*values))
         got[side] = how, result, element
     (how, result, element), (pure_how, expected, pure_element) = got["compiled"], got["pure"]
@@ -337,12 +337,14 @@ def test_the_compiled_appender_does_what_the_pure_one_does(last, first, sleepers
 
 def test_cursors_past_2_62_are_refused_and_nothing_is_written():
     """No ring's cursors reach 2**62 (that many appends take a century at one a nanosecond); past
-    them the compiled appender's arithmetic would overflow, so it refuses them."""
+    them the compiled appender's arithmetic would overflow, so it refuses them: the collector's and
+    pastset's own, which are one append (pastset/ring_c/ring.c)."""
     for last, first in ((2 ** 62 + 1, 0), (2 ** 63, 0), (5, -(2 ** 62) - 1), (-(2 ** 64), 0)):
         element = twin({"_last": last, "_first": first})
         ring = bytes(element._ring)
-        with pytest.raises(OverflowError, match="2\\^62"):
-            C.RingAppender(element, True)(1, 0, 2, 3, 4, 5, 6, 7)
+        for append in (C.RingAppender(element, True), element.appender(True), element.appender()):
+            with pytest.raises(OverflowError, match="2\\^62"):
+                append(1, 0, 2, 3, 4, 5, 6, 7)
         assert bytes(element._ring) == ring and element._last == last
         _server.delete(element.name)
 
@@ -371,7 +373,7 @@ def test_the_compiled_appender_checks_the_ring_it_is_given(cap, keep, size, ring
     pure = twin({**state, "_ring": bytearray(bytes(memoryview(element._ring).cast("B")))})
     assert 0 < keep < cap <= len(memoryview(element._ring).cast("B")) // 36 and size == 36
     how, result = outcome(lambda: append(*values))
-    pure_how, expected = outcome(lambda: type(pure).appender(pure, True)(*values))
+    pure_how, expected = outcome(lambda: type(pure).reference_appender(pure, True)(*values))
     assert how == pure_how, (result, expected)
     if how == "ok":
         assert result == expected and element._last == pure._last and element._first == pure._first

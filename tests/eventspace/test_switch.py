@@ -99,7 +99,7 @@ def test_a_thread_whose_collectors_are_off_is_off_not_stalled_and_space_ls_says_
         run.start("programs:ring_forever", {"stop_after": 60, "pause": 0.01})
         assert main(["space", "switch", "off", "--run", run.run_file.path, "--view", "thread:T2"]) == 0
         with Heartbeat(run.run_file) as hb:
-            statuses = [{b.thread: b.status for b in hb.beat().threads} for _ in range(3)]
+            statuses = [{b.thread: b.status for b in hb.read().threads} for _ in range(3)]
         assert all(s["T2"] == OFF for s in statuses[1:]), statuses
         assert all(s["T0"] != OFF for s in statuses), statuses
         capsys.readouterr()

@@ -19,6 +19,10 @@ INPUTS = Path(__file__).resolve().parents[2] / "pathmaps" / "inputs"
 
 @pytest.fixture(scope="session")
 def catalogue() -> Catalogue:
+    return toy_catalogue()
+
+
+def toy_catalogue() -> Catalogue:
     """The toy application (T0, T1 on node A; T2, T3 on node B) with a per-node `count` tree,
     collectors at every source and sink and every point of the tree. Collector ids used below:
     1 T0->row_0_1 source, 2 row_0_1 sink (A), 3 T0->row_1_0, 7 T0->row_0_3, 9 T1->row_0_1,

@@ -35,9 +35,9 @@ def uneven(tmp_path_factory):
 
 def test_the_odd_thread_is_a_class_of_its_own_and_the_rest_one_class(uneven):
     with ClassesMon(uneven) as mon:   # per-node joins in the node servers
-        mon.poll()
+        mon.read()
         time.sleep(1.0)   # the window the report covers (a monitor's interval)
-        report = mon.poll()
+        report = mon.read()
     assert [c.members for c in report.classes] == [("T0", "T1", "T2", "T3", "T5"), (BUSY,)]
     same, odd = report.classes
     observes = lambda c: sum(n for (op, _), n in c.counts.items() if op == "observe")   # noqa: E731
@@ -49,10 +49,10 @@ def test_the_odd_thread_is_a_class_of_its_own_and_the_rest_one_class(uneven):
 
 def test_classes_reach_the_monitor_in_a_tenth_of_the_bytes_of_a_flat_gather(uneven):
     with ClassesMon(uneven) as mon, EventScope(uneven, "all", mode="stream") as flat:
-        mon.poll()
+        mon.read()
         flat.pull()
         time.sleep(1.0)   # the window both pulls cover
-        report = mon.poll()
+        report = mon.read()
         before = flat.stats().bytes_in
         flat.pull()
         gathered = flat.stats().bytes_in - before
@@ -61,15 +61,15 @@ def test_classes_reach_the_monitor_in_a_tenth_of_the_bytes_of_a_flat_gather(unev
 
 def test_nodes_form_classes_too_and_a_tree_that_splits_a_member_is_refused(uneven):
     with ClassesMon(uneven, by="node", tree="per-cluster") as mon:
-        mon.poll()
+        mon.read()
         time.sleep(0.5)   # the window the report covers (a monitor's interval)
-        report = mon.poll()
+        report = mon.read()
     assert sorted(m for c in report.classes for m in c.members) == ["A", "B", "C"]
     # Trees are laid over nodes, so a k-ary one keeps each node's trace elements under one join...
     with ClassesMon(uneven, by="node", tree="kary:2") as mon:
-        mon.poll()
+        mon.read()
         time.sleep(0.5)   # the window the report covers (a monitor's interval)
-        assert sorted(m for c in mon.poll().classes for m in c.members) == ["A", "B", "C"]
+        assert sorted(m for c in mon.read().classes for m in c.members) == ["A", "B", "C"]
     with EventScope(uneven, "all", tree="kary:2") as scope:
         catalogue, leaves = scope.catalogue, [spec.leaves for spec in scope.plan()]
     # ...and a tree whose joins would split a member's trace elements is refused.

@@ -19,8 +19,8 @@ def ring(name):
 
 
 def update_until(board, done, timeout=60.0, what="the dashboard to show it"):
-    """The dashboard's state once `done(state)` holds (its state is refreshed at each look)."""
-    return until(board.update, timeout, what, holds=done)
+    """The dashboard's state once `done(state)` holds (its state is read afresh at each look)."""
+    return until(board.read, timeout, what, holds=done)
 
 
 def names(state) -> set[str]:
@@ -52,7 +52,7 @@ def test_the_dashboard_shows_every_tree_and_every_scope_of_every_monitor(tmp_pat
             briefly = EventScope(run, "thread:T1", name="briefly")
             update_until(board, lambda s: "briefly" in names(s))
             briefly.close()
-            assert "briefly" not in names(board.update(beat=False))
+            assert "briefly" not in names(board.read(beat=False))
             other.kill()
             other.wait()
             update_until(board, lambda s: "getevent" not in names(s), timeout=STALE_AFTER + 10,

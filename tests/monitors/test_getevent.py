@@ -33,7 +33,7 @@ def _stream(mon, pulls: int, pause: float) -> int:
     """Pull `pulls` times, `pause` seconds apart; the events streamed."""
     streamed = 0
     for _ in range(pulls):
-        streamed += len(mon.poll())
+        streamed += mon.read().events
         time.sleep(pause)   # the monitor's pace, as --interval sets it
     return streamed
 
@@ -57,7 +57,7 @@ def test_a_perfetto_trace_of_a_live_run_is_valid_and_links_moves_to_observes(liv
     out = tmp_path / "trace.json"
     with GetEventMon(live, "thread:T0 | thread:T1", out, tree="per-node", placement="near") as mon:
         for _ in range(3):
-            mon.poll()
+            mon.read()
             time.sleep(0.05)   # the monitor's pace, as --interval sets it
     doc = json.loads(out.read_text())
     assert validate(doc) == []

@@ -22,7 +22,7 @@ def test_a_stalled_thread_is_flagged_within_three_intervals_and_no_healthy_one_e
         with Heartbeat(run) as heartbeat:
             while len(reports) < 28:
                 started = time.monotonic()
-                reports.append(heartbeat.beat())
+                reports.append(heartbeat.read())
                 time.sleep(max(0.0, INTERVAL - (time.monotonic() - started)))   # the monitor's pace, under test
         run.wait(timeout=60)
     statuses = [{b.thread: b.status for b in r.threads} for r in reports]
@@ -64,23 +64,23 @@ def test_dead_nodes_are_named_exactly_and_their_threads_are_never_alive(tmp_path
             # Under near placement each node's server runs the join over its own records; the root
             # runs in the monitor.
             assert placement == "monitor" or sorted(n for n, _ in heartbeat.scope.installed()) == ["A", "B", "C"]
-            until(lambda: {b.status for b in heartbeat.beat().threads} == {ALIVE}, 30, "every thread alive: the ring running")
+            until(lambda: {b.status for b in heartbeat.read().threads} == {ALIVE}, 30, "every thread alive: the ring running")
 
             run.kill("B")   # a node below the root
-            report = heartbeat.beat()
+            report = heartbeat.read()
             status = {b.thread: b.status for b in report.threads}
             assert report.gone == {"B"} and not report.unreached
             assert all(status[t] == GONE for t in on["B"])
 
             run.kill("A")   # another node holding a join: C is still asked
-            report = heartbeat.beat()
+            report = heartbeat.read()
             status = {b.thread: b.status for b in report.threads}
             assert report.gone == {"A", "B"} and not report.unreached
             assert all(status[t] not in (GONE, UNSEEN) for t in on["C"]), status
 
             run.kill("C")   # every node
             for _ in range(2):
-                report = heartbeat.beat()
+                report = heartbeat.read()
                 assert report.gone == {"A", "B", "C"}
                 assert {b.status for b in report.threads} == {GONE}
 
@@ -101,6 +101,23 @@ def test_threads_that_all_stopped_are_idle_though_a_node_went_while_the_beat_ask
     assert {b.thread: b.status for b in report.threads} == {"T0": STALLED, "T1": WAITING, "T2": GONE, "T3": GONE}
 
 
+def test_a_beat_is_dated_by_its_time_when_its_threads_said_where_they_are():
+    """A beat whose threads said where they are (their ThreadState) is dated by its time, the live
+    beat's now and a replayed one's `at`: `at` once held the last thread's place (a dict), which
+    `--json` printed as the beat's time and the table's clock could not show."""
+    from paths.stack import StackFrame, ThreadState
+
+    state = ThreadState("T0", "A", 10, (StackFrame("heat.py", 88, "exchange", "heat"),))
+    judge = Judge(["T0"], {"T0": "A"})
+    judge.judge({"T0": 10}, 0.0, lambda missing: Blocked({}, set(), set()))
+    before = time.time()
+    live = judge.judge({"T0": 10}, 1.0, lambda missing: Blocked({}, set(), set(), set(), {"T0": state}))
+    assert type(live.at) is float and before <= live.at <= time.time()
+    replayed = judge.judge({"T0": 10}, 2.0, lambda missing: Blocked({}, set(), set(), set(), {"T0": state}), at=123.5)
+    assert replayed.at == 123.5
+    assert live.threads[0].where == "heat.py:88 in exchange"
+
+
 @pytest.mark.parametrize("how, status", [("compute", "computing"), ("sleep", "stalled")])
 def test_a_straggler_computing_is_told_from_a_stalled_one_and_says_where(tmp_path, how, status):
     """A thread that holds the others up computing uses the CPU: `computing`, not `stalled`; one asleep
@@ -115,7 +132,7 @@ def test_a_straggler_computing_is_told_from_a_stalled_one_and_says_where(tmp_pat
             deadline = time.monotonic() + 25
             seen = []
             while True:   # a beat every 0.3 s, as the command's --interval would, until T2 is judged
-                beat = {b.thread: b for b in hb.beat().threads}
+                beat = {b.thread: b for b in hb.read().threads}
                 seen.append(beat["T2"].status)
                 if beat["T2"].status == status and all(beat[t].status == WAITING for t in ("T0", "T1", "T3")):
                     break

@@ -29,9 +29,13 @@ def json_lines(proc: subprocess.CompletedProcess) -> list:
 
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory):
-    """A live run of six threads passing a token, every source and tree point collected."""
-    tmp_path = tmp_path_factory.mktemp("json")
-    pm = pathmap_for(ring_app(6), THREE_NODES, rule="block", shape="kary:2", name="jsonlines")
+    yield from live_ring(tmp_path_factory, "jsonlines")
+
+
+def live_ring(tmp_path_factory, name: str):
+    """A live run of six threads passing a token, every source and tree point collected: (run, a folder)."""
+    tmp_path = tmp_path_factory.mktemp(name)
+    pm = pathmap_for(ring_app(6), THREE_NODES, rule="block", shape="kary:2", name=name)
     pm = dataclasses.replace(pm, instrument=Instrument(keep=500, collectors=(
         Selector(at=("source",)), Selector(trees=("count", "step"))))).validate()
     with launch(pm, env=ENV) as run:

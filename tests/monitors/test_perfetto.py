@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import numpy as np
 import pytest
@@ -181,6 +182,16 @@ def test_write_gives_a_json_file_that_loads(tmp_path, records, catalogue):
     assert loaded["otherData"]["title"] == "run 1"
     assert validate(loaded) == []
     assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]   # no temporary left behind
+
+
+def test_write_never_writes_through_a_link_planted_beside_the_trace(tmp_path, records, catalogue):
+    out = tmp_path / "trace.json"
+    victim = tmp_path / "victim"
+    victim.write_text("the user's own file")
+    os.symlink(victim, tmp_path / f".trace.json.{os.getpid()}.tmp")   # where a pid-named temporary would go
+    write_perfetto(out, records, catalogue)
+    assert victim.read_text() == "the user's own file"
+    assert not out.is_symlink() and validate(json.loads(out.read_text())) == []
 
 
 def test_nanosecond_edges_nest_as_a_reader_truncates_them(make, catalogue):

@@ -3,6 +3,8 @@ interning and incremental timestamps on one sequence, and the same content as th
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from synthetic import T0
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -174,3 +176,12 @@ def test_the_file_is_written_whole_or_not_at_all(tmp_path, records, catalogue):
 def test_the_same_input_gives_the_same_file(tmp_path, records, catalogue):
     a = write_pftrace(tmp_path / "a.pftrace", records, catalogue).path.read_bytes()
     assert a == write_pftrace(tmp_path / "b.pftrace", records.copy(), catalogue).path.read_bytes()
+
+
+def test_write_never_writes_through_a_link_planted_beside_the_trace(tmp_path, records, catalogue):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"the user's own file")
+    os.symlink(victim, tmp_path / f".t.pftrace.{os.getpid()}.tmp")   # where a pid-named temporary would go
+    summary = write_pftrace(tmp_path / "t.pftrace", records, catalogue)
+    assert victim.read_bytes() == b"the user's own file"
+    assert not summary.path.is_symlink() and _records_only(_decode(summary.path))

@@ -4,9 +4,9 @@ from rich.console import Console
 
 from eventspace.roster import ActiveScope, ScopeEntry
 from monitors.colop import ColOpReport, JoinStats, OpenRound, OpStats
-from monitors.dashboard import DashboardState, render
+from monitors.dashboard import DashboardState
 from monitors.heartbeat import ALIVE, STALLED, WAITING, HeartbeatReport, ThreadBeat
-from monitors.render import colop_tables, events_table, heartbeat_summary, heartbeat_table, open_round
+from monitors.render import colop_tables, events_table, heartbeat_summary, heartbeat_table, open_round, render
 
 
 def text(renderable, width=120) -> str:

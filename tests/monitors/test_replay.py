@@ -42,10 +42,10 @@ def recorded(tmp_path_factory):
                                   ("programs:hold_back", {"rounds": 3, "late": "T5", "hold": HOLD})):
                 run.start(program, args)
                 while any(run.client(n.name).call("paths.info")["running"] for n in pm.nodes):
-                    mon.poll()
+                    mon.read()
                     time.sleep(0.2)   # the monitor's pace: the recording's pulls
                 run.wait(timeout=60)
-            mon.poll()
+            mon.read()
         finally:
             mon.close()
     return out

@@ -9,10 +9,10 @@ import pytest
 
 from eventspace import system, trace
 from monitors.archive import Archive
-from monitors.dashboard import DashboardState, render
+from monitors.dashboard import DashboardState
 from monitors.perfetto import to_perfetto, validate
 from monitors.pftrace import write_pftrace
-from monitors.render import system_bars
+from monitors.render import render, system_bars
 from synthetic import T0
 from monitors.system import SystemMon
 from paths import Instrument, Selector, launch
@@ -121,9 +121,9 @@ def test_system_mon_follows_every_nodes_newest_sample(tmp_path):
         run.start("programs:ring_forever", {"stop_after": 3, "pause": 0.002})
         with SystemMon(run) as mon:
             # A node's first sample comes two intervals after it started.
-            first = until(lambda: {s.node: s for s in mon.poll()}, 30, "a sample of every node",
+            first = until(lambda: {s.node: s for s in mon.read().nodes}, 30, "a sample of every node",
                           holds=lambda seen: len(seen) == 3)
-            later = until(lambda: {s.node: s for s in mon.poll()}, 30, "a newer sample of every node",
+            later = until(lambda: {s.node: s for s in mon.read().nodes}, 30, "a newer sample of every node",
                           holds=lambda seen: len(seen) == 3 and all(seen[n].t_end > first[n].t_end for n in seen))
         run.wait()
     assert set(first) == set(later) == {"A", "B", "C"}

@@ -1,4 +1,4 @@
-"""MPI's non-overtaking rule as records come (eventspace.mpi.matching.Matcher): the pairs of any
+"""MPI's non-overtaking rule as records come (eventspace.mpi.matching.MessageMatcher): the pairs of any
 batches are those of all the records at once, also when nonblocking receives complete out of order."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventspace.mpi import encoding as e
-from eventspace.mpi.matching import Matcher, channel_ends, end_positions, message_pairs, post_rows
+from eventspace.mpi.matching import MessageMatcher, channel_ends, end_positions, message_pairs, post_rows
 from mpitrace import MpiTrace
 
 
 def batched_pairs(records, catalogue, cuts) -> list[tuple[int, int]]:
-    """message_pairs, with the records fed to a Matcher in batches cut at `cuts` (and finished)."""
+    """message_pairs, with the records fed to a MessageMatcher in batches cut at `cuts` (and finished)."""
     collectors = e.Collectors(catalogue)
-    matcher = Matcher(np.dtype(np.int64))
+    matcher = MessageMatcher(np.dtype(np.int64))
     found = []
     bounds = [0, *sorted(cuts), len(records)]
     for lo, hi in zip(bounds, bounds[1:]):

@@ -179,7 +179,8 @@ def test_without_the_plot_extra_the_wait_states_say_so_and_print_the_tables(tmp_
 def test_the_dashboard_of_an_mpi_run_shows_its_wait_states(tmp_path):
     from rich.console import Console
 
-    from monitors.dashboard import Dashboard, render
+    from monitors.dashboard import Dashboard
+    from monitors.render import render
     from paths import RunFile
 
     go = tmp_path / "go"
@@ -195,7 +196,7 @@ def test_the_dashboard_of_an_mpi_run_shows_its_wait_states(tmp_path):
         # Rank 1 is late at every step: its neighbours wait for its messages, all for its allreduce. 100
         # late senders: 50 steps or so, well past the Barrier at the start, which waits for every rank to begin.
         def board_with_waits():
-            state = board.update()
+            state = board.read()
             waits = still_running(job) and state.waits
             return state if waits and waits.pattern("late_sender").instances >= 100 and \
                 waits.pattern("wait_nxn").waiting_ns else None

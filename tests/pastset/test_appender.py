@@ -1,12 +1,21 @@
 """BinaryElement.appender: the event collectors' append, against `move` on the same element kind,
-with the lock (any writers) and without it (`single_writer`: one writer, many readers)."""
+with the lock (any writers) and without it (`single_writer`: one writer, many readers); the ring
+appender contract it hands C code (pastset/ring_c/pastset_ring.h), and the C append against the
+Python reference (ring.py's `_APPEND`)."""
 
+import ctypes
+import inspect
+import json
 import struct
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pastset
 from pastset import Expired, TemplateMismatch, TupleServer
@@ -156,3 +165,137 @@ def test_readers_never_see_a_record_a_single_writer_overwrote_under_them(busy_sw
         for r in readers:
             r.join(10)
     assert not wrong, wrong[:5]
+
+
+# -- the ring appender contract (pastset/ring_c/pastset_ring.h) and its Python reference ----------
+
+def compiled_ring():
+    from pastset import ring
+
+    if ring.Appender is None:
+        pytest.fail("pastset's ring appender (pastset._ring) is not built: `make .venv/.installed` builds it",
+                    pytrace=False)
+    return ring
+
+
+class PastsetRing(ctypes.Structure):
+    """struct PastsetRing of pastset_ring.h, version 1, as a C consumer sees it."""
+
+    _fields_ = [("version", ctypes.c_uint), ("ring", ctypes.c_void_p), ("record_size", ctypes.c_ssize_t),
+                ("cap", ctypes.c_ssize_t), ("keep", ctypes.c_ssize_t), ("single_writer", ctypes.c_int),
+                ("cursors", ctypes.c_void_p), ("append", ctypes.c_void_p), ("refuse", ctypes.c_void_p)]
+
+
+APPEND_FN = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(PastsetRing), ctypes.c_char_p,
+                              ctypes.POINTER(ctypes.c_ssize_t))
+
+
+def contract_of(append) -> PastsetRing:
+    capsule = ctypes.py_object(append.contract)
+    ctypes.pythonapi.PyCapsule_GetName.restype = ctypes.c_char_p
+    ctypes.pythonapi.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    ctypes.pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    ctypes.pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    name = ctypes.pythonapi.PyCapsule_GetName(capsule)
+    assert name == b"pastset._ring.contract"
+    return PastsetRing.from_address(ctypes.pythonapi.PyCapsule_GetPointer(capsule, name)), capsule
+
+
+@WRITERS
+def test_an_appender_hands_c_code_the_ring_and_the_append_that_pastset_ring_h_describes(single_writer):
+    compiled_ring()
+    element = TupleServer("appender").enter("a", "=QQ", keep=3)
+    append = element.appender(single_writer)
+    ring, _capsule = contract_of(append)
+    ring_address = ctypes.addressof((ctypes.c_char * len(element._ring)).from_buffer(element._ring))
+    assert (ring.version, ring.record_size, ring.cap, ring.keep, ring.single_writer) == (1, 16, 4, 3, single_writer)
+    assert ring.ring == ring_address and ring.cursors == id(element)
+    c_append, index = APPEND_FN(ring.append), ctypes.c_ssize_t()
+    for i in range(5):   # C and Python appends, one ring, one pair of cursors
+        if i % 2:
+            assert append(i, i) == i
+        else:
+            assert c_append(ctypes.byref(ring), struct.pack("=QQ", i, i), ctypes.byref(index)) == 0
+            assert index.value == i
+    assert (element.first(), element.last()) == (2, 5)
+    assert element.latest(5) == (2, struct.pack("=6Q", 2, 2, 3, 3, 4, 4))
+
+
+def test_moves_own_append_is_not_handed_out():
+    compiled_ring()
+    element = TupleServer("appender").enter("a", "=Q", keep=3)
+    with pytest.raises(ValueError, match="no contract"):
+        element._put.contract   # it runs under a mutex its caller holds: no one else may use it
+
+
+FORMATS = st.sampled_from(["=HHIIIIQQ", "=2I4sd", "=Q", "=b?"])
+ODD = st.one_of(st.integers(-(2 ** 65), 2 ** 65), st.floats(allow_nan=False), st.binary(max_size=5), st.none(),
+                st.booleans(), st.text(max_size=2))
+
+
+@settings(max_examples=150, deadline=None)
+@given(fmt=FORMATS, keep=st.integers(1, 4), last=st.integers(-10, 10), rows=st.lists(st.lists(ODD, max_size=9),
+                                                                                     min_size=1, max_size=8),
+       how=st.sampled_from(["move", "locked", "single-writer"]))
+def test_the_compiled_append_does_what_the_python_reference_does(fmt, keep, last, rows, how):
+    """pastset's C append (what moves and appenders run) against ring.py's `_APPEND`: on the same
+    cursors, any values: the same index or the same exception, the same ring and cursors."""
+    ring = compiled_ring()
+    sides = {}
+    for side in ("compiled", "reference"):
+        element = TupleServer("appender").enter("a", fmt, keep=keep)
+        element._last, element._first = last, max(0, last - keep)
+        if how == "move":
+            if side == "reference":   # move's own append (under the mutex it holds), as Python writes it
+                element._put = ring._appender_maker(len(element.template.fields), ring._HELD)(
+                    element, None, element._pack_into, element._ring, element._cap, element._size, keep)
+            put = element.move
+        else:
+            make = element.appender if side == "compiled" else element.reference_appender
+            append = make(how == "single-writer")
+            put = lambda values, append=append: append(*values)   # noqa: E731
+        outcomes = []
+        for values in rows:
+            try:
+                outcomes.append(("ok", put(values)))
+            except TypeError as exc:   # not as many values as fields: Python's words and C's differ
+                outcomes.append((TypeError, "positional argument" if "positional argument" in str(exc) else str(exc)))
+            except Exception as exc:  # noqa: BLE001 - compared below
+                outcomes.append((type(exc), str(exc)))
+        sides[side] = outcomes, bytes(element._ring), element._first, element._last
+    assert sides["compiled"] == sides["reference"]
+
+
+def test_without_the_c_part_elements_append_with_the_python_reference():
+    """pastset's C part is optional: where it is not built, every append runs the Python reference,
+    to the same records, and the compiled collector (which appends through the contract) stands aside."""
+    script = textwrap.dedent("""\
+        import json, sys
+        if sys.argv[1] == "without":
+            sys.modules["pastset._ring"] = None   # as if it was not built
+        from pastset import TupleServer, ring
+        from eventspace import compiled
+        element = TupleServer("appender").enter("a", "=QQ", keep=3)
+        element.move((1, 1))
+        element.appender()(2, 2)
+        element.appender(True)(3, 3)
+        element.appender(True)(4, 4)
+        print(json.dumps([ring.Appender is None, compiled._built is None, element.first(), element.last(),
+                          element.latest(3)[1].hex()]))
+    """)
+    got = {}
+    for how in ("with", "without"):
+        done = subprocess.run([sys.executable, "-c", script, how], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        got[how] = json.loads(done.stdout)
+    assert got["without"][:2] == [True, True] and got["with"][:2] == [False, False]
+    assert got["without"][2:] == got["with"][2:] == [1, 4, struct.pack("=6Q", 2, 2, 3, 3, 4, 4).hex()]
+
+
+def test_a_cursor_is_read_from_python_as_a_slot():
+    """The pastset server's loop reads cursors from Python: they are slots (as __slots__ are), which
+    the interpreter reads at a slot's cost, not computed attributes."""
+    from pastset.ring import BinaryElement
+
+    for name in ("_first", "_last", "_sleepers", "_parked"):
+        assert type(inspect.getattr_static(BinaryElement, name)).__name__ == "member_descriptor"

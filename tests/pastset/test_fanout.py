@@ -15,6 +15,8 @@ import pytest
 import zmq
 
 import pastset
+from pastset import protocol as p
+from pastset import transport
 from pastset.fanout import _merged
 from polling import until
 
@@ -118,7 +120,7 @@ def test_a_started_round_asks_its_loop_to_poll_only_the_live_sockets_it_sent_on(
     one = fanout.round(5)
     reply = one.ping("A")
     exchange = one.start()
-    assert exchange.sockets() == [fanout._channel("A").sock]
+    assert exchange.sockets() == [fanout._link("A").sock]
     assert exchange.wait() == set() and reply.result() == "A"
 
     ctx = zmq.Context.instance()
@@ -139,7 +141,7 @@ def test_a_started_round_asks_its_loop_to_poll_only_the_live_sockets_it_sent_on(
 
     until(gave_g_up, 20, "the exchange giving G up")
     assert pulls.missing == {"G"} and not exchange.done
-    assert exchange.sockets() == [fanout._channel("S").sock]
+    assert exchange.sockets() == [fanout._link("S").sock]
     silent["S"].send_multipart([peer, msgpack.packb([msgpack.unpackb(frame)[0], 0, "echoed"])])
     silent["S"].close()
     assert exchange.wait() == {"G"} and replies[1].result() == "echoed"
@@ -154,6 +156,8 @@ def test_only_batch_reads_of_one_kind_node_and_bound_are_merged():
 HOLDING_NODE = """
 import sys, time
 import pastset
+from pastset import protocol as p
+from pastset import transport
 server = pastset.TupleServer("H")
 server.host("hold", lambda: time.sleep(120))   # a call that does not return
 print(server.serve("tcp://127.0.0.1:0"), flush=True)
@@ -252,6 +256,8 @@ import glob, json, os, sys
 import pastset
 sys.path.append(sys.argv[1])   # tests/
 from polling import until
+from pastset import protocol as p
+from pastset import transport
 
 def io_threads():
     found = {}
@@ -287,3 +293,58 @@ def test_a_fanouts_io_thread_yields_to_the_running_thread_and_a_servers_does_not
     assert out.returncode == 0, out.stderr
     serving, pulling = json.loads(out.stdout)
     assert serving == [os.SCHED_OTHER] and pulling == [os.SCHED_BATCH], out.stdout
+
+
+class Twin(pastset.LocalClient):
+    """A third backend, registered as backends are (`pastset.transport.register`): `twin://NAME`
+    reaches the server this process serves as `local://NAME`, and keeps the operations it was asked."""
+
+    asked: list[int] = []
+
+    def __init__(self, endpoint: str, **options):
+        super().__init__("local://" + endpoint[len("twin://"):], **options)
+
+    def submit(self, op, args):
+        Twin.asked.append(op)
+        return super().submit(op, args)
+
+
+def test_a_fanout_reaches_a_third_backend_through_its_own_submit(monkeypatch):
+    """A fan-out reaches a node through the backend its endpoint's scheme names, whatever it is:
+    one took every endpoint that was not local:// for ZeroMQ (and failed to connect to twin://)."""
+    monkeypatch.setattr(transport, "_BACKENDS", dict(transport._BACKENDS))   # registered for this test only
+    transport.register("twin", Twin)
+    Twin.asked.clear()
+    server = pastset.TupleServer("T")
+    server.serve("local://twin-T")
+    rings = server.enter_rings(["r0", "r1"], FMT, keep=8)
+    for i, ring in enumerate(rings):
+        ring.move((i, 9))
+    server.host("echo", lambda *args: list(args))
+    fanout = pastset.Fanout({"T": "twin://twin-T"})
+    try:
+        pulls = fanout.round(5)
+        ping = pulls.ping("T")
+        first = pulls.latest_records("T", ["r0"])
+        second = pulls.latest_records("T", ["r1"])
+        echoed = pulls.call("T", "echo", 2)
+        assert pulls.wait() == set()
+        assert (ping.result(), first.result(), second.result(), echoed.result()) == \
+            ("T", struct.pack(FMT, 0, 9), struct.pack(FMT, 1, 9), [2])
+        assert sorted(Twin.asked) == sorted([p.PING, p.LATEST_RECORDS_COUNTED, p.CALL])
+        server.close()   # no longer served: missing, and gone
+        pulls = fanout.round(5)
+        pulls.ping("T")
+        assert pulls.wait() == {"T"} and fanout.gone({"T"}) == {"T"}
+    finally:
+        fanout.close()
+        server.close()
+
+
+def test_arguments_a_request_cannot_take_are_the_same_error_over_both_backends(nodes):
+    _, fanout = nodes
+    pulls = fanout.round(5)
+    bad = pulls.latest_records("A", [[1]])
+    assert pulls.wait() == set()
+    with pytest.raises(pastset.ProtocolError, match=r"^bad arguments for latest_records: TypeError: unhashable"):
+        bad.result()

@@ -60,8 +60,8 @@ def test_latest_many_is_one_round_trip(client, names, monkeypatch):
     for h in handles:
         h.move((1, 2, 3, 4, 5, 6, 7, 8))
     requests = []
-    call = client._call
-    monkeypatch.setattr(client, "_call", lambda op, *rest, **kw: requests.append(op) or call(op, *rest, **kw))
+    call = client.submit
+    monkeypatch.setattr(client, "submit", lambda op, *rest, **kw: requests.append(op) or call(op, *rest, **kw))
     by_handle = client.latest_many(handles)
     by_name = client.latest_many([h.name for h in handles])
     assert requests == [p.LATEST_MANY, p.LATEST_MANY]
@@ -293,3 +293,52 @@ def test_a_server_counts_the_messages_and_bytes_its_endpoints_received_and_sent(
     assert bytes_out > 10 * 100               # the read's reply holds them all again
     server.enter("local", ["int"]).move((1,))
     assert server.traffic()[0] == before[0] + msgs_in   # an in-process call is not a message
+
+
+def _as_wire(value):
+    """`value` with tuples as lists, as msgpack carries them."""
+    if isinstance(value, (list, tuple)):
+        return [_as_wire(v) for v in value]
+    return value
+
+
+def test_submit_answers_every_operation_alike_over_both_backends():
+    """`Transport.submit` is each backend's one request path: the in-process one makes every
+    operation of the protocol as the ZeroMQ one does, with the same results and the same errors."""
+    answers = {}
+    for bind in ("tcp://127.0.0.1:0", "local://"):
+        server = TupleServer("alike")
+        server.host("echo", lambda *args: list(args))
+        client = connect(server.serve(bind))
+        try:
+            said = answers[bind] = []
+
+            def ask(op, *args):
+                try:
+                    said.append((op, _as_wire(client.submit(op, args))))
+                except PastSetError as exc:
+                    said.append((op, type(exc).__name__, str(exc)))
+
+            ask(p.PING)
+            ask(p.ENTER, "e", ["int", "str"], 4, None)
+            eid = client.element("e").id
+            ask(p.MOVE, eid, [1, "a"], None)
+            ask(p.MOVE, eid, [2, "b"], None)
+            ask(p.OBSERVE, eid, 0, None)
+            ask(p.OBSERVE_INDEXED, eid, 1, None)
+            ask(p.FIRST, eid), ask(p.LAST, eid), ask(p.DELTA, eid, None)
+            ask(p.READ_RANGE, eid, 0, 5), ask(p.LATEST, eid, 1)
+            ask(p.ENTER, "b", "=HI", 4, None)
+            ask(p.MOVE, client.element("b").id, [3, 4], None)
+            ask(p.LATEST_MANY, ["e", "b"], 1), ask(p.RANGE_MANY, ["e", "b"], [1, 0], 5)
+            ask(p.LATEST_RECORDS, ["b"], 1), ask(p.LATEST_RECORDS_COUNTED, ["b"], 1)
+            ask(p.LATEST_RECORDS, ["e"], 1)
+            ask(p.LOOKUP, "e"), ask(p.ELEMENTS, None, 10), ask(p.CALL, "echo", [1, "x"])
+            ask(p.CALL, "absent", [])
+            ask(p.AXE, eid, 1), ask(p.FIRST, [1]), ask(p.FIRST, eid, 1), ask(p.LAST), ask(99)
+            ask(p.DELETE, "e"), ask(p.LOOKUP, "e")
+        finally:
+            client.close()
+            server.close()
+    tcp, local = answers.values()
+    assert local == tcp

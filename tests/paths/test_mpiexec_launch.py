@@ -63,7 +63,7 @@ def test_node_i_runs_as_rank_i_and_the_run_is_as_with_local_processes(tmp_path):
         with EventScope(RunFile.find(run.name, tmp_path), "all", mode="latest") as scope:
             assert not scope.pull().missing
         with Heartbeat(RunFile.find(run.name, tmp_path)) as heartbeat:
-            assert not heartbeat.beat().gone
+            assert not heartbeat.read().gone
     assert not _alive(pids.values()), "a rank outlived the run"
 
 

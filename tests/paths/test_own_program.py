@@ -13,6 +13,7 @@ import pytest
 
 import pastset
 from eventspace.cli import main
+from paths import PathsError
 from paths.runcommand import program_args
 from runs import REPO, node_children
 
@@ -132,7 +133,7 @@ def test_eventspace_node_imports_programs_from_path(tmp_path):
             endpoint = json.loads(proc.stdout.readline())["endpoint"]
             with pastset.connect(endpoint) as client:
                 if not imported:
-                    with pytest.raises(pastset.PastSetError, match="node A cannot import program 'squares:main'"):
+                    with pytest.raises(PathsError, match="node A cannot import program 'squares:main'"):
                         client.call("paths.start", "squares:main", {})
                     continue
                 client.call("paths.start", "squares:main", {"rounds": 2, "items": 6})

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from paths import RunError, RunFile, launch
-from paths.runfile import live_runs, prune, register, run_dir, run_ended
+from paths.runfile import claim, live_runs, prune, run_dir, run_ended
 from polling import until
 from runs import ENV, REPO, TWO_NODES, gone, pathmap_for, ring_app
 
@@ -82,30 +82,30 @@ def test_two_launches_of_one_pathmap_at_once_get_two_names_and_each_removes_only
 
 
 def test_a_name_is_claimed_once_and_a_file_whose_launcher_is_gone_is_taken_over(tmp_path):
-    claimed = register("solo", tmp_path, source="solo.yaml")
+    claimed = claim("solo", tmp_path, source="solo.yaml")
     assert claimed.name == "solo" and claimed.starting and claimed.owner.alive()
     with pytest.raises(RunError, match="still starting"):
         RunFile.find("solo", tmp_path).check_live()
-    assert register("solo", tmp_path).name == "solo-2"
-    # A launcher that registered and died (no unregister): its name is free again, its file removed.
-    script = f"from paths.runfile import register; register('ghost', {str(tmp_path)!r})"
+    assert claim("solo", tmp_path).name == "solo-2"
+    # A launcher that registered and died (no release): its name is free again, its file removed.
+    script = f"from paths.runfile import claim; claim('ghost', {str(tmp_path)!r})"
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     ghost = RunFile.find("ghost", tmp_path)
     assert ghost.owner.alive() is False
     with pytest.raises(RunError, match="launcher .* is gone"):
         ghost.check_live()
-    taken = register("ghost", tmp_path)
+    taken = claim("ghost", tmp_path)
     assert taken.name == "ghost" and taken.owner == claimed.owner
-    # unregister removes only a file that is still its own.
+    # release removes only a file that is still its own.
     stale = RunFile(ghost.pathmap_file, {}, {}, 0.0, ghost.path, owner=ghost.owner)
-    stale.unregister()
+    stale.release()
     assert Path(taken.path).exists()
-    taken.unregister()
+    taken.release()
     assert not Path(taken.path).exists()
 
 
 def test_monitors_attached_to_a_run_are_counted_and_the_gone_ones_pruned(tmp_path):
-    run = register("watched", tmp_path)
+    run = claim("watched", tmp_path)
     with run.attach_monitor("heartbeat"), run.attach_monitor("getevent"):
         assert sorted(m.kind for m in run.monitors()) == ["getevent", "heartbeat"]
     assert run.monitors() == []
@@ -113,7 +113,7 @@ def test_monitors_attached_to_a_run_are_counted_and_the_gone_ones_pruned(tmp_pat
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert len(list(run.monitor_dir.glob("*.json"))) == 1
     assert run.monitors() == [] and not list(run.monitor_dir.glob("*.json"))
-    run.unregister()
+    run.release()
     assert not run.monitor_dir.exists()
 
 
@@ -179,7 +179,7 @@ def test_eventspace_runs_lists_live_runs_with_their_monitors_from_anywhere(tmp_p
 
 
 def test_prune_keeps_runs_of_other_hosts_and_of_live_launchers(tmp_path):
-    mine = register("here", tmp_path)
+    mine = claim("here", tmp_path)
     other = RunFile(str(tmp_path / "far.pathmap.yaml"), {"A": "tcp://10.0.0.1:5000"}, {"A": 1}, time.time(),
                     owner=mine.owner.__class__(12345, "another-host")).write(tmp_path / "far.json")
     assert prune(tmp_path) == []
@@ -193,7 +193,7 @@ def test_eventspace_runs_keeps_every_name_whole_when_piped(tmp_path):
     runs = tmp_path / "runs"
     name = "workers-of-a-pipeline-whose-name-does-not-fit-in-eighty-columns-at-all"
     source = str(tmp_path.joinpath(*["deeper"] * 12, "pipeline.yaml"))
-    run = register(name, runs, source=source)
+    run = claim(name, runs, source=source)
     run.ready({"A": "tcp://127.0.0.1:1"}, {"A": os.getpid()})
     try:
         for env in ({**os.environ, "COLUMNS": "80"}, {k: v for k, v in os.environ.items() if k != "COLUMNS"}):
@@ -201,13 +201,13 @@ def test_eventspace_runs_keeps_every_name_whole_when_piped(tmp_path):
             assert out.returncode == 0, out.stderr
             assert name in out.stdout and os.path.relpath(source, tmp_path) in out.stdout, out.stdout
     finally:
-        run.unregister()
+        run.release()
 
 
 def test_a_run_whose_nodes_and_launcher_are_gone_is_removed_by_the_monitor_that_sees_it_end(tmp_path):
     """As an MPI run killed with `kill -9` (rank 0 is its launcher) leaves it under mpiexec."""
-    script = (f"import os; from paths.runfile import register; "
-              f"register('killed', {str(tmp_path)!r}).ready({{'r0': 'tcp://127.0.0.1:1'}}, {{'r0': os.getpid()}})")
+    script = (f"import os; from paths.runfile import claim; "
+              f"claim('killed', {str(tmp_path)!r}).ready({{'r0': 'tcp://127.0.0.1:1'}}, {{'r0': os.getpid()}})")
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     run = RunFile.find("killed", tmp_path)
     assert run.owner.alive() is False and gone(run.pids["r0"])

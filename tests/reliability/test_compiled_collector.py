@@ -106,7 +106,7 @@ def outcome(make):
     return ["ok", int(index), int(element._first), int(element._last), bytes(element._ring).hex()]
 
 print(json.dumps({{"compiled": outcome(lambda e: _collector.RingAppender(e, True)),
-                  "pure": outcome(lambda e: e.appender(True))}}))
+                  "pure": outcome(lambda e: e.reference_appender(True))}}))
 """
 
 

@@ -126,8 +126,8 @@ def test_a_stream_scope_that_stops_pulling_never_holds_up_the_app_and_then_repor
 def test_a_node_killed_mid_run_stops_the_app_names_the_node_and_leaves_nothing_running(live):
     pids = live.pids
     with Heartbeat(live, timeout=0.5) as heartbeat:
-        heartbeat.beat()
-        assert not heartbeat.beat().gone
+        heartbeat.read()
+        assert not heartbeat.read().gone
         root = heartbeat.scope.installed()[-1][0]     # the node that answers the monitor's pulls
         victim = "C" if root != "C" else "D"
         victims = {t.name for t in live.pathmap.threads if t.node == victim}
@@ -136,7 +136,7 @@ def test_a_node_killed_mid_run_stops_the_app_names_the_node_and_leaves_nothing_r
         with pytest.raises(NodeDied, match=rf"node {victim}\b"):
             live.wait(timeout=30)
         assert time.monotonic() - killed < 5, "the application took too long to stop"
-        reports = [heartbeat.beat(), heartbeat.beat()]
+        reports = [heartbeat.read(), heartbeat.read()]
     for report in reports:
         assert report.gone == {victim}
         assert {b.thread for b in report.threads if b.status == GONE} == victims

@@ -71,7 +71,7 @@ def test_a_class_record_naming_every_member_id_does_not_stall_the_node(idle):
         before = memory_kb(run.pids[node])
         now = time.monotonic_ns()
         write(clients, victim, (RANGE, trace.CLASS, victim.id, 0, 0, U32, now, now))
-        report = mon.poll()
+        report = mon.read()
         assert not report.missing, f"node {node} did not answer the classes pull: its join is stuck"
         grown = (memory_kb(run.pids[node])["VmHWM"] - before["VmRSS"]) / 1024
         seen = bystander.finish()
@@ -116,7 +116,7 @@ def test_the_heartbeat_judges_the_genuine_records_beside_a_forged_one(idle):
     now = time.monotonic_ns()
     write(clients, victim, (trace.OP_CODES["move"], 0, FAR, 0, 0, 0, now, now))
     with Heartbeat(run, placement="monitor") as hb:
-        report = hb.beat()
+        report = hb.read()
     assert report.by_status(QUIET) == [victim.thread]
     assert report.by_status(ALIVE) == [t.name for t in run.pathmap.threads if t.name != victim.thread]
 
@@ -197,9 +197,9 @@ def test_getevent_leaves_out_a_time_its_clock_correction_would_take_below_zero(t
                 GetEventMon(run, "all", out=tmp_path / "events.sqlite") as mon:
             node_now = client.call("eventspace.clock")
             client.enter(victim.trace, trace.FORMAT).move((trace.OP_CODES["move"], 0, victim.id, 0, 0, 0, 1, node_now))
-            mon.poll()
+            mon.read()
             assert mon.scope.ignored == {ignored.BAD_TIMES: 1}
-            assert mon.poll() is not None
+            assert mon.read() is not None
         with Archive.open(tmp_path / "events.sqlite") as archive:
             assert len(archive) == 0
 

@@ -283,17 +283,17 @@ def test_the_heartbeat_shows_a_paused_node_as_not_answering_and_a_killed_one_as_
     """Heartbeat over a run whose node is SIGSTOPped, resumed, then killed: not answering, alive, gone."""
     with windtunnel_with_source_collectors(tmp_path) as run:
         with Heartbeat(run, timeout=0.5) as heartbeat:
-            heartbeat.beat()
+            heartbeat.read()
             root = heartbeat.scope.installed()[-1][0]   # the node that answers the monitor's pulls
             victim = "B" if root != "B" else "A"
             victims = {t.name for t in run.pathmap.threads if t.node == victim}
             with Paused(run.pids[victim]):
-                paused = until(heartbeat.beat, 30, "a beat with a node not answering",
+                paused = until(heartbeat.read, 30, "a beat with a node not answering",
                                holds=lambda beat: beat.not_answering)
-            resumed = until(heartbeat.beat, 30, "a beat with every node answering again",
+            resumed = until(heartbeat.read, 30, "a beat with every node answering again",
                             holds=lambda beat: not beat.not_answering)
             run.kill(victim)
-            killed = until(heartbeat.beat, 30, "a beat with a node gone", holds=lambda beat: beat.gone)
+            killed = until(heartbeat.read, 30, "a beat with a node gone", holds=lambda beat: beat.gone)
     assert paused.not_answering == {victim} and not paused.gone, (paused.not_answering, paused.gone)
     assert {b.thread for b in paused.threads if b.status == NOT_ANSWERING} == victims
     assert f"nodes not answering: {victim}" in _text(heartbeat_summary(paused, "now"))

@@ -329,21 +329,22 @@ def fuzz_target(spawn_server):
 def test_fuzzed_frames_are_answered_and_a_good_client_is_served_throughout(fuzz_target):
     server, ctx, eids = fuzz_target
     good = WellBehaved(server.endpoint)
-    sent = [0]
+    sent = 0
     base = int.from_bytes(os.urandom(6), "big") + 2 ** 61   # ping ids no fuzz frame carries
 
     @settings(max_examples=200, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
     @given(st.lists(messages(eids), min_size=8, max_size=40))
     def fuzz(batch):
+        nonlocal sent
         sock = ctx.socket(zmq.DEALER)   # one per batch: late replies to parked requests go nowhere
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(server.endpoint)
         try:
-            replies = exchange(sock, batch, base + sent[0])
+            replies = exchange(sock, batch, base + sent)
         finally:
             sock.close()
-        sent[0] += len(batch)
+        sent += len(batch)
         assert server.proc.poll() is None, "the node server process died"
         check_replies(batch, replies)
 
@@ -357,12 +358,12 @@ def test_fuzzed_frames_are_answered_and_a_good_client_is_served_throughout(fuzz_
     rounds = good.finish()
     after = rss_kb(server.proc.pid)
     assert server.proc.poll() is None, "the node server process died"
-    assert sent[0] >= 1_500, f"only {sent[0]} messages were sent"
-    assert rounds >= 20, f"the good client did only {rounds} rounds alongside {sent[0]} fuzz messages"
-    assert after - before < RSS_MARGIN_KB, f"the server grew from {before} kB to {after} kB over {sent[0]} messages"
+    assert sent >= 1_500, f"only {sent} messages were sent"
+    assert rounds >= 20, f"the good client did only {rounds} rounds alongside {sent} fuzz messages"
+    assert after - before < RSS_MARGIN_KB, f"the server grew from {before} kB to {after} kB over {sent} messages"
     with pastset.connect(server.endpoint) as fresh:
         assert fresh.ping() == "test-node"
-    print(f"{sent[0]} fuzz messages; server RSS {before} -> {after} kB; {rounds} good-client rounds")
+    print(f"{sent} fuzz messages; server RSS {before} -> {after} kB; {rounds} good-client rounds")
 
 
 # name -> the frame, made for the id of an empty element of template ["any"]

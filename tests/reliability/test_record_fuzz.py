@@ -143,7 +143,7 @@ def test_forged_records_in_a_live_run_break_no_consumer(live, tmp_path):
                     missed = getattr(mon, "missing", None) or getattr(got, "missing", None) or \
                         getattr(got, "not_answering", None) or getattr(got, "gone", None)
                     assert not missed, f"round {rounds}: {type(mon).__name__}: nodes {missed} did not answer"
-                board.update()
+                board.read()
             seen = bystander.finish()
     finally:
         for thing in [*scopes, *monitors, board]:

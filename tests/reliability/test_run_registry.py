@@ -15,7 +15,7 @@ import pytest
 from runs import ENV, REPO, TWO_NODES, pathmap_for, ring_app
 
 from paths import RunError, RunFile, launch
-from paths.runfile import live_runs, prune, register
+from paths.runfile import claim, live_runs, prune
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="makes files of another user (chown): needs root")
 NOBODY = 65534
@@ -87,7 +87,7 @@ def test_a_run_directory_that_others_may_write_is_refused_with_one_clear_line(tm
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(RunError, match=rf"run directory {shared} .*others may write in it \(mode 0?777\)"):
-        register("open", shared)
+        claim("open", shared)
     for argv in (["runs", "--run-dir", str(shared)], ["launch", str(REPO / "pathmaps" / "windtunnel-toy.yaml"),
                                                       "--run-dir", str(shared), "--duration", "1"]):
         refused = eventspace(*argv)
@@ -100,9 +100,9 @@ def test_a_sticky_run_directory_of_the_users_own_is_used_and_only_the_users_file
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
-    mine = register("mine", shared)
+    mine = claim("mine", shared)
     assert [r.name for r in live_runs(shared)] == ["mine"]
-    mine.unregister()
+    mine.release()
     assert not Path(mine.path).exists()
 
 
@@ -117,11 +117,11 @@ def test_in_a_shared_run_directory_another_users_files_are_never_read_or_removed
     assert theirs.exists()
     with pytest.raises(RunError, match="belongs to another user"):
         RunFile.find("theirs", shared)
-    run = register("mine", shared)
+    run = claim("mine", shared)
     planted = shared / "mine.pathmap.yaml"     # where the run's snapshot goes, taken by another user
     planted.symlink_to(tmp_path / "anything")
     os.lchown(planted, NOBODY, NOBODY)
-    run.unregister()
+    run.release()
     assert planted.is_symlink() and not Path(run.path).exists()
 
 
@@ -132,7 +132,7 @@ def test_a_world_writable_run_directory_of_another_user_is_refused_even_if_stick
     shared.chmod(0o1777)
     os.chown(shared, NOBODY, NOBODY)
     with pytest.raises(RunError, match="belongs to another user"):
-        register("theirs", shared)
+        claim("theirs", shared)
 
 
 def test_a_run_directory_whose_parent_is_missing_is_refused_and_nothing_is_made(tmp_path, monkeypatch):
@@ -141,11 +141,11 @@ def test_a_run_directory_whose_parent_is_missing_is_refused_and_nothing_is_made(
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.delenv("EVENTSPACE_RUN_DIR", raising=False)
     with pytest.raises(RunError, match=rf"{home} does not exist"):
-        register("homeless")
+        claim("homeless")
     assert not home.exists()
     given = tmp_path / "no" / "such" / "runs"
     with pytest.raises(RunError, match=rf"{given.parent} does not exist"):
-        register("nowhere", given)
+        claim("nowhere", given)
     assert not (tmp_path / "no").exists()
     refused = eventspace("launch", str(REPO / "pathmaps" / "windtunnel-toy.yaml"), "--duration", "1",
                          env={"HOME": str(home), "EVENTSPACE_RUN_DIR": "", "XDG_RUNTIME_DIR": ""})
@@ -153,16 +153,16 @@ def test_a_run_directory_whose_parent_is_missing_is_refused_and_nothing_is_made(
     assert not home.exists()
     # Below an existing base, the missing levels are made, for this user alone.
     home.mkdir()
-    run = register("housed")
+    run = claim("housed")
     assert Path(run.path).parent == home / ".eventspace" / "runs"
     assert {oct((home / p).stat().st_mode & 0o777) for p in (".eventspace", ".eventspace/runs")} == {"0o700"}
-    run.unregister()
+    run.release()
 
 
 def test_a_stale_run_found_by_a_monitor_is_removed_and_said_so(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir(mode=0o700)
-    script = f"from paths.runfile import register; register('ghost', {str(runs)!r})"
+    script = f"from paths.runfile import claim; claim('ghost', {str(runs)!r})"
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert (runs / "ghost.json").exists()
     started = time.monotonic()
