@@ -18,11 +18,13 @@ import pastset
 REPO = Path(__file__).resolve().parents[1]
 
 # A node server in its own process: prints its endpoint, serves until its stdin closes (so it
-# also ends when the test run dies), then closes its endpoint.
+# also ends when the test run dies), then closes its endpoint. It hosts `parked`: how many requests
+# wait on an element (what tests/pastset/harness.py's `blocked_on` asks before a test wakes them).
 SERVER_SCRIPT = """\
 import sys
 import pastset
 srv = pastset.TupleServer("test-node")
+srv.host("parked", lambda name: srv.element(name).parked, inline=True)
 print(srv.serve("tcp://127.0.0.1:0"), flush=True)
 sys.stdin.read()
 srv.close()

@@ -11,7 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from paths import AppMap, ClusterMap, Instrument, Pathmap, Placement, Selector, generate, launch
+import pastset
+from eventspace.roster import Roster, roster_node
+from paths import AppMap, ClusterMap, Instrument, Pathmap, Placement, RunError, RunFile, Selector, generate, launch
+from polling import until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,6 +79,42 @@ def gone(pid: int) -> bool:
             return f.read().split()[2] == "Z"
     except FileNotFoundError:
         return True
+
+
+def not_answering(endpoint: str, within: float = 1.0) -> bool:
+    """Whether the node server at `endpoint` accepts a connection but does not answer within `within`
+    seconds (paused, or a C call holds its GIL)."""
+    try:
+        pastset.connect(endpoint, timeout=within).close()
+    except pastset.NotAnswering:
+        return True
+    return False
+
+
+def still_running(job: subprocess.Popen) -> bool:
+    """True while `job` runs; once it ended, AssertionError with the end of what it printed (a
+    condition of `until` starts with it, so that a wait ends as soon as the job does)."""
+    if job.poll() is None:
+        return True
+    out, err = job.communicate()
+    raise AssertionError(f"exit code {job.returncode}; it printed: {(out or '')[-3000:]}\n{(err or '')[-3000:]}")
+
+
+def until_live(run, job: subprocess.Popen, timeout: float = 60.0) -> RunFile:
+    """The run file of `run` (a run's name, or its run file's path) once every node serves;
+    AssertionError if `job`, which started it, ends first."""
+    return until(lambda: still_running(job) and RunFile.find(str(run)).check_live(), timeout, f"run {run} to come up",
+                 ignoring=RunError)
+
+
+def in_roster(run, pid: int) -> bool:
+    """Whether a scope of process `pid` reported to the roster of `run` (a launched run): a monitor
+    that pulls."""
+    roster = Roster(run.endpoints[roster_node(run.pathmap)])
+    try:
+        return any(a.entry.monitor.endswith(f":{pid}") for a in roster.active())
+    finally:
+        roster.close()
 
 
 def node_children():

@@ -10,6 +10,7 @@ from apps.windtunnel.cli import run_windtunnel
 from apps.windtunnel.lattice import grid_sha256, reference_run
 from eventspace.cli import main
 from paths import ClusterMap, NodeDied, Pathmap, Placement, generate, launch
+from polling import until
 from runs import REPO, gone
 
 N, STEPS, SEED = 48, 12, 7
@@ -75,7 +76,8 @@ def test_a_node_that_dies_stops_the_run_naming_it(tmp_path):
     with launch(pm, run_dir=tmp_path) as run:
         pids = run.pids
         run.start("windtunnel", {"size": 64, "steps": 1_000_000, "until": time.time() + 60})
-        time.sleep(1.0)
+        until(lambda: len(progress := run.progress()) == len(pm.threads)
+              and all(p.get("step", 0) > 0 for p in progress.values()), 60, "every thread past its first step")
         run.kill("B")
         started = time.monotonic()
         with pytest.raises(NodeDied, match="node B died"):

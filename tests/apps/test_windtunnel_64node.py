@@ -10,8 +10,8 @@ import pytest
 
 from apps.windtunnel.lattice import grid_sha256, reference_run
 from monitors.heartbeat import ALIVE, STALLED
-from paths import Pathmap, RunError, RunFile
-from runs import REPO
+from paths import Pathmap
+from runs import REPO, until_live
 
 N, STEPS, SEED = 1024, 40, 7           # N = 1,024: one row of the grid per thread
 STALL = ("T700", 25, 10.0)             # thread, step, seconds: late enough for the heartbeat to be watching
@@ -36,7 +36,7 @@ def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalle
     heartbeat = None
     beats_file = tmp_path / "heartbeat.jsonl"   # a beat of 1,024 threads fills a pipe: the heartbeat writes a file
     try:
-        run_file = until_live(tmp_path / "windtunnel-64node.json", runner)
+        run_file = until_live(tmp_path / "windtunnel-64node.json", runner, 180)
         with open(beats_file, "w") as beats_out:
             heartbeat = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "monitor", "heartbeat", "--run",
                                           run_file.path, "--interval", "1", "--json"],
@@ -74,17 +74,3 @@ def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalle
     others = {t for s in statuses for t, status in s.items() if status == STALLED and t != thread}
     assert not others, f"healthy threads flagged: {sorted(others)[:10]}"
     assert "run windtunnel-64node ended" in watched.splitlines()[-1]
-
-
-def until_live(path, runner, timeout=180.0) -> RunFile:
-    """The run file at `path` once every node serves (AssertionError if `runner` ends first)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert runner.poll() is None, runner.communicate()[1][-3000:]
-        try:
-            return RunFile.find(str(path)).check_live()
-        except RunError:
-            time.sleep(0.2)
-    raise AssertionError(f"the run did not come up within {timeout} s")

@@ -22,6 +22,7 @@ from eventspace.space import CONTROL, switch_collectors
 from paths import DEFAULT_KEEP, AppMap, ClusterMap, Context, Instrument, NodeServer, Placement, Selector, generate
 from pastset import Timeout
 from pastset.template import Template
+from polling import until
 
 APP = """\
 threads: 3
@@ -180,11 +181,11 @@ def test_collectors_switch_off_and_on_through_the_control_element_within_100_ms(
     handle = Context(server, "T0", {}).path("samples")
     handle.move((0, 0))
     switch_collectors(server.server, False, [cid])
-    assert _eventually(lambda: not server.services["eventspace"].switch(cid), 0.1)
+    until(lambda: not server.services["eventspace"].switch(cid), 0.1)
     handle.move((1, 1))
     assert len(records(server, entry)) == 1        # switched off: forwarded, not recorded
     switch_collectors(server.server, True)       # None: every collector of the node
-    assert _eventually(lambda: server.services["eventspace"].switch(cid), 0.1)
+    until(lambda: server.services["eventspace"].switch(cid), 0.1)
     handle.move((2, 2))
     assert records(server, entry)["arg"].tolist() == [0, 2]
     assert server.server.element(CONTROL).last() == 2
@@ -206,15 +207,6 @@ def test_the_catalogue_names_each_collector_and_its_trace_element(node):
     assert [names[column[e.id]] for e in catalogue] == [e.thread for e in catalogue]
 
 
-def _eventually(check, within):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.002)
-    return check()
-
-
 def test_an_operation_under_way_shows_in_the_in_flight_table_until_it_returns(node):
     server, catalogue = node(Selector(at=("source",), threads=("T1",), elements=("rows",)))
     (entry,) = catalogue
@@ -223,7 +215,7 @@ def test_an_operation_under_way_shows_in_the_in_flight_table_until_it_returns(no
     reader = threading.Thread(target=lambda: got.append(Context(server, "T1", {}).path("rows").observe(timeout=10)))
     before = time.monotonic_ns()
     reader.start()
-    assert _eventually(lambda: space.in_flight(), 5)
+    until(lambda: space.in_flight(), 5)
     ((cid, t0),) = space.in_flight()
     assert cid == entry.id and before <= t0 <= time.monotonic_ns()
     Context(server, "T0", {}).path("rows").move((1, b"x"))
@@ -248,7 +240,7 @@ def test_a_reader_waiting_on_a_trace_element_wakes_when_the_collector_writes(nod
     try:
         local.start()
         parked.start()
-        assert _eventually(lambda: element._sleepers == 1 and element.parked == 1, 5)
+        until(lambda: element._sleepers == 1 and element.parked == 1, 5)
         Context(server, "T0", {}).path("samples").move((5, 6))
         local.join(10)
         parked.join(10)

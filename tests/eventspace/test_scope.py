@@ -22,6 +22,7 @@ from eventspace.scope import EventScope, ScopeError
 from eventspace.stages import StageError
 from eventspace.view import ViewError
 from paths import Instrument, Selector, launch
+from polling import until
 from runs import ENV, FOUR_NODES, THREE_NODES, TWO_NODES, InProcessRun, pathmap_for, ring_app
 
 KEEP = 50
@@ -172,7 +173,7 @@ def test_reconfiguring_while_the_application_runs_loses_and_repeats_nothing(tmp_
         with EventScope(run, "all", mode="stream", tree="flat", placement="monitor") as scope:
             for i, (tree, placement) in enumerate([("per-node", "near"), ("kary:2", "monitor"),
                                                    ("per-cluster", "near"), ("flat", "near")] * 3):
-                time.sleep(0.1)
+                time.sleep(0.1)   # traffic between two reconfigurations: what must be neither lost nor repeated
                 pulled = scope.pull()
                 assert pulled.discarded == 0 and not pulled.missing
                 seen.append(pulled.records)
@@ -237,7 +238,7 @@ MONITOR = textwrap.dedent("""\
                        stages=["reduce:max_t_end@thread"])
     scope.pull()
     print("placed", flush=True)
-    time.sleep(600)
+    time.sleep(600)   # lives until the test kills it
 """)
 
 
@@ -251,10 +252,8 @@ def test_joins_of_a_monitor_that_died_go_when_their_lease_ends(launched):
         assert any(finished.client(n).call("eventspace.scope.list") for n in nodes)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(finished.client(n).call("eventspace.scope.list") for n in nodes):
-            time.sleep(0.1)
-        assert not any(finished.client(n).call("eventspace.scope.list") for n in nodes)
+        until(lambda: not any(finished.client(n).call("eventspace.scope.list") for n in nodes), 10,
+              "the dead monitor's joins gone when their lease ended")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -5,12 +5,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from eventspace.cli import main
 from experiments.network import PREFIX, Clusters, running, cleanup, unavailable
+from polling import until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(unavailable() is not None, reason=f"no network namespaces: {unavailable()}")]
@@ -49,6 +49,12 @@ def leftovers() -> list[str]:
     return namespaces + links
 
 
+def listening(net: Clusters, where: str, port: int) -> bool:
+    """Whether something listens on TCP `port` in host `where`'s namespace."""
+    return bool(subprocess.run([*net.command(where), "ss", "-Hltn", f"sport = :{port}"], capture_output=True,
+                               text=True).stdout.strip())
+
+
 def probe(net: Clusters, where: str | None, address: str) -> tuple[float, float]:
     """(least round trip ms, seconds to echo 1 MiB) from host `where` (None: this namespace) to `address`."""
     prefix = net.command(where) if where else []
@@ -60,7 +66,7 @@ def probe(net: Clusters, where: str | None, address: str) -> tuple[float, float]
 def test_the_link_between_clusters_delays_each_way_by_its_own_delay_and_tbf_caps_its_rate():
     with Clusters(hosts=2, delay_ms=5, back_ms=15) as net:
         echo = [subprocess.Popen([*net.command(ns), sys.executable, "-c", ECHO]) for ns in ("evs-c1h2", "evs-c2h1")]
-        time.sleep(0.5)
+        until(lambda: all(listening(net, ns, 7000) for ns in ("evs-c1h2", "evs-c2h1")), 30, "both echo servers listening")
         inside, _ = probe(net, "evs-c1h1", "10.77.1.2")
         across, fast = probe(net, "evs-c1h1", "10.77.2.1")
         back, _ = probe(net, "evs-c2h2", "10.77.1.2")

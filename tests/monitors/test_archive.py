@@ -128,7 +128,7 @@ def test_the_archive_keeps_when_its_events_were_recorded(tmp_path, catalogue):
     with Archive(tmp_path / "r.db", catalogue):
         pass
     after_mono, after_real = time.monotonic_ns(), time.time_ns()
-    time.sleep(0.01)
+    time.sleep(0.01)   # the clocks move on: the reading kept must be the first
     with Archive(tmp_path / "r.db", catalogue) as archive:   # reopened later to append: still the first reading
         clock = archive.info.clock
         with pytest.raises(ValueError, match="kept by the archive"):

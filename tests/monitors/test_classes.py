@@ -12,6 +12,7 @@ from eventspace.scope import EventScope
 from eventspace.stages import ScopeStage, StageError, check_tree
 from monitors.classes import ClassesMon, describe
 from paths import Instrument, Selector, launch
+from polling import until
 from runs import ENV, THREE_NODES, finish, pathmap_for, read_until, ring_app, start_monitor
 
 BUSY = "T4"
@@ -25,14 +26,17 @@ def uneven(tmp_path_factory):
         Selector(at=("source", "sink")), Selector(trees=("count",))))).validate()
     with launch(pm, run_dir=tmp_path_factory.mktemp("runs"), env=ENV) as run:
         run.start("programs:uneven", {"stop_after": 60, "busy": BUSY, "extra": 2})
-        time.sleep(1.0)
+        with EventScope(run, "all", mode="latest") as scope:
+            until(lambda: {f"T{i}" for i in range(6)} <= {scope.catalogue[int(c)].thread
+                                                          for c in scope.pull().records["collector"]}, 30,
+                  "events of all six threads")
         yield run
 
 
 def test_the_odd_thread_is_a_class_of_its_own_and_the_rest_one_class(uneven):
     with ClassesMon(uneven) as mon:   # per-node joins in the node servers
         mon.read()
-        time.sleep(1.0)
+        time.sleep(1.0)   # the window the report covers (a monitor's interval)
         report = mon.read()
     assert [c.members for c in report.classes] == [("T0", "T1", "T2", "T3", "T5"), (BUSY,)]
     same, odd = report.classes
@@ -47,7 +51,7 @@ def test_classes_reach_the_monitor_in_a_tenth_of_the_bytes_of_a_flat_gather(unev
     with ClassesMon(uneven) as mon, EventScope(uneven, "all", mode="stream") as flat:
         mon.read()
         flat.pull()
-        time.sleep(1.0)
+        time.sleep(1.0)   # the window both pulls cover
         report = mon.read()
         before = flat.stats().bytes_in
         flat.pull()
@@ -58,13 +62,13 @@ def test_classes_reach_the_monitor_in_a_tenth_of_the_bytes_of_a_flat_gather(unev
 def test_nodes_form_classes_too_and_a_tree_that_splits_a_member_is_refused(uneven):
     with ClassesMon(uneven, by="node", tree="per-cluster") as mon:
         mon.read()
-        time.sleep(0.5)
+        time.sleep(0.5)   # the window the report covers (a monitor's interval)
         report = mon.read()
     assert sorted(m for c in report.classes for m in c.members) == ["A", "B", "C"]
     # Trees are laid over nodes, so a k-ary one keeps each node's trace elements under one join...
     with ClassesMon(uneven, by="node", tree="kary:2") as mon:
         mon.read()
-        time.sleep(0.5)
+        time.sleep(0.5)   # the window the report covers (a monitor's interval)
         assert sorted(m for c in mon.read().classes for m in c.members) == ["A", "B", "C"]
     with EventScope(uneven, "all", tree="kary:2") as scope:
         catalogue, leaves = scope.catalogue, [spec.leaves for spec in scope.plan()]
@@ -81,7 +85,7 @@ def test_histograms_of_durations_merge_in_the_node_servers(uneven):
             EventScope(uneven, "role:source", mode="stream") as raw:
         scope.pull()
         raw.pull()
-        time.sleep(0.5)
+        time.sleep(0.5)   # the window both pulls cover
         got = histogram.decode(scope.pull().records, scope.catalogue, "thread")
         events = raw.pull().records
     assert {h.group for h in got} == {f"T{i}" for i in range(6)}

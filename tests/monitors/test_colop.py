@@ -6,13 +6,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from monitors.colop import ColOpMon, wait_for
 from paths import Instrument, Pathmap, Selector, launch
+from polling import until
 from runs import ENV, REPO, THREE_NODES, finish, pathmap_for, read_until, ring_app, start_monitor
 
 DELAY = 0.05
@@ -68,13 +68,8 @@ def test_an_open_round_says_whom_it_waits_for(tmp_path):
     with launch(ring_with_trees("open"), run_dir=tmp_path, env=ENV) as run:
         with ColOpMon(run, "count") as mon:
             run.start("programs:hold_back", {"rounds": rounds, "late": "T4", "hold": hold})
-            deadline = time.monotonic() + 60
-            while True:
-                report = mon.read()
-                if report.open is not None and report.open.open_for_s >= 1.0:
-                    break
-                assert time.monotonic() < deadline, f"no round stayed open: {report.open}"
-                time.sleep(0.2)
+            report = until(mon.read, 60, "a round open for a second",
+                           holds=lambda report: report.open is not None and report.open.open_for_s >= 1.0)
             run.wait(timeout=60)
     # The last complete round and the one blocked on T4 are told apart.
     assert report.rounds == rounds

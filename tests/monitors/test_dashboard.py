@@ -1,12 +1,12 @@
 """The dashboard on a live run: every instrumented tree, and every scope of every monitor of the run."""
 
 import dataclasses
-import time
 
 from eventspace.roster import STALE_AFTER, monitor_name
 from eventspace.scope import EventScope
 from monitors.dashboard import Dashboard
 from paths import Instrument, Selector, launch
+from polling import until
 from runs import ENV, THREE_NODES, pathmap_for, ring_app, start_monitor
 
 
@@ -18,14 +18,9 @@ def ring(name):
         Selector(at=("source",)), Selector(trees=("count", "step"))))).validate()
 
 
-def update_until(board, done, timeout=60.0, what="the dashboard never showed it"):
-    deadline = time.monotonic() + timeout
-    while True:
-        state = board.read()
-        if done(state):
-            return state
-        assert time.monotonic() < deadline, f"{what}: {state}"
-        time.sleep(0.3)
+def update_until(board, done, timeout=60.0, what="the dashboard to show it"):
+    """The dashboard's state once `done(state)` holds (its state is read afresh at each look)."""
+    return until(board.read, timeout, what, holds=done)
 
 
 def names(state) -> set[str]:

@@ -34,7 +34,7 @@ def _stream(mon, pulls: int, pause: float) -> int:
     streamed = 0
     for _ in range(pulls):
         streamed += mon.read().events
-        time.sleep(pause)
+        time.sleep(pause)   # the monitor's pace, as --interval sets it
     return streamed
 
 
@@ -58,7 +58,7 @@ def test_a_perfetto_trace_of_a_live_run_is_valid_and_links_moves_to_observes(liv
     with GetEventMon(live, "thread:T0 | thread:T1", out, tree="per-node", placement="near") as mon:
         for _ in range(3):
             mon.read()
-            time.sleep(0.05)
+            time.sleep(0.05)   # the monitor's pace, as --interval sets it
     doc = json.loads(out.read_text())
     assert validate(doc) == []
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}

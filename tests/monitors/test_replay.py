@@ -20,6 +20,7 @@ from monitors.colop import Rounds
 from monitors.getevent import GetEventMon
 from monitors.replay import Replay, ReplayError
 from paths import Instrument, Selector, launch
+from polling import until
 from runs import ENV, REPO, THREE_NODES, pathmap_for, ring_app
 
 HOLD = 3.0   # seconds T5 holds back before the last allreduce of the recording
@@ -42,7 +43,7 @@ def recorded(tmp_path_factory):
                 run.start(program, args)
                 while any(run.client(n.name).call("paths.info")["running"] for n in pm.nodes):
                     mon.read()
-                    time.sleep(0.2)
+                    time.sleep(0.2)   # the monitor's pace: the recording's pulls
                 run.wait(timeout=60)
             mon.read()
         finally:
@@ -121,13 +122,8 @@ def press(session, keys: str) -> None:
 
 def screen(session, words, timeout=30.0) -> str:
     """The pane's text once it holds `words` (AssertionError if it does not in time)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        shown = tmux("capture-pane", "-p", "-t", session)
-        if words in shown:
-            return shown
-        assert time.monotonic() < deadline, f"no {words!r} on the screen within {timeout} s:\n{shown}"
-        time.sleep(0.2)
+    return until(lambda: tmux("capture-pane", "-p", "-t", session), timeout, f"{words!r} on the screen",
+                 holds=lambda shown: words in shown)
 
 
 def frame_number(shown) -> int:
@@ -146,7 +142,7 @@ def test_the_player_obeys_its_keys_in_a_terminal_and_gives_the_terminal_back(rec
         screen(session, "playing")
         press(session, " ")
         paused = frame_number(screen(session, "paused"))
-        time.sleep(1.5)                                       # paused: no frame goes by
+        time.sleep(1.5)                                       # paused: no frame goes by (what is under test)
         assert frame_number(screen(session, "paused")) == paused
         press(session, "s")
         screen(session, f"frame {paused + 1} of")
@@ -163,10 +159,8 @@ def test_the_player_obeys_its_keys_in_a_terminal_and_gives_the_terminal_back(rec
         press(session, "q")
         screen(session, "replayed")
         # Typed before the player has ended, a line goes partly to its key reader (cbreak mode).
-        deadline = time.monotonic() + 30
-        while tmux("display-message", "-p", "-t", session, "#{pane_current_command}").strip() != "bash":
-            assert time.monotonic() < deadline, "the player did not end after q"
-            time.sleep(0.1)
+        until(lambda: tmux("display-message", "-p", "-t", session, "#{pane_current_command}").strip(), 30,
+              "the player ending after q: bash in the pane again", holds=lambda command: command == "bash")
         # The typed line must not hold what the output is waited for: `$p` makes the prefix.
         tmux("send-keys", "-t", session,
              "p=tty; stty -a | tr ' ' '\\n' | grep -x -e -*icanon -e -*echo | sed s/^/$p:/; echo $p:checked",

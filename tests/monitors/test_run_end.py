@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from paths import Instrument, Selector, launch
 from paths.runfile import run_ended
-from runs import ENDS_WITHIN, ENV, THREE_NODES, finish, pathmap_for, read_until, ring_app, start_monitor
+from polling import until
+from runs import ENDS_WITHIN, ENV, THREE_NODES, finish, in_roster, pathmap_for, read_until, ring_app, start_monitor
 
 
 def ring(name, keep=100):
@@ -65,7 +65,8 @@ def test_a_monitor_ends_with_one_line_when_its_run_ends(tmp_path, command, how, 
             if shown is not None:
                 read_until(proc, shown)
             else:
-                time.sleep(5)  # the dashboard draws its frames where only a terminal sees them
+                # The dashboard draws its frames where only a terminal sees them: its scope says it pulls.
+                until(lambda: in_roster(run, proc.pid) or proc.poll() is not None, 60, "the dashboard pulling")
                 assert proc.poll() is None, proc.stdout.read()
             end_run(run, how)
             code, lines = finish(proc)
@@ -109,7 +110,7 @@ def test_eventspace_scope_stops_pulling_a_run_that_ended(tmp_path):
                                  "--pulls", "100000", "--max-rate", "20", "--json"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            time.sleep(3)
+            until(lambda: in_roster(run, proc.pid) or proc.poll() is not None, 60, "eventspace scope pulling")
             assert proc.poll() is None
             end_run(run, "kill")
             code, lines = finish(proc)

@@ -3,7 +3,6 @@ of the dashboard, and SystemMon on a live run."""
 
 import dataclasses
 import json
-import time
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ from synthetic import T0
 from monitors.system import SystemMon
 from paths import Instrument, Selector, launch
 from pftrace_decode import decode
+from polling import until
 from runs import ENV, THREE_NODES, pathmap_for, ring_app
 from test_render import text
 
@@ -120,10 +120,11 @@ def test_system_mon_follows_every_nodes_newest_sample(tmp_path):
     with launch(pm, run_dir=tmp_path, env=ENV) as run:
         run.start("programs:ring_forever", {"stop_after": 3, "pause": 0.002})
         with SystemMon(run) as mon:
-            time.sleep(0.5)   # a node's first sample comes two intervals after it started
-            first = {s.node: s for s in mon.read().nodes}
-            time.sleep(0.5)
-            later = {s.node: s for s in mon.read().nodes}
+            # A node's first sample comes two intervals after it started.
+            first = until(lambda: {s.node: s for s in mon.read().nodes}, 30, "a sample of every node",
+                          holds=lambda seen: len(seen) == 3)
+            later = until(lambda: {s.node: s for s in mon.read().nodes}, 30, "a newer sample of every node",
+                          holds=lambda seen: len(seen) == 3 and all(seen[n].t_end > first[n].t_end for n in seen))
         run.wait()
     assert set(first) == set(later) == {"A", "B", "C"}
     assert all(later[n].t_end > first[n].t_end for n in later)

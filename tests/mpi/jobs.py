@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from paths import RunError, RunFile
+from eventspace.scope import EventScope
+from paths import RunFile
+from polling import until
+from runs import still_running, until_live  # noqa: F401 - the MPI tests take them from here
 
 PROGRAMS = Path(__file__).parent / "programs"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -69,16 +72,18 @@ def start(tmp_path, ranks: int, name: str, program: str, *args) -> subprocess.Po
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def until_live(name: str, job: subprocess.Popen, timeout: float = 60.0) -> RunFile:
-    """The run file of run `name` once every rank serves (AssertionError if `job` ends first)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert job.poll() is None, job.communicate()
-        try:
-            return RunFile.find(name).check_live()
-        except RunError:
-            time.sleep(0.1)
-    raise AssertionError(f"run {name} did not come up within {timeout} s")
+def until_in_calls(name: str, ranks: int, timeout: float = 90.0, for_at_least: float = 0.0) -> None:
+    """Until `ranks` ranks of run `name` are inside an MPI call, as their collectors' in-flight marks
+    say (what `eventspace stack` and the heartbeat read), each of them `for_at_least` seconds (a mark
+    is made just before the C call: a rank marked half a second ago is blocked inside it)."""
+    def in_calls() -> set[str]:
+        now = time.monotonic_ns()   # the ranks' clock (one host)
+        return {scope.catalogue[c].thread for c, mark in scope.in_flight_marks()[0].items()
+                if now - mark.t_start >= for_at_least * 1e9}
+
+    with EventScope(RunFile.find(name), "all", mode="latest") as scope:
+        until(in_calls, timeout, f"{ranks} ranks of run {name} inside an MPI call for {for_at_least:g} s",
+              holds=lambda threads: len(threads) == ranks)
 
 
 def stop(job: subprocess.Popen) -> None:

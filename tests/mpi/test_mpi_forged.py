@@ -10,10 +10,8 @@ import time
 import pastset
 from eventspace import ignored, trace
 from eventspace.catalogue import Catalogue
-from jobs import PROGRAMS, requires_mpi, stop
+from jobs import PROGRAMS, requires_mpi, stop, until_live
 from monitors.archive import Archive
-from paths import RunError, RunFile
-from paths.runfile import run_dir
 
 pytestmark = requires_mpi
 
@@ -26,20 +24,14 @@ def test_a_forged_time_in_a_rank_ring_does_not_stop_the_archive(tmp_path):
                                 "--archive", tmp_path / "run.sqlite", PROGRAMS / "live.py", stop_file], cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        run_file = None
-        deadline = time.monotonic() + 90
-        while run_file is None:
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            try:
-                run_file = RunFile.read(run_dir() / "forged.json").check_live()
-            except (RunError, FileNotFoundError, OSError):
-                time.sleep(0.2)
+        run_file = until_live("forged", process, 90)
         catalogue = Catalogue(run_file.pathmap())
         victim = next(e for e in catalogue.entries if e.thread == "r1")
         with pastset.connect(run_file.endpoints[victim.trace_node]) as client:
             now = client.call("eventspace.clock")
             client.enter(victim.trace, trace.FORMAT).move((0x0100, 0, victim.id, 0, 0, 0, now, 2**63))
-        time.sleep(1.0)   # the writer takes every 0.1 s: it meets the record, and the program goes on
+        time.sleep(1.0)   # the writer takes every 0.1 s: it meets the record, and the program goes on (no
+        # sign of it but the archive, which is read once the run ended)
         stop_file.touch()
         out, err = process.communicate(timeout=120)
     finally:

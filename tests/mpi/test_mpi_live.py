@@ -13,9 +13,9 @@ import pytest
 
 from eventspace.mpi import encoding as e
 from eventspace.scope import EventScope
-from jobs import PROGRAMS, mpirun, ours, requires_mpi, run
-from paths import RunError, RunFile
+from jobs import PROGRAMS, mpirun, ours, requires_mpi, run, until_live
 from paths.runfile import run_dir
+from polling import until
 
 pytestmark = requires_mpi
 
@@ -26,32 +26,8 @@ def start(tmp_path, ranks, *args):
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def live(tmp_path, name, job, timeout=90) -> RunFile:
-    path = run_dir() / f"{name}.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert job.poll() is None, job.communicate()
-        if path.exists():
-            try:
-                return RunFile.read(path).check_live()
-            except RunError:
-                pass
-        time.sleep(0.2)
-    raise AssertionError(f"run {name} did not come up within {timeout} s")
-
-
 def eventspace(*args, cwd):
     return run([sys.executable, "-m", "eventspace.cli", *map(str, args)], cwd, timeout=60)
-
-
-def until(condition, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +48,7 @@ def job(tmp_path_factory):
 
 def test_a_second_run_of_the_same_name_gets_another_that_it_prints(job):
     tmp_path, process, stop, release = job
-    live(tmp_path, "live", process)
+    until_live("live", process, 90)
     for args in (["--name", "live", "output.py"], [tmp_path / "other" / "live.py"]):
         (tmp_path / "other").mkdir(exist_ok=True)
         (tmp_path / "other" / "live.py").write_text("from mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n")
@@ -84,7 +60,7 @@ def test_a_second_run_of_the_same_name_gets_another_that_it_prints(job):
 
 def test_monitors_work_on_a_live_mpi_run(job):
     tmp_path, process, stop, release = job
-    run_file = live(tmp_path, "live", process)
+    run_file = until_live("live", process, 90)
     assert set(run_file.endpoints) == {"r0", "r1"}
 
     listing = eventspace("space", "ls", "live", "--view", "thread:r1", cwd=tmp_path)
@@ -93,7 +69,7 @@ def test_monitors_work_on_a_live_mpi_run(job):
 
     # A scope pulls rank 1's records as they come.
     with EventScope(run_file, "thread:r1", mode="stream") as scope:
-        got = until(lambda: [r for r in scope.pull().records if r["op"] == e.SENDRECV_RECV])
+        got = until(lambda: [r for r in scope.pull().records if r["op"] == e.SENDRECV_RECV], 20)
         assert all(scope.catalogue[int(r["collector"])].thread == "r1" for r in got)
         assert {int(r["element"]) for r in got} == {0} and {int(r["arg"]) for r in got} == {3}
 
@@ -102,7 +78,7 @@ def test_monitors_work_on_a_live_mpi_run(job):
     assert switched.returncode == 0, switched.stderr
     with EventScope(run_file, "all", mode="stream") as scope:
         scope.pull()
-        time.sleep(0.5)
+        time.sleep(0.5)   # a window in which r0, switched off, must write nothing while r1 writes on
         by_thread = {scope.catalogue[int(c)].thread for c in scope.pull().records["collector"]}
     assert by_thread == {"r1"}
 
@@ -115,7 +91,7 @@ def test_monitors_work_on_a_live_mpi_run(job):
     # Once the loop stops, rank 1 blocks in recv(source=0, tag=7): its in-flight mark says so.
     stop.touch()
     with EventScope(run_file, "thread:r1", mode="latest") as scope:
-        marks = until(lambda: [m for m in scope.in_flight_marks()[0].values() if m.op == e.RECV])
+        marks = until(lambda: [m for m in scope.in_flight_marks()[0].values() if m.op == e.RECV], 20)
     mark = marks[0]
     assert (mark.element, mark.arg, mark.flags) == (0, 7, e.PICKLED)
     assert e.describe(mark.op, mark.flags, mark.element, mark.arg, 0) == "MPI_Recv from r0 tag 7 on comm 0"
@@ -129,7 +105,7 @@ def test_monitors_work_on_a_live_mpi_run(job):
 def test_a_rank_killed_ends_the_job_as_mpi_ends_it(tmp_path):
     process = start(tmp_path, 3, tmp_path / "stop")
     try:
-        run_file = live(tmp_path, "live", process)
+        run_file = until_live("live", process, 90)
         os.kill(run_file.pids["r1"], signal.SIGKILL)
         out, err = process.communicate(timeout=60)
     finally:
@@ -137,7 +113,7 @@ def test_a_rank_killed_ends_the_job_as_mpi_ends_it(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
     assert process.returncode != 0
-    time.sleep(0.5)
+    until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in run_file.pids.values()), 30, "every rank ended")
     for pid in run_file.pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

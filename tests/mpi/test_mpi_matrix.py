@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
 from jobs import mpirun, requires_mpi, run, start, stop, until_live
 from monitors.heatmap import plotting
+from polling import until
 
 pytestmark = requires_mpi
 
@@ -73,11 +73,8 @@ def test_the_live_matrix_counts_what_the_program_sends_after_it_attached(tmp_pat
         assert sum(map(sum, first["bytes"])) == 0
         go.touch()
         expected = sent(job.stdout.readline() + "\n")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            last = json.loads(monitor.stdout.readline())
-            if last["bytes"] == expected["bytes"]:
-                break
+        last = until(lambda: json.loads(monitor.stdout.readline()), 30, "a matrix with every byte the program sent",
+                     holds=lambda last: last["bytes"] == expected["bytes"])
         assert (last["bytes"], last["messages"], last["discarded"]) == (expected["bytes"], expected["messages"], 0)
         done.touch()
         out, err = monitor.communicate(timeout=60)

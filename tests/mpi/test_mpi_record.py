@@ -10,13 +10,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from eventspace.archive import Archive
-from jobs import PROGRAMS, mpirun, ours, requires_mpi, stop, until_live
+from jobs import PROGRAMS, mpirun, ours, requires_mpi, still_running, stop, until_live
 from paths.runfile import run_dir
+from polling import until
 
 pytestmark = [requires_mpi, pytest.mark.slow]
 
@@ -26,22 +26,6 @@ def _start(tmp_path, name: str, *args) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "2", "--name", name,
                              *map(str, args)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
-
-
-def _wait_for(path: Path, job: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert job.poll() is None, job.communicate()
-        assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
-        time.sleep(0.05)
-
-
-def _wait_for_size(path: Path, size: int, job: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.stat().st_size > size):
-        assert job.poll() is None, job.communicate()
-        assert time.monotonic() < deadline, f"{path} did not grow past {size} bytes within {timeout} s"
-        time.sleep(0.05)
 
 
 ENDINGS = {   # how the test ends the run, and what the archive must say of it
@@ -59,14 +43,15 @@ def test_every_ending_leaves_a_readable_archive_of_what_reached_the_disk(tmp_pat
                  tmp_path / "running", mode)
     try:
         run_file = until_live(name, job)
-        _wait_for(tmp_path / "running", job)
+        until(lambda: still_running(job) and (tmp_path / "running").exists(), 120, "the program running")
         if ending == "sigint":
             os.killpg(job.pid, signal.SIGINT)          # the terminal's Ctrl-C reaches the whole job
         elif ending == "sigterm":
             job.send_signal(signal.SIGTERM)            # what `timeout` or Slurm sends eventspace mpirun
         elif ending == "kill-9":   # once r1's recorder has written blocks (it writes every second)
             (directory,) = run_dir().glob(f"{name}.recording*")
-            _wait_for_size(directory / "r1.rec", 4096, job)
+            until(lambda: still_running(job) and (directory / "r1.rec").stat().st_size > 4096, 120,
+                  "r1's recording growing past 4096 bytes", ignoring=FileNotFoundError)
             os.kill(run_file.pids["r1"], signal.SIGKILL)
         else:
             (tmp_path / "go").touch()
@@ -98,7 +83,7 @@ def test_the_flight_recorder_keeps_the_last_window_and_dumps_it_on_demand(tmp_pa
                  tmp_path / "running", "end")
     try:
         until_live(name, job)
-        _wait_for(tmp_path / "running", job)
+        until(lambda: still_running(job) and (tmp_path / "running").exists(), 120, "the program running")
         time.sleep(1.5)   # more than the window's worth of events
         dumped = subprocess.run([sys.executable, "-m", "eventspace.cli", "dump", "--run", name, "-o",
                                  tmp_path / "now.sqlite"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -124,7 +109,7 @@ def test_a_flight_recorder_is_dumped_when_a_rank_raises(tmp_path):
                  tmp_path / "running", "raise")
     try:
         until_live("crash", job)
-        _wait_for(tmp_path / "running", job)
+        until(lambda: still_running(job) and (tmp_path / "running").exists(), 120, "the program running")
         (tmp_path / "go").touch()
         out, err = job.communicate(timeout=120)
     finally:
@@ -170,7 +155,7 @@ def test_under_another_launcher_an_aborted_runs_recording_stays_and_builds_by_ha
                             str(running), "raise"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
     try:
-        _wait_for(running, job)
+        until(lambda: still_running(job) and running.exists(), 120, "the program running")
         go.touch()
         out, err = job.communicate(timeout=120)
     finally:

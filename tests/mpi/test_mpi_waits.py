@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from jobs import PROGRAMS, monitor, requires_mpi, start, stop, until_live
+from jobs import PROGRAMS, monitor, requires_mpi, start, stop, until_in_calls, until_live
+from polling import until
 
 pytestmark = requires_mpi
 
@@ -36,7 +35,7 @@ def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(t
     job = start(tmp_path, 2, name, "waits.py", mode)
     try:
         until_live(name, job)
-        time.sleep(0.5)   # past the Barrier: both ranks are in their receive
+        until_in_calls(name, 2)   # past the Barrier: both ranks are in their receive
         seen = beats(name, tmp_path, 4)
     finally:
         stop(job)
@@ -54,7 +53,7 @@ def test_a_collective_waiting_on_a_rank_that_waits_on_it_is_a_deadlock(tmp_path)
     job = start(tmp_path, 3, "dead-coll", "waits.py", "collective")
     try:
         until_live("dead-coll", job)
-        time.sleep(0.5)
+        until_in_calls("dead-coll", 3)   # r0 and r1 in the Allreduce, r2 in its receive
         seen = beats("dead-coll", tmp_path, 4)
     finally:
         stop(job)
@@ -70,7 +69,7 @@ def test_a_late_rank_is_named_and_is_no_deadlock(tmp_path):
     job = start(tmp_path, 3, "late", "waits.py", "late", release)
     try:
         until_live("late", job)
-        time.sleep(0.5)
+        until_in_calls("late", 2)   # r0 and r1 in the Allreduce (r2 waits for the release, outside MPI)
         seen = beats("late", tmp_path, 4)
         release.touch()
         out, err = job.communicate(timeout=60)
@@ -91,9 +90,11 @@ def test_a_rank_blocked_in_its_first_call_with_a_tag_nobody_sends_yet_is_waiting
         until_live("first", job)
         # until rank 0 is in its receive (its first MPI call: no record of it yet), which a loaded
         # machine may take a while to reach
-        deadline = time.monotonic() + 90
-        while not seen or (_thread(seen[-1], "r0")["status"] != "waiting" and time.monotonic() < deadline):
-            seen += beats("first", tmp_path, 2)
+        def r0_waiting() -> bool:
+            seen.extend(beats("first", tmp_path, 2))
+            return _thread(seen[-1], "r0")["status"] == "waiting"
+
+        until(r0_waiting, 90, "a beat with r0 waiting")
         release.touch()
         out, err = job.communicate(timeout=60)
     finally:
@@ -117,7 +118,7 @@ def test_eventspace_stack_merges_identical_stacks_and_says_what_each_rank_is_in(
     job = start(tmp_path, 4, "stacks", "waits.py", "collective")
     try:
         until_live("stacks", job)
-        time.sleep(0.5)   # past the Barrier: r0, r1, r3 in the Allreduce, r2 in its receive
+        until_in_calls("stacks", 4)   # past the Barrier: r0, r1, r3 in the Allreduce, r2 in its receive
         shown = subprocess.run([sys.executable, "-m", "eventspace.cli", "stack", "--run", "stacks", "--json"],
                                cwd=tmp_path, capture_output=True, text=True, timeout=60)
     finally:

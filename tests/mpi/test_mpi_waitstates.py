@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
-from jobs import PROGRAMS, mpirun, requires_mpi, run, stop, until_live
+from jobs import PROGRAMS, mpirun, requires_mpi, run, still_running, stop, until_live
 from monitors.heatmap import plotting
+from polling import until
 
 pytestmark = requires_mpi
 
@@ -193,14 +193,16 @@ def test_the_dashboard_of_an_mpi_run_shows_its_wait_states(tmp_path):
         until_live("board", job)
         board = Dashboard(RunFile.find("board"), title="board")
         go.touch()
-        deadline = time.monotonic() + 60
-        while True:   # rank 1 is late at every step: its neighbours wait for its messages, all for its allreduce
+        # Rank 1 is late at every step: its neighbours wait for its messages, all for its allreduce. 100
+        # late senders: 50 steps or so, well past the Barrier at the start, which waits for every rank to begin.
+        def board_with_waits():
             state = board.read()
-            waits = state.waits
-            if waits and waits.pattern("late_sender").instances >= 100 and waits.pattern("wait_nxn").waiting_ns:
-                break   # 50 steps or so: well past the Barrier at the start, which waits for every rank to begin
-            assert time.monotonic() < deadline and job.poll() is None, state
-            time.sleep(0.3)
+            waits = still_running(job) and state.waits
+            return state if waits and waits.pattern("late_sender").instances >= 100 and \
+                waits.pattern("wait_nxn").waiting_ns else None
+
+        state = until(board_with_waits, 60, "100 late senders and a wait at an allreduce on the board")
+        waits = state.waits
         caused = [sum(row[c] for row in waits.pairs) for c in range(3)]
         assert max(range(3), key=caused.__getitem__) == 1, caused
         console = Console(width=160, height=50, record=True)

@@ -1,4 +1,5 @@
-"""The PastSet test harness: raw wire peers, calls run in the background, and patient waiting."""
+"""The PastSet test harness: raw wire peers, calls run in the background, and how many calls wait
+on an element (what a test awaits with `polling.until` before it wakes them)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import time
 
 import msgpack
 import zmq
+
+import pastset
 
 TRACE = "=HHIIIIQQ"  # the 36-byte trace record
 
@@ -70,16 +73,14 @@ class Background:
         return self.result
 
 
-def settle(seconds: float = 0.2) -> None:
-    """Give a background call time to reach its blocking point (no result depends on it)."""
-    time.sleep(seconds)
-
-
-def eventually(predicate, timeout: float = 15.0) -> bool:
-    """Poll `predicate` until it holds or `timeout` seconds pass; returns whether it held."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+def blocked_on(space, name: str) -> int:
+    """How many calls wait on element `name` of `space`: threads blocked in it and requests its node
+    server parked, for an in-process TupleServer; requests parked, for a client of a node server that
+    hosts `parked` (tests/conftest.py's SERVER_SCRIPT does). 0 while there is no element `name`."""
+    try:
+        if isinstance(space, pastset.TupleServer):
+            element = space.element(name)
+            return element._sleepers + element.parked   # the one place a test counts the threads blocked
+        return space.call("parked", name)
+    except pastset.UnknownElement:
+        return 0

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import pastset
 from pastset import Expired, TemplateMismatch, TupleServer
 from pastset.element import WOULD_BLOCK
+from polling import until
 
 WRITERS = pytest.mark.parametrize("single_writer", [False, True], ids=["locked", "single-writer"])
 
@@ -65,9 +66,7 @@ def test_a_parked_observer_is_woken_by_an_append(single_writer):
     got = []
     reader = threading.Thread(target=lambda: got.append(element.observe(0, timeout=10)))
     reader.start()
-    deadline = time.monotonic() + 10
-    while not element._sleepers and time.monotonic() < deadline:  # the reader waits: append must wake it
-        time.sleep(0.001)
+    until(lambda: element._sleepers, 10, "the reader blocked: the append must wake it")
     append(7)
     reader.join(10)
     assert got == [(7,)]
@@ -98,7 +97,7 @@ def test_a_single_writer_wakes_a_waiter_whose_check_it_ran_just_after(where):
         found = peek(index)
         if found is WOULD_BLOCK:
             missing.release()
-            time.sleep(0.002)
+            time.sleep(0.002)   # widens the window between a miss and the wait, where a wake-up is lost
         return found
 
     element._peek = peek_and_dawdle

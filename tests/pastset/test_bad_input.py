@@ -5,7 +5,8 @@ import re
 import msgpack
 import pytest
 
-from harness import TRACE, settle
+from harness import TRACE, blocked_on
+from polling import until
 from pastset import (BadArgument, Expired, LimitExceeded, Limits, PastSetError, TemplateMismatch, Timeout, TupleServer, UnknownElement, connect)
 from pastset import protocol as p
 
@@ -197,7 +198,7 @@ def test_a_bad_request_gets_an_error_reply_and_others_are_served(client, raw_pee
     e = client.enter(names(), ["int"])
     e.move((1,))
     waiter = background(e.observe, 1, timeout=30)   # parked on the server while the bad request comes
-    settle(0.1)
+    until(lambda: blocked_on(client, names()) == 1, what="the observe parked on the server")
     peer = raw_peer(endpoint)
     peer.send(*make_frames(e.id))
     reply = peer.reply()
@@ -316,6 +317,6 @@ def test_parked_request_limit(small_served, raw_peer, background):
     e.move((11,))
     assert sorted([peer.reply(), peer.reply()]) == [[1, p.OK, [10]], [2, p.OK, [11]]]
     waiter = background(e.observe, timeout=30)     # room again
-    settle()
+    until(lambda: blocked_on(server, "e") == 1, what="the observe parked again")
     e.move((12,))
     assert waiter.wait() == (12,)

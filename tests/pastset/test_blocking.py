@@ -6,14 +6,15 @@ Remote callers here share one client across threads, as applications do: a threa
 
 import pytest
 
-from harness import settle
+from harness import blocked_on
+from polling import until
 from pastset import BadArgument, Timeout, UnknownElement
 
 
 def test_observe_blocks_until_a_move(space, names, background):
     e = space.enter(names(), ["int"])
     waiter = background(e.observe)
-    settle()
+    until(lambda: blocked_on(space, names()) == 1, what="the observer blocked in the element")
     assert waiter.running
     assert e.move((7,)) == 0
     assert waiter.wait() == (7,)
@@ -25,7 +26,7 @@ def test_observe_of_an_index_blocks_until_it_is_written(space, names, background
     e.move((0,))
     waiter = background(e.observe, 2)
     e.move((1,))
-    settle()
+    until(lambda: blocked_on(space, names()) == 1, what="the observer of index 2 blocked in the element")
     assert waiter.running
     e.move((2,))
     assert waiter.wait() == (2,)
@@ -35,7 +36,7 @@ def test_observe_of_an_index_blocks_until_it_is_written(space, names, background
 def test_every_blocked_observer_gets_its_own_tuple(space, names, background):
     e = space.enter(names(), ["int"])
     waiters = [background(e.observe, timeout=30) for _ in range(4)]
-    settle()
+    until(lambda: blocked_on(space, names()) == 4, what="the 4 observers blocked in the element")
     for i in range(4):
         e.move((i,))
     assert sorted(w.wait() for w in waiters) == [(0,), (1,), (2,), (3,)]
@@ -76,7 +77,7 @@ def test_move_blocks_under_delta_until_a_tuple_is_consumed(space, names, backgro
     e.move((0,))
     e.move((1,))
     mover = background(e.move, (2,))
-    settle()
+    until(lambda: blocked_on(space, names()) == 1, what="the mover blocked in the full element")
     assert mover.running and e.last() == 2
     assert e.observe() == (0,)
     assert mover.wait() == 2
@@ -87,7 +88,7 @@ def test_axe_releases_blocked_movers(space, names, background):
     e = space.enter(names(), ["int"], delta=1)
     e.move((0,))
     mover = background(e.move, (1,))
-    settle()
+    until(lambda: blocked_on(space, names()) == 1, what="the mover blocked in the full element")
     e.axe(0)
     assert mover.wait() == 1
 
@@ -96,7 +97,7 @@ def test_raising_delta_wakes_blocked_movers(space, names, background):
     e = space.enter(names(), ["int"], delta=1)
     e.move((0,))
     movers = [background(e.move, (i,)) for i in (1, 2)]
-    settle()
+    until(lambda: blocked_on(space, names()) == 2, what="both movers blocked in the full element")
     assert all(m.running for m in movers)
     e.delta(3)
     assert sorted(m.wait() for m in movers) == [1, 2]
@@ -124,7 +125,8 @@ def test_delete_wakes_blocked_callers_with_unknown_element(space, names, backgro
     movers.move((0,))
     blocked = [background(readers.observe), background(readers.observe, 3),
                background(movers.move, (1,))]
-    settle()
+    until(lambda: (blocked_on(space, names("r")), blocked_on(space, names("m"))) == (2, 1),
+          what="both readers and the mover blocked")
     space.delete(names("r"))
     space.delete(names("m"))
     for call in blocked:
@@ -136,7 +138,7 @@ def test_a_blocked_thread_does_not_hold_up_another_threads_calls(space, names, b
     quiet = space.enter(names("quiet"), ["int"])
     busy = space.enter(names("busy"), ["int"])
     waiter = background(quiet.observe)
-    settle()
+    until(lambda: blocked_on(space, names("quiet")) == 1, what="the observer blocked in the quiet element")
     for i in range(50):           # every call answers while the other thread is blocked
         assert busy.move((i,)) == i
         assert busy.observe() == (i,)

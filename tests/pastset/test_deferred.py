@@ -11,6 +11,7 @@ import pastset
 from pastset import PastSetError
 from pastset import protocol as p
 from pastset.deferred import Deferred
+from polling import until
 
 
 def asking(server: pastset.TupleServer, endpoints: dict[str, str]):
@@ -114,12 +115,13 @@ def test_a_loop_whose_deferred_call_loses_one_of_its_nodes_answers_and_serves_on
     (gone, gone_port), (slow, slow_port) = bound(ctx, zmq.ROUTER), bound(ctx, zmq.ROUTER)
     server = closing(pastset.TupleServer("X"))
     endpoint = server.serve("tcp://127.0.0.1:0")
-    fanouts = []
+    fanouts, rounds = [], []
 
     def ask_both():
         fanout = pastset.Fanout({"G": f"tcp://127.0.0.1:{gone_port}", "S": f"tcp://127.0.0.1:{slow_port}"})
         fanouts.append(fanout)
         pulls = fanout.round(30)
+        rounds.append(pulls)
         replies = [pulls.call(node, "echo") for node in "GS"]
         return pulls.start().then(lambda missing: [sorted(missing), [r.value for r in replies if r.ok]])
 
@@ -130,7 +132,7 @@ def test_a_loop_whose_deferred_call_loses_one_of_its_nodes_answers_and_serves_on
     gone.recv_multipart()                          # X's request to G, never answered: G goes
     peer, frame = slow.recv_multipart()            # X's request to S, answered once G is gone
     gone.close(linger=0)
-    time.sleep(1.5)                                # past the fan-out's look at silent connections
+    until(lambda: "G" in rounds[0].missing, 20, "the fan-out giving G up")   # at its look at silent connections
     assert job.running
     slow.send_multipart([peer, msgpack.packb([msgpack.unpackb(frame)[0], p.OK, "echoed"])])
     assert job.wait(30) == [["G"], ["echoed"]]

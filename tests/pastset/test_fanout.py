@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -17,6 +18,7 @@ import pastset
 from pastset import protocol as p
 from pastset import transport
 from pastset.fanout import _merged
+from polling import until
 
 FMT = "=HI"
 
@@ -133,10 +135,11 @@ def test_a_started_round_asks_its_loop_to_poll_only_the_live_sockets_it_sent_on(
     silent["G"].recv_multipart()
     peer, frame = silent["S"].recv_multipart()
     silent["G"].close()
-    deadline = time.monotonic() + 20
-    while "G" not in pulls.missing and time.monotonic() < deadline:
-        time.sleep(0.05)
+    def gave_g_up() -> bool:
         exchange.tick()
+        return "G" in pulls.missing
+
+    until(gave_g_up, 20, "the exchange giving G up")
     assert pulls.missing == {"G"} and not exchange.done
     assert exchange.sockets() == [fanout._link("S").sock]
     silent["S"].send_multipart([peer, msgpack.packb([msgpack.unpackb(frame)[0], 0, "echoed"])])
@@ -156,9 +159,9 @@ import pastset
 from pastset import protocol as p
 from pastset import transport
 server = pastset.TupleServer("H")
-server.host("hold", lambda: time.sleep(120))
+server.host("hold", lambda: time.sleep(120))   # a call that does not return
 print(server.serve("tcp://127.0.0.1:0"), flush=True)
-time.sleep(120)
+time.sleep(120)                                # serves until the test kills it
 """
 
 
@@ -249,8 +252,10 @@ def test_a_monitor_may_hold_many_fanouts_over_64_nodes():
 
 
 _THREADS = """
-import glob, json, os, time
+import glob, json, os, sys
 import pastset
+sys.path.append(sys.argv[1])   # tests/
+from polling import until
 from pastset import protocol as p
 from pastset import transport
 
@@ -265,8 +270,7 @@ def io_threads():
 
 server = pastset.TupleServer("A")
 endpoint = server.serve("tcp://127.0.0.1:0")
-time.sleep(0.1)
-serving = io_threads()
+serving = until(io_threads, 10, "the server's ZeroMQ I/O thread")
 fanout = pastset.Fanout({"A": endpoint})
 pulls = fanout.round(5)
 ping = pulls.ping("A")
@@ -284,7 +288,8 @@ def test_a_fanouts_io_thread_yields_to_the_running_thread_and_a_servers_does_not
     CPU from the thread running (a join between its sends, an application's thread), so it runs
     under SCHED_BATCH; a node server's endpoint answers the application too, and keeps the
     default policy. Checked in a fresh process, whose only ZeroMQ threads are these."""
-    out = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", _THREADS, str(Path(__file__).parents[1])], capture_output=True,
+                         text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     serving, pulling = json.loads(out.stdout)
     assert serving == [os.SCHED_OTHER] and pulling == [os.SCHED_BATCH], out.stdout

@@ -2,7 +2,8 @@
 
 import pytest
 
-from harness import settle
+from harness import blocked_on
+from polling import until
 from pastset import ANY, Linda, TemplateMismatch, Timeout
 
 
@@ -62,20 +63,19 @@ def test_arities_are_separate_spaces(linda):
     assert linda.in_(ANY, ANY) == (1, 2)
 
 
-def test_in_blocks_until_a_matching_out(linda, background):
+def test_in_blocks_until_a_matching_out(linda, space, names, background):
     taker = background(linda.in_, "result", int, timeout=30)
-    settle()
+    until(lambda: blocked_on(space, names("linda") + "/2") == 1, what="the taker blocked")
     linda.out("result", "not an int")
-    settle()
-    assert taker.running
+    assert taker.running     # had it taken the tuple that does not match, it would not get 42 below
     linda.out("result", 42)
     assert taker.wait() == ("result", 42)
     assert linda.inp("result", str) == ("result", "not an int")
 
 
-def test_rd_blocks_and_every_reader_sees_the_tuple(linda, background):
+def test_rd_blocks_and_every_reader_sees_the_tuple(linda, space, names, background):
     readers = [background(linda.rd, "go", ANY, timeout=30) for _ in range(3)]
-    settle()
+    until(lambda: blocked_on(space, names("linda") + "/2") == 3, what="the 3 readers blocked")
     linda.out("go", 1)
     assert [r.wait() for r in readers] == [("go", 1)] * 3
     assert linda.inp("go", 1) == ("go", 1)

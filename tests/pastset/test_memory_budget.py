@@ -7,7 +7,8 @@ import msgpack
 import pytest
 import zmq
 
-from harness import TRACE, eventually
+from harness import TRACE
+from polling import until
 from pastset import LimitExceeded, Limits, TemplateMismatch, TupleServer, connect
 from pastset.protocol import ERROR, LATEST, MOVE, OK
 
@@ -124,7 +125,7 @@ def test_everything_comes_back_to_the_budget():
         client.close()
         for info in server.elements():
             server.delete(info.name)
-        assert eventually(lambda: server.budget.used == 0, timeout=5), f"{server.budget.used} bytes left"
+        until(lambda: server.budget.used == 0, timeout=5, what="every byte given back to the budget")
     finally:
         server.close()
 
@@ -152,7 +153,7 @@ def test_replies_a_client_does_not_read_are_counted_and_held_to_its_share():
         for rid in range(200):                    # 20 MB of replies of 100 KiB
             sock.send(msgpack.packb([rid, LATEST, e.id, 1]))
         sock.send(msgpack.packb([200, MOVE, done.id, [1], None]))
-        assert eventually(lambda: done.last() == 2, timeout=10)
+        until(lambda: done.last() == 2, timeout=10)
         unread = server.budget.used - held       # and the errors, and up to 256 KiB taken ahead for replies
         assert 0 < unread <= share + 512 * KIB, f"{unread:,} bytes of unread replies counted"
         replies = []
@@ -168,7 +169,7 @@ def test_replies_a_client_does_not_read_are_counted_and_held_to_its_share():
         assert all(r[2] == "LimitExceeded" and "not read" in r[3] for r in refused), refused[0]
         assert replies[200] == [200, OK, 1]
         sock.close()
-        assert eventually(lambda: server.budget.used == held, timeout=10), f"{server.budget.used - held:,} left"
+        until(lambda: server.budget.used == held, timeout=10, what=f"the budget back to the {held:,} bytes held")
     finally:
         ctx.destroy(linger=0)
         server.close()

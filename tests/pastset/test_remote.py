@@ -6,10 +6,12 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from harness import TRACE, eventually, settle
+from harness import TRACE, blocked_on
+from polling import until
 from pastset import PastSetError, ProtocolError, ServerGone, Timeout, TupleServer, UnknownElement, connect
 from pastset import protocol as p
 
@@ -31,11 +33,11 @@ def test_an_in_process_move_wakes_a_parked_remote_observer(served, background):
     local = server.enter("e", ["int"])
     remote = client.enter("e", ["int"])
     waiters = [background(remote.observe, timeout=30), background(remote.observe, 3, timeout=30)]
-    assert eventually(lambda: local.parked == 2)
+    until(lambda: local.parked == 2)
     for i in range(4):
         local.move((i,))
     assert sorted(w.wait() for w in waiters) == [(0,), (3,)]
-    assert eventually(lambda: local.parked == 0)
+    until(lambda: local.parked == 0)
 
 
 def test_a_remote_move_wakes_an_in_process_observer_and_mover(served, background):
@@ -44,11 +46,11 @@ def test_a_remote_move_wakes_an_in_process_observer_and_mover(served, background
     remote = client.enter("e", ["int"])
     local.move((0,))
     mover = background(local.move, (1,))
-    settle()
+    until(lambda: blocked_on(server, "e") == 1, what="the in-process mover blocked in the full element")
     assert remote.observe() == (0,)
     assert mover.wait() == 1
     observer = background(server.enter("f", ["int"]).observe)
-    settle()
+    until(lambda: blocked_on(server, "f") == 1, what="the in-process observer blocked")
     client.enter("f", ["int"]).move((5,))
     assert observer.wait() == (5,)
 
@@ -77,7 +79,7 @@ def test_hosted_calls_run_in_the_server(served):
     server, client = served
 
     def slow_add(a, b):
-        time.sleep(0.05)
+        time.sleep(0.05)   # a callable that takes its time
         return a + b
 
     def refuse():
@@ -108,11 +110,11 @@ def test_a_client_that_disconnects_while_parked_takes_nothing(served, raw_peer, 
     handle = client.enter("e", ["int"])
     gone = raw_peer(server.endpoints[0])
     gone.request(1, p.OBSERVE, element.id, None, None)     # a consuming observe, parked
-    assert eventually(lambda: element.parked == 1)
+    until(lambda: element.parked == 1)
     waiter = background(handle.observe, timeout=30)        # parked behind it
-    assert eventually(lambda: element.parked == 2)
+    until(lambda: element.parked == 2)
     gone.close()
-    assert eventually(lambda: element.parked == 1), "the vanished peer's request was never dropped"
+    until(lambda: element.parked == 1, what="the vanished peer's request dropped")
     element.move((42,))
     assert waiter.wait() == (42,)
     assert (element.first(), element.last()) == (1, 1)
@@ -134,10 +136,10 @@ def test_a_killed_consumer_process_loses_no_tuple(served):
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "observing"
-        assert eventually(lambda: element.parked == 1)
+        until(lambda: element.parked == 1)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        assert eventually(lambda: element.parked == 0), "the dead consumer's request was never dropped"
+        until(lambda: element.parked == 0, what="the dead consumer's request dropped")
         element.move((7,))
         assert client.element("e").observe(timeout=10) == (7,)
     finally:
@@ -158,8 +160,10 @@ def test_a_closed_client_refuses_calls(endpoint):
 # times over. Run in a process of its own: a close that takes the threads' sockets from under them
 # aborts the interpreter inside ZeroMQ, or hangs in terminating its context.
 CLOSING = """\
-import threading, time
+import sys, threading, time
 import pastset
+sys.path.append(sys.argv[1])   # tests/
+from polling import until
 server = pastset.TupleServer("closing")
 endpoint = server.serve("tcp://127.0.0.1:0")
 element = server.enter("never", ["int"])
@@ -180,10 +184,7 @@ for round in range(5):
         waiter.start()
     # Closed at once, or once the threads have pinged the silent server (each waits differently then).
     pinged = received + (4 if round % 2 == 0 else 12)
-    deadline = time.monotonic() + 30
-    while element.parked < 4 or server.traffic()[0] < pinged:
-        assert time.monotonic() < deadline, "the observes were not parked"
-        time.sleep(0.01)
+    until(lambda: element.parked >= 4 and server.traffic()[0] >= pinged, 30, "the 4 observes parked")
     started = time.monotonic()
     client.close()
     took = time.monotonic() - started
@@ -196,7 +197,8 @@ for round in range(5):
 
 
 def test_closing_a_client_under_threads_waiting_in_it_ends_their_calls_and_returns_soon():
-    result = subprocess.run([sys.executable, "-c", CLOSING], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", CLOSING, str(Path(__file__).parents[1])], capture_output=True,
+                            text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     took = [float(line) for line in result.stdout.split()]
     print(f"close took {max(took):.2f} s at most")
@@ -226,7 +228,7 @@ def test_calls_on_a_killed_server_raise_server_gone(spawn_server, background):
         e = client.enter("e", ["int"])
         e.move((1,))
         blocked = background(e.observe, 5)                 # waits on the server for ever
-        settle()
+        until(lambda: blocked_on(client, "e") == 1, what="the observe parked on the server")
         node.kill()
         with pytest.raises(ServerGone, match=node.endpoint):
             blocked.wait(timeout=20)
@@ -256,7 +258,7 @@ def test_a_server_on_two_endpoints_wakes_parked_requests_on_both(background):
     element = server.enter("e", ["int"])
     with connect(first) as a, connect(second) as b:
         waiters = [background(a.element("e").observe), background(b.element("e").observe)]
-        assert eventually(lambda: element.parked == 2)
+        until(lambda: element.parked == 2)
         element.move((1,))
         element.move((2,))
         assert sorted(w.wait(timeout=15) for w in waiters) == [(1,), (2,)]
@@ -268,7 +270,7 @@ def test_closing_the_endpoint_leaves_nothing_parked(background):
     element = server.enter("e", "=II", keep=8)
     with connect(server.serve("tcp://127.0.0.1:0"), gone_after=0.5) as client:
         waiter = background(client.element("e").observe, 3)
-        assert eventually(lambda: element.parked == 1)
+        until(lambda: element.parked == 1)
         server.close()
         with pytest.raises(ServerGone):
             waiter.wait()

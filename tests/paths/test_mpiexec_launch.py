@@ -7,17 +7,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from polling import until
 from runs import REPO, gone
 
 from apps.windtunnel.cli import run_windtunnel
 from apps.windtunnel.lattice import grid_sha256, reference_run
 from eventspace.scope import EventScope
 from monitors.heartbeat import Heartbeat
-from paths import RunFile, launch
+from paths import RunError, RunFile, launch
 from paths.launch import _await_ranks
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -37,12 +37,10 @@ def _start_launcher(run_dir: Path) -> subprocess.Popen:
 
 
 def _kill_launcher_and_wait_for(launcher: subprocess.Popen, pids: list[int]) -> None:
-    """SIGKILL the launcher (no chance to stop anything) and give its ranks 20 s to end."""
+    """SIGKILL the launcher (no chance to stop anything); AssertionError if its ranks do not end within 20 s."""
     launcher.kill()
     launcher.wait(10)
-    deadline = time.monotonic() + 20
-    while _alive(pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    until(lambda: not _alive(pids), 20, "the ranks ending after their launcher was killed")
 
 
 def _clean_up(launcher: subprocess.Popen, run_dir: Path) -> None:
@@ -80,13 +78,8 @@ def test_the_wind_tunnel_under_mpiexec_ends_with_the_reference_grid(tmp_path):
 def test_ranks_end_when_their_launcher_is_killed(tmp_path):
     launcher = _start_launcher(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (tmp_path / "windtunnel-4node.json").exists():
-            time.sleep(0.2)
-        run = RunFile.find("windtunnel-4node", tmp_path)
-        while time.monotonic() < deadline and len(run.pids) < 4:
-            time.sleep(0.2)
-            run = RunFile.find("windtunnel-4node", tmp_path)
+        run = until(lambda: RunFile.find("windtunnel-4node", tmp_path), 60, "the run file naming the 4 ranks",
+                    ignoring=RunError, holds=lambda found: len(found.pids) == 4)
         pids = list(run.pids.values())
         assert len(pids) == 4 and launcher.poll() is None
         _kill_launcher_and_wait_for(launcher, pids)

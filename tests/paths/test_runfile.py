@@ -13,21 +13,12 @@ import pytest
 
 from paths import RunError, RunFile, launch
 from paths.runfile import claim, live_runs, prune, run_dir, run_ended
+from polling import until
 from runs import ENV, REPO, TWO_NODES, gone, pathmap_for, ring_app
 
 def eventspace(*argv, cwd, timeout=60, **kwargs):
     return subprocess.run([sys.executable, "-m", "eventspace.cli", *argv], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, **kwargs)
-
-
-def wait_for(predicate, timeout=30.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} did not happen within {timeout} s")
 
 
 def test_run_files_live_in_one_per_user_place(monkeypatch, tmp_path):
@@ -155,7 +146,7 @@ def test_eventspace_runs_lists_live_runs_with_their_monitors_from_anywhere(tmp_p
             rows = json.loads(out.stdout)
             return rows if rows and rows[0]["monitors"] else None
 
-        (row,) = wait_for(listed, what="the monitor being listed")
+        (row,) = until(listed, what="the monitor being listed")
         assert row["name"] == "windtunnel-toy" and row["pathmap"] == "windtunnel-toy" and row["state"] == "live"
         assert row["source"] == str(REPO / "pathmaps" / "windtunnel-toy.yaml") and set(row["nodes"]) == {"A"}
         assert row["launcher"]["pid"] == launcher.pid and [m["kind"] for m in row["monitors"]] == ["heartbeat"]
@@ -163,13 +154,13 @@ def test_eventspace_runs_lists_live_runs_with_their_monitors_from_anywhere(tmp_p
         assert "windtunnel-toy" in table.stdout and "heartbeat" in table.stdout, table.stdout
         monitor.kill()
         monitor.wait(10)
-        assert wait_for(lambda: json.loads(eventspace("runs", "--json", cwd=elsewhere).stdout)[0]["monitors"] == [],
-                        what="the killed monitor being pruned")
+        until(lambda: json.loads(eventspace("runs", "--json", cwd=elsewhere).stdout)[0]["monitors"] == [],
+              what="the killed monitor being pruned")
         # A launcher killed outright leaves its run file; `eventspace runs` removes it and says so.
         node_pids = RunFile.read(run_path).pids
         launcher.kill()
         launcher.wait(10)
-        wait_for(lambda: all(gone(pid) for pid in node_pids.values()), what="the nodes ending")
+        until(lambda: all(gone(pid) for pid in node_pids.values()), what="the nodes ending")
         listing = eventspace("runs", cwd=elsewhere)
         assert "removed the run file of windtunnel-toy: its launcher" in listing.stdout, listing.stdout
         assert "no live runs" in listing.stdout and not Path(run_path).exists()

@@ -12,6 +12,7 @@ import pytest
 
 import pastset
 from paths import AppMap, NodeDied, PathsError, ProgramFailed, RunError, RunFile, attach, launch
+from polling import until
 from runs import ENV, THREE_NODES, TWO_NODES, gone, node_children, pathmap_for, ring_app
 
 
@@ -79,7 +80,8 @@ def test_a_node_that_dies_stops_the_run_naming_it(tmp_path):
     with launch(pm, run_dir=tmp_path, env=ENV) as run:
         pids = run.pids
         run.start("programs:block_forever")
-        time.sleep(0.5)
+        until(lambda: all(len(run.client(n.name).call("paths.info")["running"]) == len(pm.threads_on(n.name))
+                          for n in pm.nodes), 30, "every thread running")
         run.kill("B")
         started = time.monotonic()
         with pytest.raises(NodeDied, match=r"node B died \(exit code -9\)"):
@@ -89,10 +91,8 @@ def test_a_node_that_dies_stops_the_run_naming_it(tmp_path):
         inbound_on_b = [t.name for t in pm.threads_on("A")
                         if pm.element(f"row_{(int(t.name[1:]) - 1) % 4}_{t.name[1:]}").node == "B"]
         assert inbound_on_b
-        deadline = time.monotonic() + 15
-        joined = run.client("A").call("paths.join", 0.5)
-        while not set(inbound_on_b) <= set(joined["outcomes"]) and time.monotonic() < deadline:
-            joined = run.client("A").call("paths.join", 0.5)
+        joined = until(lambda: run.client("A").call("paths.join", 0.5), 15, "an outcome of every thread on A reading B",
+                       holds=lambda joined: set(inbound_on_b) <= set(joined["outcomes"]))
         for thread in inbound_on_b:
             assert joined["outcomes"][thread][:2] == ["error", "ServerGone"]
     assert all(gone(pid) for pid in pids.values())

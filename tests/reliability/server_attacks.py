@@ -18,16 +18,6 @@ from pastset import protocol as p
 from runs import REPO, memory_kb  # noqa: F401 - the attacks use it from here
 
 
-def until(condition, timeout: float) -> bool:
-    """Poll `condition` until it holds or `timeout` seconds pass; whether it held."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 

@@ -4,13 +4,13 @@ element table. It is refused once it holds its share; its neighbours go on parki
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import zmq
 
 import pastset
 from pastset import protocol as p
+from polling import until
 from server_attacks import Peer
 
 PARKED = 10_000            # pastset.Limits().max_parked: the whole server
@@ -59,7 +59,7 @@ def assert_neighbour_is_served(client, name: str) -> None:
     """Another client parks an observe, and is answered when a tuple arrives."""
     mine = client.enter(name, ["int"])
     thread, got = observe_in_background(mine, timeout=20)
-    time.sleep(0.3)
+    until(lambda: client.call("parked", name) == 1, what="the neighbour's observe parked")
     mine.move((7,))
     thread.join(25)
     assert got == {"value": (7,)}, f"the neighbour's blocking observe got {got}"

@@ -14,6 +14,7 @@ import textwrap
 import time
 
 import pytest
+from polling import until
 from runs import REPO, gone, node_children, pathmap_for, ring_app
 
 from eventspace.hosted import LIST
@@ -32,15 +33,8 @@ def steps(run) -> int:
 
 def steps_per_second(run, seconds: float) -> float:
     s0, t0 = steps(run), time.monotonic()
-    time.sleep(seconds)
+    time.sleep(seconds)   # the window the rate is measured over
     return (steps(run) - s0) / (time.monotonic() - t0)
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout}s"
-        time.sleep(0.05)
 
 
 def wind_tunnel_args(seconds: float) -> dict:
@@ -56,7 +50,7 @@ def live(tmp_path_factory):
     pm = dataclasses.replace(pm, instrument=dataclasses.replace(pm.instrument, keep=KEEP)).validate()
     with launch(pm, run_dir=tmp_path_factory.mktemp("runs")) as run:
         run.start("windtunnel", wind_tunnel_args(120))
-        wait_for(lambda: steps(run) >= 20, 30, "the wind tunnel did not reach step 20")
+        until(lambda: steps(run) >= 20, 30, "the wind tunnel reaching step 20")
         yield run
     assert all(gone(pid) for pid in run.pids.values())
 
@@ -94,7 +88,7 @@ def test_a_killed_monitors_near_joins_go_after_their_lease_and_the_app_keeps_goi
         monitor.send_signal(signal.SIGKILL)
         monitor.wait(10)
         killed = time.monotonic()
-        wait_for(lambda: not any(joins().values()), 10, "the dead monitor's joins stayed")
+        until(lambda: not any(joins().values()), 10, "the dead monitor's joins dropped")
         dropped_after = time.monotonic() - killed
     finally:
         if monitor.poll() is None:

@@ -12,9 +12,9 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 
 import pytest
+from polling import until
 from runs import windtunnel_with_source_collectors
 
 from eventspace.catalogue import Catalogue
@@ -73,7 +73,8 @@ def test_getevent_to_a_read_only_archive_names_the_file_and_what_to_do(live, tmp
 def test_getevent_names_a_node_that_died_while_it_streamed(live, tmp_path, capsys):
     """kill -9 node B while getevent streams: it still exits 0, and its summary names B as gone."""
     def kill_b():
-        time.sleep(1.5)
+        # Once getevent streams (its archive opens when its scope is set up and its clocks are read).
+        until(lambda: (tmp_path / "e.sqlite").exists(), 60, "getevent streaming into its archive")
         live.kill("B")
 
     killer = threading.Thread(target=kill_b, daemon=True)

@@ -3,7 +3,6 @@ ignore SIGTERM, `eventspace run` ended by SIGTERM, and MPI runs that end without
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -12,6 +11,7 @@ import sys
 import textwrap
 import time
 
+from polling import until
 from runs import REPO, TWO_NODES, gone, pathmap_for, ring_app
 
 import pastset
@@ -19,15 +19,6 @@ from eventspace.hosted import INFLIGHT
 from paths import RunError, RunFile
 
 TESTS = REPO / "tests"
-
-
-def until(predicate, timeout: float, what: str):
-    """Poll `predicate` until it holds; what it gave then (AssertionError naming `what` after `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"{what} within {timeout} s"
-        time.sleep(0.05)
-    return value
 
 
 def seconds_until(predicate, timeout: float, what: str) -> float:
@@ -92,11 +83,7 @@ def test_eventspace_run_ended_by_sigterm_stops_its_nodes_and_removes_its_files_a
                                 cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     pids = {}
     try:
-        def live():
-            with contextlib.suppress(RunError):
-                return RunFile.find("hung", runs).check_live()
-
-        run = until(live, 60, "the run being live")
+        run = until(lambda: RunFile.find("hung", runs).check_live(), 60, "the run being live", ignoring=RunError)
         pids = run.pids
         run.attach_monitor("heartbeat")     # as a monitor that was killed would leave it
         assert sorted(p.name for p in runs.iterdir()) == [".lock", "hung.A.log", "hung.B.log", "hung.json",

@@ -23,6 +23,7 @@ import threading
 import time
 
 import pytest
+from polling import until
 from runs import REPO, gone, windtunnel_with_source_collectors
 
 import pastset
@@ -32,7 +33,7 @@ from eventspace.scope import EventScope
 from monitors.heartbeat import GONE, NOT_ANSWERING, Heartbeat
 from monitors.render import heartbeat_summary
 from pastset.fanout import Fanout
-from paths import Liveness, NodeDied, NodeNotAnswering, Pathmap, PathmapError, launch
+from paths import Liveness, NodeDied, NodeNotAnswering, Pathmap, PathmapError, RunError, RunFile, launch
 
 TWO_NODES = REPO / "pathmaps" / "windtunnel-2node.yaml"
 N, SEED = 48, 3
@@ -45,10 +46,8 @@ class Paused:
         self.pid = pid
         os.kill(pid, signal.SIGSTOP)
         self.resumed = False
-        deadline = time.monotonic() + 10   # the signal is only queued: wait until the process is stopped
-        while _state(pid) != "T":
-            assert time.monotonic() < deadline, f"process {pid} did not stop"
-            time.sleep(0.01)
+        # The signal is only queued: wait until the process is stopped.
+        until(lambda: _state(pid) == "T", 10, f"process {pid} stopped")
 
     def resume(self) -> None:
         if not self.resumed:
@@ -103,7 +102,7 @@ def test_a_call_blocked_on_a_server_paused_for_3s_completes_once_it_resumes(spaw
         element.move((7,))
         with Paused(server.proc.pid) as pause:
             waiting = in_background(lambda: element.observe(0))
-            time.sleep(3.0)
+            time.sleep(3.0)   # the pause under test: longer than gone_after, while the call waits
             pause.resume()
         result, error = waiting()
     assert error is None, f"a pause of 3 s failed the call: {error!r}"
@@ -131,7 +130,7 @@ def test_a_killed_server_is_gone_at_once_not_after_the_grace(spawn_server):
     with pastset.connect(server.endpoint, gone_after=1.0, grace=60.0) as client:
         element = client.enter("e", ["int"])
         waiting = in_background(lambda: element.observe(0))
-        time.sleep(0.5)
+        until(lambda: client.call("parked", "e") == 1, what="the observe parked on the server")
         killed = time.monotonic()
         server.kill()
         _, error = waiting()
@@ -184,13 +183,11 @@ def test_a_node_paused_for_5s_mid_run_and_resumed_ends_with_the_reference_grid(t
         paused_at: list[int] = []
 
         def pause_mid_run():
-            deadline = time.monotonic() + 60
-            while min((p.get("step", 0) for p in run.progress().values()), default=0) < 20:
-                assert time.monotonic() < deadline, "the wind tunnel did not reach step 20"
-                time.sleep(0.02)
+            until(lambda: min((p.get("step", 0) for p in run.progress().values()), default=0) >= 20, 60,
+                  "the wind tunnel reaching step 20")
             with Paused(pid):
                 paused_at.append(max(p.get("step", 0) for p in run.progress().values()))
-                time.sleep(5.0)
+                time.sleep(5.0)   # the pause under test
 
         run.start("windtunnel", {"size": N, "steps": steps, "seed": SEED})
         pausing = in_background(pause_mid_run)
@@ -207,12 +204,13 @@ def test_a_node_paused_past_the_grace_ends_the_run_naming_it(tmp_path, capsys):
     run_file = tmp_path / "windtunnel-2node.json"
     stopped: list[Paused] = []
 
-    def pause_b():
-        deadline = time.monotonic() + 60
-        while not run_file.exists() or '"B"' not in run_file.read_text():
-            assert time.monotonic() < deadline, "the run did not start"
-            time.sleep(0.05)
-        time.sleep(1.0)
+    def running(endpoint: str) -> bool:
+        with pastset.connect(endpoint, timeout=5) as client:
+            return bool(client.call("paths.info")["running"])
+
+    def pause_b():   # once the program runs on every node: the launcher's start has its answers
+        until(lambda: all(running(e) for e in RunFile.read(run_file).check_live().endpoints.values()), 60,
+              "the program running on every node", ignoring=RunError)
         stopped.append(Paused(json.loads(run_file.read_text())["pids"]["B"]))
 
     pausing = in_background(pause_b)
@@ -240,9 +238,10 @@ def test_a_node_killed_while_another_is_paused_ends_the_run_at_once_naming_it_an
     pm = dataclasses.replace(Pathmap.load(TWO_NODES), liveness=Liveness(grace=60.0)).validate()
     with launch(pm, run_dir=tmp_path) as run:
         run.start("windtunnel", {"size": N, "steps": 1_000_000, "seed": SEED, "until": time.time() + 120})
-        time.sleep(1.0)
+        until(lambda: min((p.get("step", 0) for p in run.progress().values()), default=0) > 0, 60,
+              "every thread of the wind tunnel past its first step")
         with Paused(run.pids["B"]):
-            time.sleep(0.5)
+            time.sleep(0.5)   # what is under test: B has been silent a while when A dies
             run.kill("A")
             killed = time.monotonic()
             with pytest.raises(NodeDied, match=r"node A died \(exit code -9\)") as died:
@@ -289,14 +288,12 @@ def test_the_heartbeat_shows_a_paused_node_as_not_answering_and_a_killed_one_as_
             victim = "B" if root != "B" else "A"
             victims = {t.name for t in run.pathmap.threads if t.node == victim}
             with Paused(run.pids[victim]):
-                time.sleep(0.3)
-                paused = heartbeat.read()
-            deadline = time.monotonic() + 30
-            while (resumed := heartbeat.read()).not_answering:
-                assert time.monotonic() < deadline, "the resumed node never answered the heartbeat again"
+                paused = until(heartbeat.read, 30, "a beat with a node not answering",
+                               holds=lambda beat: beat.not_answering)
+            resumed = until(heartbeat.read, 30, "a beat with every node answering again",
+                            holds=lambda beat: not beat.not_answering)
             run.kill(victim)
-            time.sleep(0.3)
-            killed = heartbeat.read()
+            killed = until(heartbeat.read, 30, "a beat with a node gone", holds=lambda beat: beat.gone)
     assert paused.not_answering == {victim} and not paused.gone, (paused.not_answering, paused.gone)
     assert {b.thread for b in paused.threads if b.status == NOT_ANSWERING} == victims
     assert f"nodes not answering: {victim}" in _text(heartbeat_summary(paused, "now"))
@@ -314,17 +311,15 @@ def test_a_scopes_near_joins_outlive_a_pause_of_their_node_longer_than_their_lea
         # Each node keeps a join that sends only its threads' newest events (the heartbeat's tree).
         with EventScope(run, "all", tree="per-node", placement="near", lease=1.0, timeout=0.5,
                         stages=["reduce:max_t_end@thread"]) as scope:
-            deadline = time.monotonic() + 30   # every thread has events before its node stops (a loaded machine
-            while len(seen_threads(scope, scope.pull())) < len(run.pathmap.threads):   # starts them late)
-                assert time.monotonic() < deadline, "not every thread made an event"
-                time.sleep(0.1)
+            # Every thread has events before its node stops (a loaded machine starts them late).
+            until(lambda: len(seen_threads(scope, scope.pull())) == len(run.pathmap.threads), 30,
+                  "an event of every thread")
             victim = scope.installed()[-1][0]   # a node that holds a join
             with Paused(run.pids[victim]):
-                time.sleep(3.0)
+                time.sleep(3.0)   # the pause under test: longer than the lease
                 during = scope.pull()
-            deadline = time.monotonic() + 10
-            while (after := scope.pull()).missing and time.monotonic() < deadline:
-                time.sleep(0.2)
+            after = until(scope.pull, 10, f"a pull that misses nothing: node {victim}'s joins kept while it was stopped",
+                          holds=lambda pulled: not pulled.missing)
             threads = seen_threads(scope, after)
     assert during.missing == {victim} and not during.gone
     assert not after.missing, f"node {victim}'s joins were dropped while it was stopped"

@@ -4,13 +4,17 @@ that one communicator while it goes on."""
 
 import os
 import sys
-import time
+from pathlib import Path
 
 from mpi4py import MPI
 
+sys.path.append(str(Path(__file__).resolve().parents[2]))   # tests/: the tests' one way to wait
+from polling import until  # noqa: E402
+
 comm = MPI.COMM_WORLD
-while not comm.bcast(os.path.exists(sys.argv[1]) if comm.Get_rank() == 0 else None, root=0):
-    time.sleep(0.01)
+# Every rank looks as often as the others: each look is a bcast.
+until(lambda: comm.bcast(os.path.exists(sys.argv[1]) if comm.Get_rank() == 0 else None, root=0), 300,
+      f"{sys.argv[1]} to exist")
 dup = comm.Dup()
 dup.Barrier()
 total = dup.allreduce(comm.Get_rank())

@@ -6,15 +6,17 @@ the next arguments."""
 
 import os
 import sys
-import time
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
+sys.path.append(str(Path(__file__).resolve().parents[2]))   # tests/: the tests' one way to wait
+from polling import until  # noqa: E402
+
 go, count, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 comm = MPI.COMM_WORLD
-while not os.path.exists(go):
-    time.sleep(0.02)
+until(lambda: os.path.exists(go), 300, f"{go} to exist")
 comm.Barrier()
 pair = comm.Dup()
 one = np.zeros(1, np.uint8)

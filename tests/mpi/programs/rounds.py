@@ -5,8 +5,12 @@ enters 10 ms after the others, except round 20, which rank 2 enters 200 ms late;
 import os
 import sys
 import time
+from pathlib import Path
 
 from mpi4py import MPI
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))   # tests/: the tests' one way to wait
+from polling import until  # noqa: E402
 
 comm = MPI.COMM_WORLD
 r = comm.Get_rank()
@@ -18,7 +22,6 @@ for i in range(30):
         time.sleep(0.01)
     comm.allreduce(i)
 if r == 2:
-    while not os.path.exists(sys.argv[1]):
-        time.sleep(0.05)
+    until(lambda: os.path.exists(sys.argv[1]), 300, f"{sys.argv[1]} to exist")
 comm.Barrier()
 sys.stdout.write(f"{r} done\n")   # one write (print writes the line, then its end, and ranks share stdout)

@@ -7,21 +7,19 @@ file named by the second argument (if one is named)."""
 import json
 import os
 import sys
-import time
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
-
-def wait_for(name):
-    while not os.path.exists(name):
-        time.sleep(0.02)
+sys.path.append(str(Path(__file__).resolve().parents[2]))   # tests/: the tests' one way to wait
+from polling import until  # noqa: E402
 
 
 comm = MPI.COMM_WORLD
 r, n = comm.Get_rank(), comm.Get_size()
 if len(sys.argv) > 1:
-    wait_for(sys.argv[1])
+    until(lambda: os.path.exists(sys.argv[1]), 300, f"{sys.argv[1]} to exist")
 sent = np.zeros((n, n, 2), np.int64)   # [to, ...][bytes, messages] of this rank
 
 
@@ -56,4 +54,4 @@ total = comm.reduce(sent, root=0)
 if r == 0:
     print(json.dumps({"bytes": total[:, :, 0].tolist(), "messages": total[:, :, 1].tolist()}), flush=True)
 if len(sys.argv) > 2:
-    wait_for(sys.argv[2])
+    until(lambda: os.path.exists(sys.argv[2]), 300, f"{sys.argv[2]} to exist")

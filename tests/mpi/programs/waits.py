@@ -12,9 +12,12 @@ first       rank 0's first MPI call is a receive from rank 1 with tag 99, which 
 
 import os
 import sys
-import time
+from pathlib import Path
 
 from mpi4py import MPI
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))   # tests/: the tests' one way to wait
+from polling import until  # noqa: E402
 
 comm = MPI.COMM_WORLD
 r = comm.Get_rank()
@@ -23,8 +26,7 @@ if mode == "first":
     if r == 0:
         comm.recv(source=1, tag=99)
     elif r == 1:
-        while not os.path.exists(sys.argv[2]):
-            time.sleep(0.05)
+        until(lambda: os.path.exists(sys.argv[2]), 300, f"{sys.argv[2]} to exist")
         comm.send("late", dest=0, tag=99)
     sys.stdout.write(f"{r} done\n")
     sys.exit(0)
@@ -42,7 +44,6 @@ elif mode == "collective":
         comm.allreduce(r)
 elif mode == "late":
     if r == 2:
-        while not os.path.exists(sys.argv[2]):
-            time.sleep(0.05)
+        until(lambda: os.path.exists(sys.argv[2]), 300, f"{sys.argv[2]} to exist")
     comm.allreduce(r)
 sys.stdout.write(f"{r} done\n")   # one write (print writes the line, then its end, and ranks share stdout)
