@@ -87,6 +87,16 @@ def views(pm: Pathmap) -> dict[str, tuple[str, float, int]]:
     }
 
 
+def reply(sock: zmq.Socket) -> bytes:
+    """The next reply on a DEALER connected to a node server, skipping the empty frames (liveness
+    probes) a serving node sends a peer it holds unacknowledged replies for, as every pastset client
+    does (pastset/endpoint.py): read as a reply, one fails to decode ("incomplete input")."""
+    frame = sock.recv()
+    while not frame:
+        frame = sock.recv()
+    return frame
+
+
 class Bare:
     """The floor: LATEST_RECORDS of the view's trace elements (the node's one vectorised read), one
     request per node, pipelined, with none of the scope's machinery."""
@@ -106,10 +116,10 @@ class Bare:
             sock.send(frame)
         parts = []
         for sock, _ in self._requests:
-            reply = msgpack.unpackb(sock.recv(), raw=False)
-            if reply[1] != p.OK:
-                raise RuntimeError(f"bare pull failed: {reply[2:]}")
-            parts.append(reply[2])
+            answer = msgpack.unpackb(reply(sock), raw=False)
+            if answer[1] != p.OK:
+                raise RuntimeError(f"bare pull failed: {answer[2:]}")
+            parts.append(answer[2])
         return np.frombuffer(b"".join(parts), dtype=trace.DTYPE)
 
     def close(self) -> None:
@@ -128,11 +138,11 @@ class RoundTrip:
         self.sock.connect(endpoint)
         self._frame = p.pack([1, p.PING])
         self.sock.send(self._frame)
-        assert msgpack.unpackb(self.sock.recv())[1] == p.OK, f"{endpoint} did not answer a ping"
+        assert msgpack.unpackb(reply(self.sock))[1] == p.OK, f"{endpoint} did not answer a ping"
 
     def pull(self) -> None:
         self.sock.send(self._frame)
-        self.sock.recv()
+        reply(self.sock)
 
     def close(self) -> None:
         self.sock.close(linger=0)

@@ -3,6 +3,7 @@
 import codecs
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import re
 import select
@@ -30,6 +31,18 @@ THREE_NODES = ("clusters: {c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.
                "c2: {nodes: {C: {host: 127.0.0.1}}}}")
 FOUR_NODES = ("clusters: {c1: {nodes: {A: {host: 127.0.0.1}, B: {host: 127.0.0.1}}}, "
               "c2: {nodes: {C: {host: 127.0.0.1}, D: {host: 127.0.0.1}}}}")
+
+
+def benchmark(name: str):
+    """The module of benchmarks/`name`.py (imported once), for a test that runs a benchmark's workload
+    or checks its parts."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def ring_app(n: int) -> AppMap:

@@ -5,24 +5,13 @@ The workload is benchmarks/load_bench.py's (threads, each with its own pastset.c
 why there); this is its bounded run, 32 x 300 operations instead of 32 x 5 000.
 """
 
-import importlib.util
-import sys
-
-from runs import REPO
+from runs import benchmark
 
 CLIENTS, OPS = 32, 300
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("load_bench", REPO / "benchmarks" / "load_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("load_bench", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_32_concurrent_clients_lose_nothing_duplicate_nothing_and_keep_order(spawn_server):
-    bench = _load_bench()
+    bench = benchmark("load_bench")
     server = spawn_server()
     result = bench.run_load(server.endpoint, CLIENTS, OPS, "threads")
     print(f"{result.clients} clients x {result.ops_per_client} ops: {result.ops_per_s:,.0f} ops/s, "
@@ -36,7 +25,7 @@ def test_32_concurrent_clients_lose_nothing_duplicate_nothing_and_keep_order(spa
 
 def test_the_count_check_catches_a_lost_a_duplicated_and_a_reordered_tuple(spawn_server):
     """The check itself: tamper with what the clients say they moved, and it must notice."""
-    bench = _load_bench()
+    bench = benchmark("load_bench")
     server = spawn_server()
     stem = "tamper"
     results = [bench.client_run(server.endpoint, stem, i, 40) for i in range(2)]
