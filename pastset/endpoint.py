@@ -432,9 +432,10 @@ class Endpoint:
             if len(self._in_flight) == 1:
                 self._set_rcvtimeo()
         else:
-            if not self._loose:
-                self._arm_probe()
+            first = not self._loose
             self._loose[peer] = loose
+            if first:   # after it is counted: the receive timeout is set from what is loose
+                self._arm_probe()
         return True
 
     def _reclaim(self):

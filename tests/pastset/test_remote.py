@@ -342,3 +342,15 @@ def test_submit_answers_every_operation_alike_over_both_backends():
             server.close()
     tcp, local = answers.values()
     assert local == tcp
+
+
+def test_an_idle_server_probes_a_peer_whose_small_replies_it_did_not_track(spawn_server, raw_peer):
+    """A small reply is handed to ZeroMQ untracked (loose): the server probes its peer within its probe
+    interval (2 s) to learn it was written out and give its budget back. An idle server must do that too:
+    it used to arm the probe before it counted the reply as loose, and then slept in recv for good."""
+    server = spawn_server()
+    peer = raw_peer(server.endpoint)
+    peer.request(1, p.PING)
+    assert peer.reply()[:2] == [1, p.OK]
+    assert peer.sock.poll(10_000), "the idle server sent no probe within 10 s of a loose reply"
+    assert peer.sock.recv() == b""
