@@ -139,7 +139,7 @@ def test_forged_records_in_a_live_run_break_no_consumer(live, tmp_path):
                     assert not pulled.missing, f"round {rounds}: {scope.name}: nodes {pulled.missing} did not answer"
                     assert check(pulled.records, catalogue)[1] == {}, f"{scope.name} delivered out-of-range records"
                 for mon in monitors:
-                    got = (mon.beat if isinstance(mon, Heartbeat) else mon.poll)()
+                    got = mon.read()
                     missed = getattr(mon, "missing", None) or getattr(got, "missing", None) or \
                         getattr(got, "not_answering", None) or getattr(got, "gone", None)
                     assert not missed, f"round {rounds}: {type(mon).__name__}: nodes {missed} did not answer"
