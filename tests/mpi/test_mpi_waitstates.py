@@ -52,6 +52,13 @@ def waited(start: int, end: int, until: int) -> int:
     return max(0, min(until, end) - start)
 
 
+def clearly_waited(waits: list[int]) -> int:
+    """How many of the calls waited a quarter of the injected delay or more, by the program's own
+    readings: those the analysis must count. A call of a rank switched out past its partner's late
+    start (a loaded machine) did not wait, and the analysis rightly leaves it out."""
+    return sum(w >= DELAY * 1e9 / 4 for w in waits)
+
+
 # The waits as they happened: the program's own readings of CLOCK_MONOTONIC around each call
 # (calls[rank] = [(start, end), ...]), the injected delay their cause. On a loaded machine a rank
 # switched out between two calls waits less than it was made to, and one switched out after its
@@ -61,23 +68,28 @@ def waited(start: int, end: int, until: int) -> int:
 def test_a_sender_late_by_d_before_each_of_n_sends_makes_its_receiver_wait_n_times_d(tmp_path):
     report, printed = waits_of(tmp_path, 2, "late-sender", 5, DELAY)
     calls = printed["calls"]
-    happened = sum(waited(r_start, r_end, s_start) for (r_start, r_end), (s_start, _) in zip(calls[0], calls[1]))
+    waits = [waited(r_start, r_end, s_start) for (r_start, r_end), (s_start, _) in zip(calls[0], calls[1])]
+    happened = sum(waits)
     assert happened >= 0.5 * 5 * DELAY * 1e9 and printed["slept"] >= 5 * DELAY
     sender = pattern(report, "late_sender")
-    assert sender["instances"] == 5 and near(sender["waiting_ns"], happened, 5, report), (sender, happened)
+    assert clearly_waited(waits) <= sender["instances"] <= 5, (sender, waits)
+    assert near(sender["waiting_ns"], happened, 5, report), (sender, happened)
     assert report["per_rank"][0][0] == sender["waiting_ns"]             # at rank 0 ...
     assert report["pairs"][0][1] >= sender["waiting_ns"]               # ... caused by rank 1
     top = report["top"][0]
-    assert (top["pattern"], top["rank"], top["op"], top["peer"], top["calls"]) == ("late_sender", 0, "MPI_Recv", 1, 5)
+    assert (top["pattern"], top["rank"], top["op"], top["peer"], top["calls"]) == \
+        ("late_sender", 0, "MPI_Recv", 1, sender["instances"])
 
 
 def test_an_ssend_whose_receive_is_posted_d_late_waits_d_late_receiver(tmp_path):
     report, printed = waits_of(tmp_path, 2, "late-receiver", 5, DELAY)
     calls = printed["calls"]
-    happened = sum(waited(s_start, s_end, r_start) for (s_start, s_end), (r_start, _) in zip(calls[0], calls[1]))
+    waits = [waited(s_start, s_end, r_start) for (s_start, s_end), (r_start, _) in zip(calls[0], calls[1])]
+    happened = sum(waits)
     assert happened >= 0.5 * 5 * DELAY * 1e9
     receiver = pattern(report, "late_receiver")
-    assert receiver["instances"] == 5 and near(receiver["waiting_ns"], happened, 5, report), (receiver, happened)
+    assert clearly_waited(waits) <= receiver["instances"] <= 5, (receiver, waits)
+    assert near(receiver["waiting_ns"], happened, 5, report), (receiver, happened)
     assert report["per_rank"][0][1] == receiver["waiting_ns"] and report["pairs"][0][1] >= receiver["waiting_ns"]
     assert pattern(report, "late_sender")["waiting_ns"] < 0.1 * receiver["waiting_ns"]
 
