@@ -379,19 +379,37 @@ class EventScope:
 
     def _build(self) -> None:
         specs = self.plan()
+        installed, silent = self._install(specs)
+        if silent:
+            # A node that did not answer (paused, hung in a call that holds its GIL, gone) is what the
+            # monitor is to report, not a reason to fail: its join, and every join above it, run here
+            # instead, and read that node remotely; pulls name it until it answers again.
+            here = _here(specs, silent)
+            self._remove([(node, key) for node, key in installed if key in here])
+            installed = [(node, key) for node, key in installed if key not in here]
+            specs = [replace(spec, node=None, children=[[None if key in here else node, key, reads]
+                                                        for node, key, reads in spec.children])
+                     if spec.key in here else spec for spec in specs]
         self._specs = specs
         self._root = specs[-1]
         self._joins = self._monitor_joins(specs)
-        installed = []
-        try:
-            for spec in specs:
-                if spec.node is not None:
-                    self._call(spec.node, INSTALL, spec.wire(), self.lease)
-                    installed.append((spec.node, spec.key))
-        except PastSetError:
-            self._remove(installed)
-            raise
         self._installed = installed
+
+    def _install(self, specs: list[JoinSpec]) -> tuple[list[tuple[str, str]], set[str]]:
+        """Place the near joins of `specs` on their nodes, in one round: ([(node, key)] placed, the keys
+        of those whose node did not answer). A node that refused one raises (nothing stays placed)."""
+        # Placing a join happens once per tree, not per pull: a busy node gets longer than a pull's
+        # timeout, since a join not placed on its node runs here, reading that node remotely.
+        placing = self._fanout.round(max(self.timeout, PLACE_TIMEOUT))
+        replies = [(spec, placing.call(spec.node, INSTALL, spec.wire(), self.lease)) for spec in specs
+                   if spec.node is not None]
+        placing.wait()
+        installed = [(spec.node, spec.key) for spec, reply in replies if reply.ok]
+        refused = [reply for _, reply in replies if reply.error is not None]
+        if refused:
+            self._remove(installed)
+            refused[0].result()
+        return installed, {spec.key for spec, reply in replies if not reply.answered}
 
     def _monitor_joins(self, specs: list[JoinSpec]) -> dict[str, GatherJoin]:
         """The joins of `specs` that run in this process, by key (each finds its children among them)."""
@@ -400,16 +418,6 @@ class EventScope:
             if spec.node is None:
                 joins[spec.key] = GatherJoin(spec, self.catalogue, joins=joins)
         return joins
-
-    def _call(self, node, name, *args):
-        # Placing a join happens once per tree, not per pull: a busy node gets longer than a pull's
-        # timeout, since failing here fails the whole monitor.
-        wait = max(self.timeout, PLACE_TIMEOUT)
-        placing = self._fanout.round(wait)
-        reply = placing.call(node, name, *args)
-        if placing.wait():
-            raise PastSetError(f"node {node} did not answer {name} within {wait} s")
-        return reply.result()
 
     def _remove(self, installed) -> dict[str, int]:
         """Remove near joins (best effort: a node that is gone drops them when their lease ends)."""
@@ -698,6 +706,18 @@ class EventScope:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _here(specs: list[JoinSpec], keys: set[str]) -> set[str]:
+    """The keys of the joins in `keys` and of every join above them (a join placed on a node reads
+    its children on nodes: one whose child runs in the monitor must run there too)."""
+    parent = {key: spec.key for spec in specs for _, key, _ in spec.children}
+    here = set()
+    for key in keys:
+        while key is not None and key not in here:
+            here.add(key)
+            key = parent.get(key)
+    return here
 
 
 def look(fanout: Fanout, pathmap: Pathmap, entries, timeout: float, skip=(), *, marks: bool = False,

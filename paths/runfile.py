@@ -155,8 +155,10 @@ class RunFile:
         return cls.read(path)
 
     def check_live(self, timeout: float = 2.0, security: pastset.Security | None = None) -> RunFile:
-        """Self if every node answers; RunError if the run is still starting, its launcher is gone, or
-        nodes do not answer (naming them).
+        """Self while the run is live; RunError if it is still starting, its launcher is gone, or
+        every node is gone (`run_ended`'s test). A node that does not answer but is not gone (paused,
+        hung in a call that holds its GIL, overloaded) leaves the run live: it is what a monitor
+        attaching now is to name, not a reason to refuse it.
 
         `security`: the keys to speak with (None: the process's, $EVENTSPACE_KEYS). A live node
         that refuses them raises pastset.Refused: the run is live, this process lacks its keys.
@@ -170,7 +172,7 @@ class RunFile:
             raise RunError(f"run {self.name} is still starting (registered {age:.0f} s ago); try again "
                            "in a moment")
         dead = [node for node, endpoint in self.endpoints.items() if not _answers(endpoint, timeout, security)]
-        if dead:
+        if dead and run_ended(self):
             raise RunError(f"run file {self.path} is stale: node{'s' if len(dead) > 1 else ''} "
                            f"{', '.join(dead)} do{'es' if len(dead) == 1 else ''} not answer (started "
                            f"{age:.0f} s ago); the run has ended: remove the file or start a new run")

@@ -63,6 +63,7 @@ def test_the_wind_tunnel_on_64_nodes_ends_with_the_reference_grid_and_its_stalle
     assert (summary["threads"], summary["nodes"], summary["steps"]) == (1024, 64, STEPS)
     assert summary["grid_sha256"] == grid_sha256(reference_run(N, STEPS, SEED))
     lines = [json.loads(line) for line in watched.splitlines() if line.startswith("{")]
+    assert lines, f"the heartbeat printed no beat (exit {heartbeat.returncode}): {watched[-3000:]}"
     assert lines[-1]["ended"] and lines[-1]["why"] == "its program ended"   # its last JSON line: how it ended
     beats = lines[:-1]
     statuses = [{b["thread"]: b["status"] for b in beat["threads"]} for beat in beats]

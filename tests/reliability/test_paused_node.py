@@ -19,6 +19,8 @@ import dataclasses
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -324,6 +326,27 @@ def test_a_scopes_near_joins_outlive_a_pause_of_their_node_longer_than_their_lea
     assert during.missing == {victim} and not during.gone
     assert not after.missing, f"node {victim}'s joins were dropped while it was stopped"
     assert {t.name for t in run.pathmap.threads if t.node == victim} <= threads
+
+
+@pytest.mark.slow
+def test_a_heartbeat_started_while_a_node_is_paused_attaches_and_names_it_not_answering(tmp_path):
+    """A user who starts the heartbeat on a run where a node is stuck (paused here) gets beats that
+    name that node's threads `not answering`, and the others' states: the monitor neither refuses
+    the run as stale nor fails placing its tree (it did both: CI saw a 64-node run refused so)."""
+    with windtunnel_with_source_collectors(tmp_path) as run:
+        victim = "B"
+        victims = {t.name for t in run.pathmap.threads if t.node == victim}
+        with Paused(run.pids[victim]):
+            watched = subprocess.run([sys.executable, "-m", "eventspace.cli", "monitor", "heartbeat", "--run",
+                                      run.run_file.path, "--interval", "0.5", "--duration", "2", "--json"],
+                                     capture_output=True, text=True, timeout=120)
+    assert watched.returncode == 0, watched.stderr[-2000:]
+    *beats, last = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert beats and last["beats"] == len(beats) and not last["ended"], watched.stdout[-2000:]
+    for beat in beats:
+        states = {b["thread"]: b["status"] for b in beat["threads"]}
+        assert {t for t, status in states.items() if status == NOT_ANSWERING} == victims, states
+        assert set(states) == {t.name for t in run.pathmap.threads}
 
 
 def seen_threads(scope, pulled) -> set[str]:
