@@ -26,9 +26,9 @@ from .errors import TemplateMismatch
 from .template import Template
 
 try:
-    from ._ring import CONTRACT_VERSION, HELD, LOCKED, SINGLE_WRITER, Appender
+    from ._ring import CONTRACT_VERSION, HELD, LOCKED, SINGLE_WRITER, Appender, cursors
 except ImportError:   # not built (no compiler at install): appends run the Python reference
-    Appender = CONTRACT_VERSION = None
+    Appender = CONTRACT_VERSION = cursors = None
 
 # `keep` for a ring without one: an append never discards.
 _NO_KEEP = 1 << 62
@@ -331,8 +331,12 @@ class RingSlab:
 
         count = len(elements)
         rows = np.fromiter([e._row for e in elements], np.intp, count)
-        lasts = np.fromiter([e._last for e in elements], np.int64, count)
-        firsts = np.fromiter([e._first for e in elements], np.int64, count)
+        if cursors is not None:
+            lasts, firsts = np.empty(count, np.int64), np.empty(count, np.int64)
+            cursors(elements, lasts, firsts)
+        else:
+            lasts = np.fromiter([e._last for e in elements], np.int64, count)
+            firsts = np.fromiter([e._first for e in elements], np.int64, count)
         held = lasts > firsts
         if not held.all():
             rows, lasts = rows[held], lasts[held]

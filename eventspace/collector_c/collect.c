@@ -16,8 +16,8 @@
 enum {
     AH_APPENDER,            /* the RingAppender, and the ring contract it holds */
     AH_SIZE = 2,            /* the TypedSize, and its kinds */
-    AH_CURSORS = 4,         /* the element's cursor slots (one line), and the ints in _last and _first */
-    AH_RECORD = AH_CURSORS + 3,        /* the next record's first and last byte (written) */
+    AH_CURSORS = 4,         /* the element's cursors and waiter counts (one line) */
+    AH_RECORD = AH_CURSORS + 1,        /* the next record's first and last byte (written) */
     AHEAD = AH_RECORD + 2
 };
 
@@ -86,18 +86,10 @@ aim(Collect *self)
     a[AH_APPENDER] = r;
     a[AH_APPENDER + 1] = ring;
     a[AH_CURSORS] = &cursors->first;
-    if (cursors->last != NULL)
-        a[AH_CURSORS + 1] = cursors->last;
-    if (cursors->first != NULL)
-        a[AH_CURSORS + 2] = cursors->first;
-    if (cursors->last != NULL && PyLong_CheckExact(cursors->last)) {
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(cursors->last, &overflow);
-        if (!overflow && x >= 0) {
-            const char *record = ring->ring + (x % ring->cap) * ring->record_size;
-            a[AH_RECORD] = record;
-            a[AH_RECORD + 1] = record + RECORD - 1;
-        }
+    if (cursors->last >= 0) {
+        const char *record = ring->ring + (cursors->last % ring->cap) * ring->record_size;
+        a[AH_RECORD] = record;
+        a[AH_RECORD + 1] = record + RECORD - 1;
     }
 }
 

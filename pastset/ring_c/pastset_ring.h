@@ -1,13 +1,14 @@
 /* pastset's ring appender contract: how C code outside pastset appends to a binary element's ring.
  *
- * Version 1. A binary element of pastset (pastset/ring.py, BinaryElement) keeps its records packed
+ * Version 2. A binary element of pastset (pastset/ring.py, BinaryElement) keeps its records packed
  * in a ring of `cap` slots of `record_size` bytes; record i is in slot i mod cap (in Python's sense:
  * never before the ring). Its cursors `_first` and `_last` (the oldest record held, and the index
- * the next append gets) and its waiter counts `_sleepers` and `_parked` are slots of the element
- * object itself, at the layout struct PastsetCursors below gives: Python reads them as attributes
- * of those names at a slot's cost; they hold ints (or what Python code set: the append reads a
- * cursor through __index__, within +-PASTSET_CURSOR_MAX, and refuses anything else). Only the
- * append writes them from C; a reader outside pastset (prefetching, say) may read them, GIL held.
+ * the next append gets) are machine ints in the element object itself, and its waiter counts
+ * `_sleepers` and `_parked` are object slots there, at the layout struct PastsetCursors below gives.
+ * Python reads and sets the cursors as ints (attributes of those names); setting one to what is no
+ * index, or beyond +-PASTSET_CURSOR_MAX, is refused then (TypeError, OverflowError), so a cursor C
+ * reads is always in range. Only the append writes them from C; a reader outside pastset
+ * (prefetching, say) may read them, GIL held.
  *
  * How to get one: `element.appender(single_writer)` returns, for a ring bounded by `keep` alone (no
  * `delta`), a pastset._ring.Appender when pastset's C part is built; its attribute `contract` is a
@@ -33,26 +34,29 @@
  * `_last` says if the ring wraps meanwhile; a reader under the mutex that races a single writer
  * checks `_first` again after copying (pastset's Element._read_held) and copies again if it moved.
  *
- * Cursors within +-PASTSET_CURSOR_MAX only: an append refuses others (OverflowError, nothing
- * written); no ring reaches them (2^62 appends are a century at one a nanosecond).
+ * Cursors within +-PASTSET_CURSOR_MAX only: no ring reaches them (2^62 appends are a century at
+ * one a nanosecond); an append at `_last` == PASTSET_CURSOR_MAX refuses (OverflowError, nothing
+ * written).
  *
- * Cost: the cursors are Python ints so that the pastset server's Python reads them at a slot's
- * cost; an append from C makes one or two new ints (no int is ever changed in place).
+ * Cost: an append from C moves two machine ints and makes no Python object (version 1 kept the
+ * cursors as Python ints, and every append made one or two); Python pays instead, an int made per
+ * read of a cursor (about 10 ns).
  */
 #ifndef PASTSET_RING_H
 #define PASTSET_RING_H
 
 #include <Python.h>
 
-#define PASTSET_RING_VERSION 1
+#define PASTSET_RING_VERSION 2
 #define PASTSET_RING_CAPSULE "pastset._ring.contract"
 #define PASTSET_CURSOR_MAX ((Py_ssize_t)1 << 62)
 
-/* The head of every pastset Element: its cursors and waiter counts (the attributes _first, _last,
- * _sleepers and _parked; NULL before the element sets them). */
+/* The head of every pastset Element: its cursors (the attributes _first and _last, 0 until set) and
+ * waiter counts (_sleepers and _parked; NULL before the element sets them). */
 typedef struct {
     PyObject_HEAD
-    PyObject *first, *last, *sleepers, *parked;
+    Py_ssize_t first, last;
+    PyObject *sleepers, *parked;
 } PastsetCursors;
 
 typedef struct PastsetRing {
@@ -62,7 +66,7 @@ typedef struct PastsetRing {
     int single_writer;
     PastsetCursors *cursors;     /* the element (its cursors and waiter counts): read only */
     /* Append one record of record_size bytes: 0 with its index in *index, or -1 with an exception
-     * set (OverflowError for cursors beyond PASTSET_CURSOR_MAX, what waking a waiter raised). */
+     * set (OverflowError at `_last` == PASTSET_CURSOR_MAX, what waking a waiter raised). */
     int (*append)(const struct PastsetRing *ring, const char *record, Py_ssize_t *index);
     /* Set the TemplateMismatch the element raises for these field values (a tuple); returns -1. */
     int (*refuse)(const struct PastsetRing *ring, PyObject *values);

@@ -2,8 +2,9 @@
  * code outside pastset uses it (pastset_ring.h, version PASTSET_RING_VERSION; read it first).
  *
  * Holds:
- *   Cursors   the base type of pastset.element.Element: its cursors and waiter counts (_first,
- *             _last, _sleepers, _parked) as object slots at a layout C can rely on (PastsetCursors).
+ *   Cursors   the base type of pastset.element.Element: its cursors (_first, _last: machine ints, ints
+ *             to Python) and waiter counts (_sleepers, _parked: object slots), at a layout C can rely
+ *             on (PastsetCursors).
  *   Appender  Appender(element, mode, fields, pack_into, ring, cap, size, keep, mutex, signal,
  *             mismatch): what BinaryElement appends with. Called from Python as append(*values)
  *             (one value per field, packed with the template's pack_into); from C through its
@@ -16,27 +17,65 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <structmember.h>
 #include "pastset_ring.h"
 
 /* -- Cursors --------------------------------------------------------------------------------- */
 
-/* Object slots, as a Python class's __slots__ are: Python reads them at a slot's cost (specialised
- * by the interpreter), and they hold what Python code sets (the append reads them as ints). */
+/* The waiter counts are object slots, as a Python class's __slots__ are (Python code sets them to what
+ * it counts with); the cursors are machine ints (an append from C moves them without making an int),
+ * read and set from Python as ints through `cursors_getset`. */
 static PyMemberDef cursors_members[] = {
-    {"_first", T_OBJECT_EX, offsetof(PastsetCursors, first), 0, "index of the oldest record held"},
-    {"_last", T_OBJECT_EX, offsetof(PastsetCursors, last), 0, "index the next append gets"},
     {"_sleepers", T_OBJECT_EX, offsetof(PastsetCursors, sleepers), 0, "threads waiting on the element"},
     {"_parked", T_OBJECT_EX, offsetof(PastsetCursors, parked), 0, "requests a node server parked on it"},
+    {NULL},
+};
+
+static PyObject *
+cursor_get(PastsetCursors *self, void *offset)
+{
+    return PyLong_FromSsize_t(*(Py_ssize_t *)((char *)self + (size_t)offset));
+}
+
+/* A cursor is set to an int (or what has __index__: a numpy integer) within +-PASTSET_CURSOR_MAX;
+ * anything else is refused as it is set, and the cursor keeps its value. */
+static int
+cursor_set(PastsetCursors *self, PyObject *value, void *offset)
+{
+    const char *name = (size_t)offset == offsetof(PastsetCursors, first) ? "_first" : "_last";
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "an element's %s cannot be deleted", name);
+        return -1;
+    }
+    Py_ssize_t x = PyNumber_AsSsize_t(value, PyExc_OverflowError);
+    if (x == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;   /* a TypeError: not an index */
+        PyErr_Clear();
+        x = PASTSET_CURSOR_MAX + 1;
+    }
+    if (x < -PASTSET_CURSOR_MAX || x > PASTSET_CURSOR_MAX) {
+        PyErr_Format(PyExc_OverflowError, "an element's %s is within the +-2^62 records a ring counts, not %R",
+                     name, value);
+        return -1;
+    }
+    *(Py_ssize_t *)((char *)self + (size_t)offset) = x;
+    return 0;
+}
+
+static PyGetSetDef cursors_getset[] = {
+    {"_first", (getter)cursor_get, (setter)cursor_set, "index of the oldest record held",
+     (void *)offsetof(PastsetCursors, first)},
+    {"_last", (getter)cursor_get, (setter)cursor_set, "index the next append gets",
+     (void *)offsetof(PastsetCursors, last)},
     {NULL},
 };
 
 static int
 cursors_traverse(PastsetCursors *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->first);
-    Py_VISIT(self->last);
     Py_VISIT(self->sleepers);
     Py_VISIT(self->parked);
     return 0;
@@ -45,8 +84,6 @@ cursors_traverse(PastsetCursors *self, visitproc visit, void *arg)
 static int
 cursors_clear(PastsetCursors *self)
 {
-    Py_CLEAR(self->first);
-    Py_CLEAR(self->last);
     Py_CLEAR(self->sleepers);
     Py_CLEAR(self->parked);
     return 0;
@@ -79,64 +116,11 @@ static PyTypeObject CursorsType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = cursors_new,
     .tp_members = cursors_members,
+    .tp_getset = cursors_getset,
     .tp_traverse = (traverseproc)cursors_traverse,
     .tp_clear = (inquiry)cursors_clear,
     .tp_dealloc = (destructor)cursors_dealloc,
 };
-
-/* A cursor as the append takes it: an int, or an object with __index__ (a numpy integer), within
- * +-PASTSET_CURSOR_MAX; -1 with an error set for anything else. */
-static int
-odd_cursor(PyObject *v, const char *name, Py_ssize_t *out)
-{
-    if (v == NULL) {
-        PyErr_Format(PyExc_AttributeError, "the element has no attribute %s", name);
-        return -1;
-    }
-    Py_INCREF(v);   /* its __index__ may run Python code that rebinds the slot */
-    Py_ssize_t x = PyNumber_AsSsize_t(v, PyExc_OverflowError);
-    Py_DECREF(v);
-    if (x == -1 && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError))
-        return -1;
-    if (PyErr_Occurred() || x < -PASTSET_CURSOR_MAX || x > PASTSET_CURSOR_MAX) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_OverflowError, "the element's %s is beyond the +-2^62 records a ring counts: "
-                     "it was set from outside", name);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static inline int
-cursor(PyObject *v, const char *name, Py_ssize_t *out)
-{
-    if (v != NULL && PyLong_CheckExact(v)) {
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (!overflow && x >= -PASTSET_CURSOR_MAX && x <= PASTSET_CURSOR_MAX) {   /* every cursor an element keeps */
-            *out = (Py_ssize_t)x;
-            return 0;
-        }
-    }
-    return odd_cursor(v, name, out);
-}
-
-/* Set a cursor to the int `value`. */
-static inline int
-set_cursor(PyObject **at, Py_ssize_t value)
-{
-#if SIZEOF_LONG == SIZEOF_SIZE_T   /* PyLong_FromLong has a fast path for one-digit values */
-    PyObject *v = PyLong_FromLong((long)value), *old = *at;
-#else
-    PyObject *v = PyLong_FromSsize_t(value), *old = *at;
-#endif
-    if (v == NULL)
-        return -1;
-    *at = v;
-    Py_XDECREF(old);
-    return 0;
-}
 
 static PyObject *zero;   /* the int 0 (CPython's cached one): a waiter count of none */
 
@@ -216,18 +200,19 @@ static inline int
 append_body(Appender *self, write_fn write, const void *what, Py_ssize_t *index)
 {
     PastsetCursors *c = self->ring.cursors;
-    Py_ssize_t last, first, cap = self->ring.cap, keep = self->ring.keep;
-    if (cursor(c->last, "_last", &last) < 0 || cursor(c->first, "_first", &first) < 0)
-        return -1;   /* both read first: a cursor refused leaves the ring as it was */
+    Py_ssize_t last = c->last, cap = self->ring.cap, keep = self->ring.keep;
+    if (last >= PASTSET_CURSOR_MAX) {   /* set so from Python: no ring counts that far */
+        PyErr_SetString(PyExc_OverflowError, "the element's _last is at the 2^62 records a ring counts");
+        return -1;
+    }
     Py_ssize_t slot = last % cap;
     if (slot < 0)
         slot += cap;
     if (write(self, slot, what) < 0)
         return -1;
-    if (set_cursor(&c->last, last + 1) < 0)
-        return -1;
-    if (first < last + 1 - keep && set_cursor(&c->first, last + 1 - keep) < 0)
-        return -1;
+    c->last = last + 1;
+    if (c->first < last + 1 - keep)
+        c->first = last + 1 - keep;
     *index = last;
     return 0;
 }
@@ -469,11 +454,66 @@ static PyTypeObject AppenderType = {
 
 /* -- the module ------------------------------------------------------------------------------ */
 
+/* cursors(elements, lasts, firsts): each element's _last and _first into the int64 buffers (as many
+ * items as elements): what a slab's read of every element's newest record starts with, one call
+ * instead of an int made per cursor. */
+static PyObject *
+gather_cursors(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "cursors() takes 3 arguments (elements, lasts, firsts), not %zd", nargs);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "cursors() takes a sequence of elements");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_buffer out[2];
+    int got = 0;
+    for (; got < 2; got++) {
+        if (PyObject_GetBuffer(args[1 + got], &out[got], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto done;
+        if (out[got].itemsize != sizeof(int64_t) || out[got].len != n * (Py_ssize_t)sizeof(int64_t)
+            || out[got].format == NULL || strchr("qlL", out[got].format[strlen(out[got].format) - 1]) == NULL) {
+            PyErr_Format(PyExc_ValueError, "cursors() writes %zd int64 items into each of lasts and firsts", n);
+            got++;
+            goto done;
+        }
+    }
+    int64_t *lasts = out[0].buf, *firsts = out[1].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(items[i], &CursorsType)) {
+            PyErr_Format(PyExc_TypeError, "cursors() reads pastset elements, not %.100s", Py_TYPE(items[i])->tp_name);
+            goto done;
+        }
+        PastsetCursors *c = (PastsetCursors *)items[i];
+        lasts[i] = c->last;
+        firsts[i] = c->first;
+    }
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&out[i]);
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+done:
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&out[i]);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"cursors", (PyCFunction)(void (*)(void))gather_cursors, METH_FASTCALL,
+     "cursors(elements, lasts, firsts): each element's _last and _first into two int64 buffers"},
+    {NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "pastset._ring",
     .m_doc = "The ring append of pastset's binary elements, and its C contract (pastset/ring_c/pastset_ring.h).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC

@@ -4,7 +4,6 @@ appender contract it hands C code (pastset/ring_c/pastset_ring.h), and the C app
 Python reference (ring.py's `_APPEND`)."""
 
 import ctypes
-import inspect
 import json
 import struct
 import subprocess
@@ -178,8 +177,15 @@ def compiled_ring():
     return ring
 
 
+class PastsetCursors(ctypes.Structure):
+    """struct PastsetCursors of pastset_ring.h, version 2: the element's head."""
+
+    _fields_ = [("refcnt", ctypes.c_ssize_t), ("type", ctypes.c_void_p), ("first", ctypes.c_ssize_t),
+                ("last", ctypes.c_ssize_t), ("sleepers", ctypes.c_void_p), ("parked", ctypes.c_void_p)]
+
+
 class PastsetRing(ctypes.Structure):
-    """struct PastsetRing of pastset_ring.h, version 1, as a C consumer sees it."""
+    """struct PastsetRing of pastset_ring.h, version 2, as a C consumer sees it."""
 
     _fields_ = [("version", ctypes.c_uint), ("ring", ctypes.c_void_p), ("record_size", ctypes.c_ssize_t),
                 ("cap", ctypes.c_ssize_t), ("keep", ctypes.c_ssize_t), ("single_writer", ctypes.c_int),
@@ -208,7 +214,7 @@ def test_an_appender_hands_c_code_the_ring_and_the_append_that_pastset_ring_h_de
     append = element.appender(single_writer)
     ring, _capsule = contract_of(append)
     ring_address = ctypes.addressof((ctypes.c_char * len(element._ring)).from_buffer(element._ring))
-    assert (ring.version, ring.record_size, ring.cap, ring.keep, ring.single_writer) == (1, 16, 4, 3, single_writer)
+    assert (ring.version, ring.record_size, ring.cap, ring.keep, ring.single_writer) == (2, 16, 4, 3, single_writer)
     assert ring.ring == ring_address and ring.cursors == id(element)
     c_append, index = APPEND_FN(ring.append), ctypes.c_ssize_t()
     for i in range(5):   # C and Python appends, one ring, one pair of cursors
@@ -219,6 +225,10 @@ def test_an_appender_hands_c_code_the_ring_and_the_append_that_pastset_ring_h_de
             assert index.value == i
     assert (element.first(), element.last()) == (2, 5)
     assert element.latest(5) == (2, struct.pack("=6Q", 2, 2, 3, 3, 4, 4))
+    cursors = PastsetCursors.from_address(ring.cursors)   # the cursors C reads: machine ints, as Python's
+    assert (cursors.first, cursors.last, cursors.sleepers, cursors.parked) == (2, 5, id(0), id(0))
+    element._first, element._last = 3, 5   # set from Python: C sees it
+    assert (cursors.first, cursors.last) == (3, 5)
 
 
 def test_moves_own_append_is_not_handed_out():
@@ -292,10 +302,49 @@ def test_without_the_c_part_elements_append_with_the_python_reference():
     assert got["without"][2:] == got["with"][2:] == [1, 4, struct.pack("=6Q", 2, 2, 3, 3, 4, 4).hex()]
 
 
-def test_a_cursor_is_read_from_python_as_a_slot():
-    """The pastset server's loop reads cursors from Python: they are slots (as __slots__ are), which
-    the interpreter reads at a slot's cost, not computed attributes."""
-    from pastset.ring import BinaryElement
+@pytest.mark.parametrize("value, error", [("3", TypeError), (2.0, TypeError), (None, TypeError),
+                                          (2 ** 62 + 1, OverflowError), (-(2 ** 63), OverflowError),
+                                          (2 ** 70, OverflowError)])
+def test_a_cursor_set_to_what_no_ring_counts_is_refused_as_it_is_set(value, error):
+    """The cursors are machine ints that C appends read without checking: what is no index, or
+    beyond the +-2^62 records a ring counts, is refused when set, and the cursor keeps its value
+    (an int's __index__, a numpy integer's, is taken)."""
+    import numpy as np
 
-    for name in ("_first", "_last", "_sleepers", "_parked"):
-        assert type(inspect.getattr_static(BinaryElement, name)).__name__ == "member_descriptor"
+    compiled_ring()
+    element = TupleServer("appender").enter("a", "=Q", keep=3)
+    for i in range(4):
+        element.move((i,))
+    for name in ("_first", "_last"):
+        held = getattr(element, name)
+        with pytest.raises(error, match=f"{name}|integer|index"):
+            setattr(element, name, value)
+        assert getattr(element, name) == held
+    with pytest.raises(AttributeError, match="cannot be deleted"):
+        del element._last
+    element._first, element._last = np.uint8(2), np.int64(4)
+    assert (type(element._first), element._first, element._last) == (int, 2, 4)
+    assert element.appender(True)(9) == 4 and element.observe(4, timeout=0) == (9,)
+
+
+def test_a_slab_reads_every_elements_cursors_in_one_call_as_python_reads_them():
+    """pastset._ring.cursors, what a slab's read of every element's newest record starts with: each
+    element's _last and _first, and one error for buffers or elements it cannot read."""
+    import numpy as np
+
+    ring = compiled_ring()
+    server = TupleServer("appender")
+    elements = [server.enter(f"e{i}", "=Q", keep=3) for i in range(5)]
+    for i, element in enumerate(elements):
+        for j in range(2 * i):
+            element.move((j,))
+    lasts, firsts = np.empty(5, np.int64), np.empty(5, np.int64)
+    ring.cursors(elements, lasts, firsts)
+    assert (lasts.tolist(), firsts.tolist()) == ([e._last for e in elements], [e._first for e in elements])
+    assert lasts.tolist() == [0, 2, 4, 6, 8] and firsts.tolist() == [0, 0, 1, 3, 5]
+    for bad, error in (((elements, np.empty(4, np.int64), firsts), ValueError),
+                       ((elements, np.empty(5, np.float64), firsts), ValueError),
+                       ((elements, bytes(40), firsts), BufferError),
+                       (([*elements[:4], object()], lasts, firsts), TypeError)):
+        with pytest.raises(error):
+            ring.cursors(*bad)
