@@ -95,8 +95,12 @@ def main() -> int:
     for ranks in args.ranks:
         runs = {False: [], True: []}
         for i, monitored in enumerate((False, True, True, False) * args.pairs):
-            runs[monitored].append(job(ranks, monitored, args.count, f"commbench-{ranks}-{i}"))
-            print(f"{ranks} ranks, {'monitored' if monitored else 'plain'} run {i + 1} done", file=sys.stderr)
+            times = job(ranks, monitored, args.count, f"commbench-{ranks}-{i}")
+            runs[monitored].append(times)
+            # Each job's figures as it ends: a long run says something before its table.
+            print(f"{ranks} ranks, {'monitored' if monitored else 'plain'} run {i + 1}: "
+                  + ", ".join(f"{part} {1e3 * statistics.median(times[which]):.1f} ms" for part, which in parts.items()),
+                  file=sys.stderr, flush=True)
         for part, which in parts.items():
             plain = Figure(f"{ranks} ranks, {part}: plain",
                            [statistics.median(times[which]) for times in runs[False]])
