@@ -92,15 +92,16 @@ def main() -> None:
     parser.add_argument("--at", type=int, nargs="+", default=[1, 50, 200], help="communicator numbers to time")
     parser.add_argument("--window", type=int, default=5, help="declares timed from each number on (median)")
     args = parser.parse_args()
-    os.environ["EVENTSPACE_RUN_DIR"] = tempfile.mkdtemp(prefix="communicator-bench-")   # the snapshots' own
-    print(f"{'ranks':>5} {'comm':>5} {'adopt r0 ms':>12} {'adopt other ms':>15} {'declare est. ms':>16} "
-          f"{'snapshot write ms':>18} {'fresh YAML ms':>14}")
-    for size in args.ranks:
-        for cid in args.at:
-            r0, other, snapshot, fresh = measure(size, cid, args.window)
-            declare = r0 + (size - 1) * other
-            print(f"{size:>5} {cid:>5} {r0:>12.2f} {other:>15.2f} {declare:>16.1f} {snapshot:>18.2f} {fresh:>14.2f}",
-                  flush=True)
+    with tempfile.TemporaryDirectory(prefix="communicator-bench-") as runs:
+        os.environ["EVENTSPACE_RUN_DIR"] = runs   # the snapshots' own
+        print(f"{'ranks':>5} {'comm':>5} {'adopt r0 ms':>12} {'adopt other ms':>15} {'declare est. ms':>16} "
+              f"{'snapshot write ms':>18} {'fresh YAML ms':>14}")
+        for size in args.ranks:
+            for cid in args.at:
+                r0, other, snapshot, fresh = measure(size, cid, args.window)
+                declare = r0 + (size - 1) * other
+                print(f"{size:>5} {cid:>5} {r0:>12.2f} {other:>15.2f} {declare:>16.1f} {snapshot:>18.2f} "
+                      f"{fresh:>14.2f}", flush=True)
 
 
 if __name__ == "__main__":
