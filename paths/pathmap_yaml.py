@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Collection
 from dataclasses import MISSING
@@ -148,27 +149,115 @@ _Dumper.add_representer(_FlowList, lambda d, data: d.represent_sequence(
 
 def write(pm, header: str | None = None) -> str:
     """YAML for the pathmap `pm` that `read` reads back to an equal one; `header` becomes leading comments."""
-    body = yaml.dump(write_section(pm), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                     allow_unicode=True, width=160)
-    comments = {s.name: s.spec.doc for s in schema(type(pm)) if s.spec.doc}
-    lines = [f"# {line}".rstrip() for line in header.splitlines()] if header else []
-    for line in body.splitlines():
-        section = line.split(":", 1)[0]
-        if section in comments and not line.startswith(" "):
-            lines += ["", f"# {comments[section]}"]
-        lines.append(line)
-    return "\n".join(lines) + "\n"
+    return Writer().write(pm, header)
+
+
+class Writer:
+    """Writes pathmaps as `write` does, remembering the text of every entry of their named and listed
+    sections (nodes, stages, paths, trees, rules...) by the entry itself: a pathmap that shares most
+    of its entries with the last one written (an MPI run's, grown by a communicator,
+    eventspace.mpi.generate.add_communicator) costs what it gained, laid out as YAML, and a join of
+    the rest's text. The text is what PyYAML writes for the whole pathmap at once, byte for byte (each
+    entry's own text is PyYAML's, for the new ones of a section in one document, in their place).
+    Entries the last pathmap written does not hold are forgotten. One thread at a time."""
+
+    def __init__(self):
+        # (keys down to a section) -> {id(entry): (entry, its text)}; the entry is held, so its id stays its own.
+        self._known: dict[tuple[str, ...], dict[int, tuple[object, str]]] = {}
+        self.laid_out = 0   # entries laid out as YAML over the writer's life (the others' text was known)
+
+    def write(self, pm, header: str | None = None) -> str:
+        """YAML for the pathmap `pm`, with `header` as leading comments (what `write` gives)."""
+        out = [f"# {line}".rstrip() + "\n" for line in header.splitlines()] if header else []
+        known, self._known = self._known, {}
+        self._block(pm, (), out, known)
+        return "".join(out)
+
+    def _block(self, section, keys: tuple[str, ...], out: list[str], known) -> None:
+        """The text of block `section` (its class says FLOW = False) under `keys`, key by key, as
+        write_section selects them; the pathmap's sections each after their comment."""
+        for s, value in _written(section):
+            if not keys and s.spec.doc:
+                out.append(f"\n# {s.spec.doc}\n")
+            inner = keys + (s.name,)
+            indent = "  " * len(keys)
+            if s.spec.holds in (NAMED, ENTRIES) and value:
+                out.append(f"{indent}{s.name}:\n")
+                self._entries(value, s, inner, out, known.get(inner, {}))
+            elif s.spec.holds == SECTION and not getattr(type(value), "FLOW", True) and _written(value):
+                out.append(f"{indent}{s.name}:\n")
+                self._block(value, inner, out, known)
+            else:
+                out.append(_laid_out(inner, _WRITERS.get(s.spec.holds, _as_is)(value, s), len(inner) - 1))
+
+    def _entries(self, entries, s: SectionKey, keys: tuple[str, ...], out: list[str], known) -> None:
+        """The text of the non-empty named or listed section `entries` at `keys`: each entry's text as
+        `known` (the last write's, of this section) holds it, or laid out now (all the section's new
+        entries in one YAML document). An id `known` holds is its entry's: it holds the entry."""
+        # map and zip, not a loop of ours: a large run's pathmap has tens of thousands of entries.
+        ids = list(map(id, entries))
+        held = list(map(known.get, ids))
+        if None in held:
+            new = [entry for entry, text in zip(entries, held) if text is None]
+            self.laid_out += len(new)
+            texts = _items(_laid_out(keys, _WRITERS[s.spec.holds](new, s), len(keys)))
+            if len(texts) != len(new):   # entries of one name (no checked pathmap has them): one item for all
+                texts = [_laid_out(keys, _WRITERS[s.spec.holds]([entry], s), len(keys)) for entry in new]
+            known.update(zip(map(id, new), zip(new, texts)))
+            held = list(map(known.__getitem__, ids))
+        self._known[keys] = dict(zip(ids, held))
+        out.extend(map(_TEXT, held))
+
+
+_TEXT = operator.itemgetter(1)
+
+
+def _laid_out(keys: tuple[str, ...], data, skip: int) -> str:
+    """What PyYAML writes for `data` at `keys` of a block mapping, without its first `skip` lines (those of the
+    keys above it)."""
+    for name in reversed(keys):
+        data = {name: data}
+    text = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
+                     width=160)
+    at = 0
+    for _ in range(skip):
+        at = text.index("\n", at) + 1
+    return text[at:]
+
+
+def _items(text: str) -> list[str]:
+    """`text`, the lines of a block mapping's or sequence's items, item by item: an item begins on a
+    line as indented as the first (every further line of one is indented more, or empty)."""
+    indent = len(text) - len(text.lstrip(" "))
+    items, start, at = [], 0, 0
+    while at < len(text):
+        end = text.find("\n", at) + 1 or len(text)
+        if at > start and end - at > indent + 1 and text[at + indent] != " " and not text[at:at + indent].strip():
+            items.append(text[start:at])
+            start = at
+        at = end
+    items.append(text[start:])
+    return items
 
 
 def write_section(entry) -> dict:
     """The YAML mapping of `entry` (a section, or a paths.Pathmap): each key its schema has, in order,
     if it is required, always written, or not its default; on one line unless its class says FLOW = False."""
     out = _Flow() if getattr(type(entry), "FLOW", True) else {}
+    for s, value in _written(entry):
+        out[s.name] = _WRITERS.get(s.spec.holds, _as_is)(value, s)
+    return out
+
+
+def _written(entry) -> list[tuple[SectionKey, object]]:
+    """The keys of `entry` (a section) that its YAML holds, with their values: those its schema requires
+    or always writes, and those not at their default."""
+    written = []
     for s in schema(type(entry)):
         value = getattr(entry, s.name)
         if s.required or s.spec.always or value != s.default:
-            out[s.name] = _WRITERS.get(s.spec.holds, _as_is)(value, s)
-    return out
+            written.append((s, value))
+    return written
 
 
 def _as_is(value, s: SectionKey):

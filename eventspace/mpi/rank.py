@@ -123,7 +123,7 @@ class Rank:
                                  "starts empty), or remove it")
             if o.archive is not None and not os.access(os.path.dirname(os.path.abspath(o.archive)), os.W_OK):
                 raise ValueError(f"archive {o.archive}: its directory is not writable; give a file in one that is")
-            self.registration = Registration(o.name or o.default_name)
+            self.registration = Registration(o.name or o.default_name, say)
             name = self.registration.name
             directory = o.recording_dir
             if o.archive is not None and directory is None:
@@ -372,6 +372,7 @@ class Rank:
         if self.rank == 0:
             # Every rank's program has ended, and every node still serves (the others wait in the
             # Barrier below, which releases the GIL): the monitors attached read the rest.
+            self.registration.flush()   # the monitors' final read follows every communicator
             with contextlib.suppress(OSError):
                 self.registration.run_file.end()
             try:

@@ -10,6 +10,7 @@ import yaml
 import pastset.security
 from paths import (Clock, ElementSpec, Instrument, Liveness, Node, Path, Pathmap, PathmapError, SecuritySpec, Selector,
                    Stage, Thread, Tree)
+from paths import pathmap_yaml
 from paths.sections import ENTRIES, NAMED, SECTION, label, schema
 from paths.registry import BUILTIN_TYPES, registered_types
 
@@ -118,6 +119,55 @@ def test_round_trip_keeps_awkward_names_and_values(base_text):
     )
     odd.validate()
     assert Pathmap.loads(odd.dumps()) == odd
+
+
+def pyyaml_whole(pm: Pathmap, header: str | None = None) -> str:
+    """What PyYAML writes for the whole pathmap in one document, with a section's comment before it and
+    `header` as leading comments: the text every write of a pathmap must give (paths.pathmap_yaml.Writer
+    lays entries out section by section, and remembers them)."""
+    body = yaml.dump(pathmap_yaml.write_section(pm), Dumper=pathmap_yaml._Dumper, sort_keys=False,
+                     default_flow_style=False, allow_unicode=True, width=160)
+    comments = {s.name: s.spec.doc for s in schema(Pathmap) if s.spec.doc}
+    lines = [f"# {line}".rstrip() for line in header.splitlines()] if header else []
+    for line in body.splitlines():
+        if line.split(":", 1)[0] in comments and not line.startswith(" "):
+            lines += ["", f"# {comments[line.split(':', 1)[0]]}"]
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def test_a_writer_writes_what_pyyaml_writes_and_lays_out_only_what_a_pathmap_gained(base_text, pathmaps_dir):
+    """Issue 34: an MPI run's snapshot is written again whenever its pathmap grows; a Writer lays out
+    only the entries a pathmap did not hold when it last wrote, and its text is PyYAML's for the
+    whole pathmap, byte for byte: awkward names, values that need quotes, lines PyYAML folds past
+    160 characters, text of several lines, entries written as blocks (trees)."""
+    for file in sorted(pathmaps_dir.glob("*.yaml")):
+        if file.stat().st_size > 100_000:   # the paper's and 64 nodes': seconds to load, nothing more to see
+            continue
+        pm = Pathmap.load(file)
+        assert pathmap_yaml.Writer().write(pm, "a header") == pyyaml_whole(pm, "a header") == pm.dumps("a header")
+    pm = Pathmap.loads(base_text)
+    writer = pathmap_yaml.Writer()
+    assert writer.write(pm) == pyyaml_whole(pm)
+    entries = writer.laid_out
+    awkward = {"note": "a: b # c", "levels": [1, 2.5, True], "text": "two\nlines", "yes": "no",
+               "long": ["x" * 30] * 8, "null": None}
+    grown = dataclasses.replace(
+        pm,
+        nodes=pm.nodes + (Node("true", "::1", 7000, "null", clock_offset_ns=-5),),
+        elements=pm.elements + (ElementSpec("1.5", "A", ("int",), keep=3),),
+        stages=pm.stages[:1] + (Stage("odd/user", "mylib.wrappers.Odd", "true", awkward),) + pm.stages[1:],
+        trees=pm.trees + (dataclasses.replace(pm.trees[0], name="again"),),
+        instrument=dataclasses.replace(pm.instrument, collectors=pm.instrument.collectors + (
+            Selector(at=("contribute",), trees=("again",)),)))
+    assert writer.write(grown, "grown\n") == pyyaml_whole(grown, "grown\n")
+    assert writer.laid_out == entries + 5   # the node, element, stage, tree and rule it gained
+    assert writer.write(grown) == pyyaml_whole(grown) and writer.laid_out == entries + 5
+    # What the last pathmap written does not hold is forgotten; an unrelated one is laid out whole.
+    assert writer.write(pm) == pyyaml_whole(pm) and writer.laid_out == entries + 5
+    assert writer.write(grown) == pyyaml_whole(grown) and writer.laid_out == entries + 10
+    other = Pathmap.load(pathmaps_dir / "example-toy.yaml")
+    assert writer.write(other) == pyyaml_whole(other)
 
 
 def test_every_key_of_the_schema_is_written_and_read_back(base_text, tmp_path):
