@@ -91,7 +91,8 @@ PyInit__collector(void)
             "(eventspace/mpi/interpose.py).";
         RequestWaitallType.tp_flags &= ~Py_TPFLAGS_METHOD_DESCRIPTOR;
     }
-    if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&TableSlotType) < 0 || PyType_Ready(&CollectType) < 0 || PyType_Ready(&MpiCallType) < 0
+    if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&TableSlotType) < 0 || PyType_Ready(&CollectType) < 0
+        || PyType_Ready(&MpiCallType) < 0
         || PyType_Ready(&MpiMarkType) < 0 || PyType_Ready(&TypedSizeType) < 0 || PyType_Ready(&RequestWaitType) < 0
         || PyType_Ready(&RequestWaitallType) < 0)
         return NULL;

@@ -4,9 +4,10 @@
  *
  * Relies on: record.h (the record's fields), clock.c (now), appender.c (RingAppender, ring_append,
  * raise_mismatch), table.c (the collector's TableSlot: switch, in-flight start, mark, drain bound);
- * from Python, the PickleCount of eventspace/mpi/collector.py (its slot `total`, found by name), and the row as eventspace/mpi/collector.py's CallSpec and its extractor
- * say it (compiled_call), and mpi4py's public C API function PyMPIStatus_Get, handed over as its
- * capsule (eventspace/mpi/mpi4py_access.py; use_mpi_status checks its signature as mpi4py.h does).
+ * from Python, the PickleCount of eventspace/mpi/collector.py (its slot `total`, found by name), the
+ * row as eventspace/mpi/collector.py's CallSpec and its extractor say it (compiled_call), and mpi4py's
+ * public C API function PyMPIStatus_Get, handed over as its capsule (eventspace/mpi/mpi4py_access.py;
+ * use_mpi_status checks its signature as mpi4py.h does).
  */
 
 /* -- MpiCall -------------------------------------------------------------------------------- */
@@ -18,8 +19,8 @@
  * record holds, whether it posts a request. It handles the common form of the call (positional
  * arguments; a numpy array, bytes or bytearray where bytes are counted; int ranks and tags) and
  * writes exactly what the closure writes: the mark and start in its slot of the node's collector
- * table while the call runs, then the record, then spill() when the slot's drain bound is reached. Any other form of the call goes to the
- * closure (`fallback`), which stays the reference. */
+ * table while the call runs, then the record, then spill() when the slot's drain bound is reached.
+ * Any other form of the call goes to the closure (`fallback`), which stays the reference. */
 
 /* What the record holds (collector.py: ASKED, RECEIVED, SENT_RECEIVED) */
 enum { H_ASKED = 0, H_RECEIVED = 1, H_SENT_RECEIVED = 2 };

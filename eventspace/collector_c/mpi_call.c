@@ -200,7 +200,8 @@ mpicall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
 static PyObject *
 mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"row", "comm", "call", "fallback", "append", "slot", "spill", "peers", "status", "rounds", "ndarray", "cid", "op", "flags", "error",
+    static char *names[] = {"row", "comm", "call", "fallback", "append", "slot", "spill", "peers", "status",
+                            "rounds", "ndarray", "cid", "op", "flags", "error",
                             "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
                             "sends", "rank", "params", "defaults", "request_class", "channel",
                             "recv_op", "dumped", "datatypes", NULL};

@@ -43,7 +43,8 @@ static int
 channel_append(PyObject **field, const uint64_t v[8])
 {
     Py_ssize_t last;
-    if (record_refused((RingAppender *)field[CH_APPEND], v) || ring_append((RingAppender *)field[CH_APPEND], v, &last) < 0)
+    RingAppender *ring = (RingAppender *)field[CH_APPEND];
+    if (record_refused(ring, v) || ring_append(ring, v, &last) < 0)
         return -1;
     return last >= *((TableSlot *)field[CH_SLOT])->bound ? call_void(field[CH_SPILL]) : 0;
 }

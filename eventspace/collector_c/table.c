@@ -29,7 +29,8 @@ page_buffer(PyObject *owner, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t at
     if (PyObject_GetBuffer(owner, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;
     if (view->itemsize != itemsize || (uintptr_t)view->buf % (uintptr_t)itemsize || view->len / itemsize <= at) {
-        PyErr_Format(PyExc_ValueError, "a page's %s holds %zd-byte items, aligned, with one at %zd", what, itemsize, at);
+        PyErr_Format(PyExc_ValueError, "a page's %s holds %zd-byte items, aligned, with one at %zd", what, itemsize,
+                     at);
         PyBuffer_Release(view);
         view->obj = NULL;
         return -1;

@@ -485,7 +485,8 @@ def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: CallCon
     row (reader, `timed`, the record its `holds` says, `write`). Compiled (MpiCall) where the
     collector runs compiled and the row has a compiled kind; that hands the forms it does not take
     to this closure, which stays the reference."""
-    switches, at, pickles, op, holds, pickled = ch.page.switches, ch.at, PICKLED_BYTES, spec.op, spec.holds, spec.pickles
+    switches, at, pickles = ch.page.switches, ch.at, PICKLED_BYTES
+    op, holds, pickled = spec.op, spec.holds, spec.pickles
     waits_as = spec.waits_as or op
     read = spec.reads.make(ch, spec, context)
     rounds = context.rounds if spec.rounds else None
