@@ -13,7 +13,7 @@ below (`tests/test_architecture.py` checks it, reading this list):
 1. the record: `opcodes`, `trace`, `clock`, `hosted`
 2. what reads records: `catalogue`, `view`, `histogram`, `classes`, `ignored`, `stages`, `blocks`, `recorder`
 3. what gathers and keeps them: `gather`, `archive`, `recording`
-4. a node's event space: `space`, `compiled`, `collector`, `system`, `scope`, `roster`
+4. a node's event space: `space`, `table`, `compiled`, `collector`, `system`, `scope`, `roster`
 5. the `eventspace` command: `cli`, `commands`
 6. MPI runs: `mpi` (all of `eventspace.mpi`)
 

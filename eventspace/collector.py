@@ -46,7 +46,7 @@ class Collector(Wrapper):
         self.entry_info = space.catalogue[params["id"]]
         self._space = space
         self._append = space.appender(self.entry_info)
-        space.enrol(self.entry_info.id)
+        self._page, self._at = space.enrol(self.entry_info.id)
         self._size_of = _payload_size(node.pathmap, self.entry_info.element, space.compiled)
 
     def __call__(self, code, args):
@@ -60,17 +60,18 @@ class Collector(Wrapper):
         failed = flags | trace.ERROR
         if space.compiled is not None:
             return space.compiled.Collect(
-                self.next, space.switches, space.inflight, cid, eid, flags, failed, size_of, self._append,
-                space.clock_offset_ns, op.MOVE, op.OBSERVE, _COLLECTIVES_MASK)
-        return collecting(self.next, space.switches, space.inflight, cid, eid, flags, failed, size_of, self._append,
-                          space.clock)
+                self.next, space.compiled.TableSlot(self._page, self._at), cid, eid, flags, failed, size_of,
+                self._append, space.clock_offset_ns, op.MOVE, op.OBSERVE, _COLLECTIVES_MASK)
+        return collecting(self.next, self._page, self._at, cid, eid, flags, failed, size_of, self._append, space.clock)
 
 
-def collecting(nxt, switches, inflight, cid, eid, flags, failed, size_of, append, clock):
+def collecting(nxt, page, at, cid, eid, flags, failed, size_of, append, clock):
     """The pure collecting callable `collect(code, args)`, with everything it needs in cells: the
     reference that the compiled `Collect` (eventspace/collector_c/), given the same arguments but
     the clock's offset and the operation codes, must agree with (tests/eventspace/test_compiled_fuzz.py).
-    `size_of` is a function of a tuple, or a number: every tuple's size."""
+    Its switch and in-flight start are slot `at` of `page` (eventspace.table.Page). `size_of` is a
+    function of a tuple, or a number: every tuple's size."""
+    switches, starts = page.switches, page.starts
     if not callable(size_of):
         size_of = _fixed(size_of)
     MOVE, OBSERVE, COLLECTIVES = op.MOVE, op.OBSERVE, op.COLLECTIVES
@@ -79,20 +80,20 @@ def collecting(nxt, switches, inflight, cid, eid, flags, failed, size_of, append
     rounds = itertools.count()
 
     def collect(code, args):
-        if not switches[cid]:
+        if not switches[at]:
             if code in COLLECTIVES:   # rounds are counted while off too: they stay aligned across members
                 next(rounds)
             return nxt(code, args)
         t0 = clock()
-        inflight[cid] = t0
+        starts[at] = t0
         try:
             result = nxt(code, args)
         except BaseException:
-            inflight[cid] = 0
+            starts[at] = 0
             append(code, failed, cid, eid, 0, 0, t0, clock())
             raise
         t1 = clock()
-        inflight[cid] = 0
+        starts[at] = 0
         if code == MOVE:
             append(code, flags, cid, eid, (result or 0) & _U32, size_of(args[0]), t0, t1)
         elif code == OBSERVE:

@@ -22,7 +22,7 @@ DUMP_CHUNK = 4 << 20          # bytes of a recording one RECORD_WINDOW reply car
 # osu_bw's 8 KiB bandwidth, waking every second or every 262,144 records nothing measurable.
 INTERVAL = 1.0                 # seconds between the recorder's reads of its rings
 BLOCK_RECORDS = 32768          # records a block holds at most (about 1.2 MB before compression)
-NEVER = [1 << 62]              # the bound of a ring nobody records: no append reaches it
+NEVER = 1 << 62                # the drain bound of a ring nobody records: no append reaches it
 SPILL_WAKES = 8 * BLOCK_RECORDS * trace.SIZE   # spilled bytes (9.4 MB) that wake the recorder before its interval
 
 
@@ -191,7 +191,7 @@ class Recorder:
         self._say = say
         self._encoder = blocks.Encoder(codec)
         self._mutex = threading.Lock()       # held while rings, cursors, bounds or the buffer change
-        self._rings: list[list] = []          # [element, cursor, bound, cursor when watched]
+        self._rings: list[list] = []          # [element, cursor, cursor when watched, bounds, at]
         self._buffer: list[bytes] = []        # records read from rings, not written yet
         self._buffered = 0
         self._lost = 0                        # overwritten in a ring before they were read
@@ -209,15 +209,18 @@ class Recorder:
 
     # -- rings -----------------------------------------------------------------------------------
 
-    def watch(self, element) -> tuple[list[int], callable]:
-        """Record `element` (a binary ring of trace records) from its next record on. Returns
-        (bound, spill) for a collector that spills: after an append returned index i >= bound[0],
-        it calls spill()."""
+    def watch(self, element, bounds=None, at: int = 0):
+        """Record `element` (a binary ring of trace records) from its next record on. For a
+        collector that spills, `bounds[at]` is its drain bound (its slot of the node's collector
+        table, eventspace.table.Page.bounds), which the recorder keeps: after an append returned
+        index i >= bounds[at], the collector calls the spill() returned."""
         with self._mutex:
             cursor = element.last()
-            ring = [element, cursor, [cursor + element.keep - 1], cursor]
+            ring = [element, cursor, cursor, bounds, at]
+            if bounds is not None:
+                bounds[at] = cursor + element.keep - 1
             self._rings.append(ring)
-        return ring[2], lambda: self._spill(ring)
+        return lambda: self._spill(ring)
 
     def _spill(self, ring) -> None:
         with self._mutex:
@@ -227,18 +230,20 @@ class Recorder:
             self._wake.set()
 
     def _read(self, ring) -> None:
-        element, cursor, bound, _ = ring
+        element, cursor, _, bounds, at = ring
         try:
             start, data = element.read_range(cursor, element.last())
         except PastSetError:    # the element was deleted: nothing more comes from it
-            bound[0] = NEVER[0]
+            if bounds is not None:
+                bounds[at] = NEVER
             return
         self._lost += start - cursor
         if data:
             self._buffer.append(data)
             self._buffered += len(data)
         ring[1] = start + len(data) // trace.SIZE
-        bound[0] = ring[1] + element.keep - 1
+        if bounds is not None:
+            bounds[at] = ring[1] + element.keep - 1
 
     def _take(self) -> bytes:
         with self._mutex:
@@ -298,7 +303,7 @@ class Recorder:
         """The account so far (see Counts)."""
         with self._mutex:
             made = 0
-            for element, _, _, watched in self._rings:
+            for element, _, watched, _, _ in self._rings:
                 with contextlib.suppress(PastSetError):
                     made += element.last() - watched
             lost = self._lost
@@ -322,8 +327,9 @@ class Recorder:
                 self.sink.close()
                 self.closed = counts
             with self._mutex:   # a collector that goes on appending no longer spills
-                for ring in self._rings:
-                    ring[2][0] = NEVER[0]
+                for _, _, _, bounds, at in self._rings:
+                    if bounds is not None:
+                        bounds[at] = NEVER
         return self.closed
 
     # -- asked from elsewhere ---------------------------------------------------------------------

@@ -6,7 +6,6 @@ import contextlib
 import os
 import threading
 import time
-from array import array
 from typing import NamedTuple
 
 from pastset import AuthError, BadArgument, Expired, LimitExceeded, PastSetError, Timeout, UnknownElement
@@ -21,6 +20,7 @@ from .clock import estimate, monotonic_clock
 from .gather import GatherJoin, JoinLimits, JoinSpec, Pulled
 from .hosted import (CLOCK, CLOCK_CHILDREN, CURSORS, INFLIGHT, INSTALL, LIST, OFF, PULL, RECORDING_ENVIRONMENT, REMOVE,
                      RENEW)
+from .table import CollectorTable, Page
 
 CONTROL = "eventspace/control"          # ("on" | "off", [collector ids]) moved here switches collectors
 CONTROL_TEMPLATE = ["str", "any"]
@@ -94,20 +94,12 @@ class NodeSpace:
             for name in mine:
                 self.recorder.watch(node.server.element(name))
             self.recorder.host(node.server)
-        # Two tables by collector id, shared by all of this node's collectors (so that a collector
-        # called after many others finds them in the caches): its switch (1 collects, 0 forwards),
-        # and the start (ns) of the operation it is timing now, 0 when none. Collectors write their
-        # slot (one store, atomic under the GIL); heartbeat monitors read the in-flight table.
-        ids = len(self.catalogue) + len(self.catalogue.system) + 1   # collectors, then system elements
-        self.switches = bytearray(b"\x01") * ids
-        self.inflight = array("q", bytes(8 * ids))
+        # One table by collector id (eventspace.table), shared by all of this node's collectors (so
+        # that a collector called after many others finds them in the caches): each one's switch,
+        # in-flight start and mark, and drain bound. It grows by pages as the run's pathmap does
+        # (an MPI run's, per communicator); heartbeat monitors read what is in flight.
+        self.table = CollectorTable(len(self.catalogue) + len(self.catalogue.system) + 1)
         self._enrolled: set[int] = set()   # ids of the collectors built on this node
-        # Collectors that mark their operations (MPI calls: the peer and tag a receive waits for)
-        # store a whole Mark, or 0 when none, in `marks` instead, and read their switch from a
-        # one-item list (`flag`). Both grow when a run adopts a longer pathmap (an MPI run does, per
-        # communicator), which the fixed-size tables above, read by compiled collectors, cannot.
-        self.marks: list[int | tuple] = [0] * ids
-        self._flags: dict[int, list[bool]] = {}
         self.control = node.server.enter(CONTROL, CONTROL_TEMPLATE)
         self._closing = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name=f"eventspace-control-{node.name}", daemon=True)
@@ -170,10 +162,8 @@ class NodeSpace:
 
     def in_flight(self) -> list[list[int]]:
         """[collector id, start ns] of every collected operation under way on this node now,
-        followed by its mark's other five fields (see Mark) for a collector that left one."""
-        rows = [[cid, t0] for cid, t0 in enumerate(self.inflight) if t0]
-        rows += [[cid, *mark] for cid, mark in enumerate(self.marks) if mark]
-        return rows
+        followed by its mark's other five fields (see Mark) for a collector that marks them."""
+        return self.table.in_flight()
 
     def adopt(self, pathmap) -> None:
         """Take the run's pathmap after it grew while the run goes on, whatever grew it: its
@@ -196,45 +186,35 @@ class NodeSpace:
     def _grow(self, catalogue: Catalogue) -> None:
         """The node takes `catalogue`'s pathmap (ValueError, and nothing changes, if it is not its run
         grown), and the collectors the catalogue has after this node's join its table: a trace
-        element for each whose traces live here, room for their marks."""
+        element for each whose traces live here, their slots in the table."""
         self.node.grow(catalogue.pathmap)
         added = catalogue.entries[len(self.catalogue):]
         mine = [e.trace for e in added if e.trace_node == self.node.name]
         if mine:
             self.node.server.enter_rings(mine, trace.FORMAT, catalogue.pathmap.instrument.keep)
-        grow = len(catalogue) + 1 - len(self.marks)
-        if grow > 0:  # in place: collectors hold the list
-            self.marks.extend([0] * grow)
+        self.table.grow(len(catalogue) + 1)   # by new pages: collectors hold the ones they have
         self.catalogue = catalogue
 
-    def enrol(self, cid: int) -> None:
-        """Collector `cid` runs on this node: `set` switches it (its switch is `switches[cid]`)."""
+    def enrol(self, cid: int) -> tuple[Page, int]:
+        """Collector `cid` runs on this node: `set` switches it. Its slot in the table: (page, index),
+        where it reads its switch and writes its in-flight start (see eventspace.table.Page)."""
+        place = self.table.place(cid)
         self._enrolled.add(cid)
-
-    def flag(self, cid: int) -> list[bool]:
-        """Enrol collector `cid` as one that reads its switch from the one-item list returned
-        ([True] collects, [False] forwards) and stores its marks in `marks`: an MPI collector."""
-        self._enrolled.add(cid)
-        return self._flags.setdefault(cid, [True])
+        return place
 
     def switch(self, cid: int) -> bool:
         """Whether collector `cid` collects (True) or only forwards (False)."""
-        flag = self._flags.get(cid)
-        return flag[0] if flag is not None else bool(self.switches[cid])
+        return self.table.switch(cid)
 
     def switched_off(self) -> list[int]:
         """The ids of this node's collectors (and system sampler) that are switched off, in order."""
-        return sorted(cid for cid in self._enrolled if not self.switch(cid))
+        return sorted(cid for cid in self._enrolled if not self.table.switch(cid))
 
     def set(self, on: bool, cids=None) -> int:
         """Switch the given collectors of this node (all of them for None); how many were switched."""
         chosen = self._enrolled if cids is None else [c for c in cids if c in self._enrolled]
         for cid in chosen:
-            flag = self._flags.get(cid)
-            if flag is not None:
-                flag[0] = on
-            else:
-                self.switches[cid] = on
+            self.table.set(cid, on)
         return len(chosen)
 
     # -- scope joins placed on this node -------------------------------------------------------

@@ -65,9 +65,9 @@ class SystemSampler:
         element = node.server.enter(self.entry.trace, trace.FORMAT, keep=SAMPLES_KEPT * per_sample)
         self._append = element.appender(single_writer=True)   # only the sampler's thread writes
         space.recorded(element)
-        space.enrol(self.entry.id)
-        space.switches[self.entry.id] = on
-        self._switches, self._cid = space.switches, self.entry.id
+        page, self._at = space.enrol(self.entry.id)
+        page.switches[self._at] = on
+        self._switches = page.switches
         self._clock = space.clock
         self._statm = os.open("/proc/self/statm", os.O_RDONLY)
         self._stat_fds: dict[int, int] = {}    # thread id -> its /proc stat, kept open (pread is cheap)
@@ -88,7 +88,7 @@ class SystemSampler:
                 due += late
             if self._closing.wait(max(0.0, due - time.monotonic())):
                 return
-            if self._switches[self._cid]:
+            if self._switches[self._at]:
                 started = time.thread_time_ns()
                 self.sample()
                 self.cpu_ns += time.thread_time_ns() - started

@@ -1,6 +1,6 @@
-/* Part of the compiled collector (module.c includes it after typed_size.c): Collect, the collecting
- * stage a linked path calls. Uses the clock and the appender; relies on the node's switches and
- * in-flight table as buffers (eventspace/space.py), and for prefetching only on the fields of
+/* Part of the compiled collector (module.c includes it after table.c): Collect, the collecting
+ * stage a linked path calls. Uses the clock, the appender and its TableSlot (table.c: its switch and
+ * in-flight start in the node's collector table); relies for prefetching only on the fields of
  * pastset's ring appender contract (pastset_ring.h), never on what they point to being current. */
 
 /* -- Collect ------------------------------------------------------------------------------- */
@@ -26,8 +26,8 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *next;             /* the next stage: next(code, args) */
-    const volatile char *on;    /* this collector's byte of the node's switches */
-    volatile int64_t *inflight; /* this collector's slot of the node's in-flight table */
+    const volatile char *on;    /* this collector's switch (its TableSlot's, copied to the first line) */
+    volatile int64_t *inflight; /* this collector's in-flight start (its TableSlot's) */
     int64_t offset_ns;
     const void *ahead[AHEAD];   /* what the next record touches (see AH_*), refreshed by each record */
     RingAppender *ring;         /* `append` when it is a RingAppender (called without Python) */
@@ -41,8 +41,7 @@ typedef struct {
     /* move, observe and collectives again, as ints and a frozenset: for codes that are not exact
      * ints (last: the fields above are the ones every call reads) */
     PyObject *move_code, *observe_code, *collective_codes;
-    PyObject *switches_owner, *inflight_owner;
-    Py_buffer switches, inflight_table;
+    TableSlot *slot;            /* its slot in the node's collector table, which `on` and `inflight` point into */
 } Collect;
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -354,31 +353,16 @@ collect_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     return result;
 }
 
-static int
-one_slot(PyObject *owner, Py_buffer *view, Py_ssize_t itemsize, uint64_t index, const char *what)
-{
-    if (PyObject_GetBuffer(owner, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-        return -1;
-    if ((uint64_t)(view->len / itemsize) <= index) {
-        PyBuffer_Release(view);
-        view->obj = NULL;
-        PyErr_Format(PyExc_ValueError, "collector %llu has no slot in the %s (%zd bytes)",
-                     (unsigned long long)index, what, view->len);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *
 collect_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"next", "switches", "inflight", "cid", "eid", "flags", "failed", "size_of",
-                            "append", "offset_ns", "move", "observe", "collectives", NULL};
-    PyObject *next, *switches, *inflight, *size, *append, *cid_arg, *eid_arg, *flags_arg, *failed_arg, *collectives_arg;
+    static char *names[] = {"next", "slot", "cid", "eid", "flags", "failed", "size_of", "append", "offset_ns",
+                            "move", "observe", "collectives", NULL};
+    PyObject *next, *slot, *size, *append, *cid_arg, *eid_arg, *flags_arg, *failed_arg, *collectives_arg;
     uint64_t cid, eid, flags, failed, collectives;
     long long offset_ns;
     long move, observe;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLllO:Collect", names, &next, &switches, &inflight,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOOOOLllO:Collect", names, &next, &TableSlotType, &slot,
                                      &cid_arg, &eid_arg, &flags_arg, &failed_arg, &size, &append, &offset_ns, &move,
                                      &observe, &collectives_arg))
         return NULL;
@@ -428,21 +412,10 @@ collect_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (rc < 0)
             goto fail;
     }
-    if (one_slot(switches, &self->switches, 1, cid, "switches") < 0)
-        goto fail;
-    Py_INCREF(switches);
-    self->switches_owner = switches;
-    self->on = (const char *)self->switches.buf + cid;
-    if (one_slot(inflight, &self->inflight_table, sizeof(int64_t), cid, "in-flight table") < 0)
-        goto fail;
-    if (self->inflight_table.itemsize != sizeof(int64_t) || (uintptr_t)self->inflight_table.buf % sizeof(int64_t)) {
-        PyBuffer_Release(&self->inflight_table);
-        PyErr_SetString(PyExc_ValueError, "the in-flight table holds int64 (array('q'))");
-        goto fail;
-    }
-    Py_INCREF(inflight);
-    self->inflight_owner = inflight;
-    self->inflight = (int64_t *)self->inflight_table.buf + cid;
+    Py_INCREF(slot);
+    self->slot = (TableSlot *)slot;
+    self->on = self->slot->on;
+    self->inflight = self->slot->start;
     aim(self);
     return (PyObject *)self;
 fail:
@@ -454,14 +427,7 @@ static void
 collect_dealloc(Collect *self)
 {
     PyObject_GC_UnTrack(self);
-    if (self->switches_owner != NULL) {
-        PyBuffer_Release(&self->switches);
-        Py_CLEAR(self->switches_owner);
-    }
-    if (self->inflight_owner != NULL) {
-        PyBuffer_Release(&self->inflight_table);
-        Py_CLEAR(self->inflight_owner);
-    }
+    Py_CLEAR(self->slot);
     Py_CLEAR(self->next);
     Py_CLEAR(self->append);
     Py_CLEAR(self->size_of);
@@ -477,8 +443,7 @@ collect_traverse(Collect *self, visitproc visit, void *arg)
     Py_VISIT(self->next);
     Py_VISIT(self->append);
     Py_VISIT(self->size_of);
-    Py_VISIT(self->switches_owner);
-    Py_VISIT(self->inflight_owner);
+    Py_VISIT(self->slot);
     return 0;
 }
 

@@ -6,6 +6,8 @@
  *   appender.c     RingAppender: one record appended to a pastset element's ring, through pastset's
  *                  ring appender contract (pastset/ring_c/pastset_ring.h), the only part of pastset used
  *   typed_size.c   TypedSize: the msgpack size of a typed template's tuple
+ *   table.c        TableSlot: a collector's slot in its node's collector table (eventspace/table.py):
+ *                  its switch, in-flight start, mark and drain bound, which every collector reads there
  *   collect.c      Collect: the collecting stage a linked path calls
  *   mpi_arguments.c, mpi_call.c  MpiCall: an MPI collector closure's hot path, one routine applying
  *                  a row of the call table (eventspace/mpi/collector.py, CallSpec)
@@ -19,8 +21,9 @@
  *       up to `keep` behind; waiters woken under the element's mutex; locked unless single_writer.
  *       Callable from Python as append(op, flags, collector, element, arg, nbytes, t_start, t_end)
  *       -> index; the other types call it without Python.
- *   Collect(next, switches, inflight, cid, eid, flags, failed, size_of, append, offset_ns,
- *           move, observe, collectives)
+ *   TableSlot(page, at)  slot `at` of a page of the node's collector table, held by a compiled
+ *       collector: pointers to its switch, in-flight start and drain bound, and the page's marks.
+ *   Collect(next, slot, cid, eid, flags, failed, size_of, append, offset_ns, move, observe, collectives)
  *       the collecting callable a linked path calls as stage(code, args) (vectorcall): the
  *       semantics of the pure closure in eventspace/collector.py, which stays the reference.
  *   TypedSize(kinds, fallback)  the msgpack size of a typed template's tuple (what a collector
@@ -38,6 +41,7 @@
 #include "clock.c"
 #include "appender.c"
 #include "typed_size.c"
+#include "table.c"
 #include "collect.c"
 #include "mpi_arguments.c"
 #include "mpi_call.c"
@@ -69,6 +73,7 @@ PyInit__collector(void)
     struct { PyObject **slot; const char *text; } strings[] = {
         {&s_nbytes, "nbytes"}, {&s_get_count, "Get_count"},
         {&s_get_source, "Get_source"}, {&s_get_tag, "Get_tag"}, {&s_info, "info"},
+        {&s_total, "total"},
     };
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
         if (*strings[i].slot == NULL && (*strings[i].slot = PyUnicode_InternFromString(strings[i].text)) == NULL)
@@ -86,7 +91,8 @@ PyInit__collector(void)
             "(eventspace/mpi/interpose.py).";
         RequestWaitallType.tp_flags &= ~Py_TPFLAGS_METHOD_DESCRIPTOR;
     }
-    if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&CollectType) < 0 || PyType_Ready(&MpiCallType) < 0
+    if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&TableSlotType) < 0 || PyType_Ready(&CollectType) < 0
+        || PyType_Ready(&MpiCallType) < 0
         || PyType_Ready(&MpiMarkType) < 0 || PyType_Ready(&TypedSizeType) < 0 || PyType_Ready(&RequestWaitType) < 0
         || PyType_Ready(&RequestWaitallType) < 0)
         return NULL;
@@ -95,6 +101,7 @@ PyInit__collector(void)
         return NULL;
     if (PyModule_AddIntConstant(m, "RECORD_SIZE", RECORD) < 0
         || PyModule_AddObjectRef(m, "RingAppender", (PyObject *)&RingAppenderType) < 0
+        || PyModule_AddObjectRef(m, "TableSlot", (PyObject *)&TableSlotType) < 0
         || PyModule_AddObjectRef(m, "Collect", (PyObject *)&CollectType) < 0
         || PyModule_AddObjectRef(m, "MpiCall", (PyObject *)&MpiCallType) < 0
         || PyModule_AddObjectRef(m, "TypedSize", (PyObject *)&TypedSizeType) < 0

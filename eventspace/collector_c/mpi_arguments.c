@@ -3,9 +3,11 @@
  * used by mpi_call.c.
  *
  * Relies on: record.h (the record's fields), clock.c (now), appender.c (RingAppender, ring_append,
- * raise_mismatch); from Python, the row as eventspace/mpi/collector.py's CallSpec and its extractor
- * say it (compiled_call), and mpi4py's public C API function PyMPIStatus_Get, handed over as its
- * capsule (eventspace/mpi/mpi4py_access.py; use_mpi_status checks its signature as mpi4py.h does).
+ * raise_mismatch), table.c (the collector's TableSlot: switch, in-flight start, mark, drain bound);
+ * from Python, the PickleCount of eventspace/mpi/collector.py (its slot `total`, found by name), the
+ * row as eventspace/mpi/collector.py's CallSpec and its extractor say it (compiled_call), and mpi4py's
+ * public C API function PyMPIStatus_Get, handed over as its capsule (eventspace/mpi/mpi4py_access.py;
+ * use_mpi_status checks its signature as mpi4py.h does).
  */
 
 /* -- MpiCall -------------------------------------------------------------------------------- */
@@ -16,9 +18,9 @@
  * tag, source, tag wanted and Status are among its arguments, how its bytes are read, what its
  * record holds, whether it posts a request. It handles the common form of the call (positional
  * arguments; a numpy array, bytes or bytearray where bytes are counted; int ranks and tags) and
- * writes exactly what the closure writes: the mark in `marks[cid]` while the call runs, then the
- * record, then spill() when the drain's bound is reached. Any other form of the call goes to the
- * closure (`fallback`), which stays the reference. */
+ * writes exactly what the closure writes: the mark and start in its slot of the node's collector
+ * table while the call runs, then the record, then spill() when the slot's drain bound is reached.
+ * Any other form of the call goes to the closure (`fallback`), which stays the reference. */
 
 /* What the record holds (collector.py: ASKED, RECEIVED, SENT_RECEIVED) */
 enum { H_ASKED = 0, H_RECEIVED = 1, H_SENT_RECEIVED = 2 };
@@ -37,30 +39,28 @@ typedef struct {
 } CallRow;
 #define PEER_NONE 0xFFFFFFFFull
 
-/* An MpiCall's mark: what a Mark tuple of eventspace.space holds (t_start, op, flags, element,
- * arg, nbytes), as a sequence of six ints, rewritten in place by each call (no allocation on the
- * hot path); it stands in the node's marks while a call runs. */
+/* An MpiCall's mark: what a Mark of eventspace.space holds after its start (op, flags, element,
+ * arg, nbytes), as a sequence of five ints, rewritten in place by each call (no allocation on the
+ * hot path); it stands in its slot's marks (eventspace/table.py, Page) while the slot's start says
+ * a call runs. */
 typedef struct {
     PyObject_HEAD
-    int64_t t0;
     uint64_t fields[5];
 } MpiMark;
 
 static Py_ssize_t
 mark_length(PyObject *self)
 {
-    return 6;
+    return 5;
 }
 
 static PyObject *
 mark_item(PyObject *self, Py_ssize_t i)
 {
     MpiMark *m = (MpiMark *)self;
-    if (i == 0)
-        return PyLong_FromLongLong(m->t0);
-    if (i > 0 && i < 6)
-        return PyLong_FromUnsignedLongLong(m->fields[i - 1]);
-    PyErr_SetString(PyExc_IndexError, "a mark has six fields");
+    if (i >= 0 && i < 5)
+        return PyLong_FromUnsignedLongLong(m->fields[i]);
+    PyErr_SetString(PyExc_IndexError, "a mark has five fields");
     return NULL;
 }
 
@@ -69,7 +69,7 @@ static PySequenceMethods mark_sequence = {.sq_length = mark_length, .sq_item = m
 static PyTypeObject MpiMarkType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "eventspace._collector.MpiMark",
-    .tp_doc = PyDoc_STR("(t_start, op, flags, element, arg, nbytes) of the MPI call under way."),
+    .tp_doc = PyDoc_STR("(op, flags, element, arg, nbytes) of the MPI call under way."),
     .tp_basicsize = sizeof(MpiMark),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_as_sequence = &mark_sequence,
@@ -84,11 +84,12 @@ typedef struct {
     PyObject *comm, *call, *fallback;
     PyObject *any_source_int, *any_tag_int;   /* ANY_SOURCE and ANY_TAG, for arguments left out */
     RingAppender *ring;
-    PyObject *on, *bound, *spill, *marks, *peers, *status, *rounds;
+    const volatile char *on;      /* the switch, in-flight start and drain bound of its TableSlot */
+    volatile int64_t *start, *bound;
+    TableSlot *slot;
+    PyObject *spill, *peers, *status, *rounds;
     uint32_t *peer_table;         /* peers, as u32s (peer_of) */
     Py_ssize_t npeers;
-    PyObject *bound_seen;         /* the bound's int last read (a reference), and its value */
-    Py_ssize_t bound_value;
     PyObject *get_count, *get_source, *get_tag;   /* MPI.Status's, unbound: what a receive got */
     PyObject *params, *defaults;  /* the method's parameter names after self, and the defaults of the
                                      last of them (mpi4py's): where keyword arguments go, or NULL */
@@ -100,7 +101,8 @@ typedef struct {
     Py_ssize_t cid;
     uint64_t op, flags, error, any_source_flag, any_tag_flag;
     uint64_t recv_op;             /* Sendrecv's receive half (its send half is `op`) */
-    PyObject *dumped;             /* [bytes mpi4py has pickled so far] (S_PICKLED: what a call sent) */
+    PyObject *dumped;             /* the PickleCount (S_PICKLED: what a call sent is its growth) */
+    Py_ssize_t dumped_at;         /* the offset of its slot `total` */
     PyObject *datatypes;          /* ((Datatype, size), ...): the predefined datatypes a message spec
                                      ([buf, count, datatype]) is sized by in C, or NULL */
     int64_t offset_ns;
@@ -238,23 +240,9 @@ copy_peers(MpiCall *self, PyObject *peers)
     return 0;
 }
 
-/* marks[cid] = this call's mark, or 0 (mark NULL). */
-static int
-set_mark(MpiCall *self, MpiMark *mark)
-{
-    if (self->cid >= PyList_GET_SIZE(self->marks)) {
-        PyErr_SetString(PyExc_IndexError, "the node's marks hold no slot for this collector");
-        return -1;
-    }
-    PyObject *v = mark == NULL ? zero : (PyObject *)mark;
-    Py_INCREF(v);
-    return PyList_SetItem(self->marks, self->cid, v);  /* steals v */
-}
-
 static void
-fill_mark(MpiMark *m, int64_t t0, uint64_t op, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
+fill_mark(MpiMark *m, uint64_t op, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
 {
-    m->t0 = t0;
     m->fields[0] = op;
     m->fields[1] = flags;
     m->fields[2] = peer;
@@ -266,26 +254,14 @@ fill_mark(MpiMark *m, int64_t t0, uint64_t op, uint64_t flags, uint64_t peer, ui
 static int
 mark_as(MpiCall *self, uint64_t op, int64_t t0, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
 {
-    fill_mark(self->mark, t0, op, flags, peer, arg, n);
-    return set_mark(self, self->mark);
+    fill_mark(self->mark, op, flags, peer, arg, n);
+    return slot_mark(self->slot, (PyObject *)self->mark, t0);
 }
 
 static int
 mark_start(MpiCall *self, int64_t t0, uint64_t flags, uint64_t peer, uint64_t arg, uint64_t n)
 {
     return mark_as(self, self->op, t0, flags, peer, arg, n);
-}
-
-/* list[0] of a one-item list a collector shares with Python (its switch, the drain's bound, the
- * bytes pickled so far): borrowed, or NULL with the IndexError `list[0]` raises once it is empty. */
-static PyObject *
-first_item(PyObject *list)
-{
-    if (PyList_GET_SIZE(list) < 1) {
-        PyErr_SetString(PyExc_IndexError, "list index out of range");
-        return NULL;
-    }
-    return PyList_GET_ITEM(list, 0);
 }
 
 /* 0 when a record fits the trace tuple (ids and counts read from Python within their fields, times
@@ -313,18 +289,6 @@ record_refused(RingAppender *ring, const uint64_t v[8])
     return 1;
 }
 
-/* The drain's bound, as a comparison of an index with it says (clipped): -1 with an error set for
- * what has no __index__. */
-static int
-bound_of(PyObject *bound_list, Py_ssize_t *out)
-{
-    PyObject *bound = first_item(bound_list);
-    if (bound == NULL)
-        return -1;
-    *out = PyNumber_AsSsize_t(bound, NULL);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
 /* The record of `op`, then spill() when the drain's bound is reached; -1 with an exception set
  * (record: of the call's own op). */
 static int
@@ -334,18 +298,7 @@ record_as(MpiCall *self, uint64_t op, uint64_t flags, uint64_t peer, uint64_t ar
     Py_ssize_t last;
     if (record_refused(self->ring, v) || ring_append(self->ring, v, &last) < 0)
         return -1;
-    PyObject *bound = first_item(self->bound);
-    if (bound == NULL)
-        return -1;
-    if (bound != self->bound_seen) {   /* the drain moved it (rarely): read the new one */
-        Py_ssize_t b = PyNumber_AsSsize_t(bound, NULL);   /* clipped: as a comparison with it says */
-        if (b == -1 && PyErr_Occurred())
-            return -1;
-        Py_INCREF(bound);
-        Py_XSETREF(self->bound_seen, bound);
-        self->bound_value = b;
-    }
-    return last >= self->bound_value ? call_void(self->spill) : 0;
+    return last >= *self->bound ? call_void(self->spill) : 0;
 }
 
 static int
@@ -361,8 +314,8 @@ failed_as(MpiCall *self, uint64_t op, uint64_t flags, uint64_t peer, uint64_t ar
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    if (set_mark(self, NULL) < 0
-        || record_as(self, op, flags | self->error, peer, arg, 0, t0, now(self->offset_ns)) < 0) {
+    *self->start = 0;
+    if (record_as(self, op, flags | self->error, peer, arg, 0, t0, now(self->offset_ns)) < 0) {
         _PyErr_ChainExceptions(type, value, tb);
         return NULL;
     }
@@ -382,24 +335,25 @@ to_fallback(MpiCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnam
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
-static int
+static inline int
 collecting(MpiCall *self)
 {
-    PyObject *on = first_item(self->on);
-    return on == NULL ? -1 : PyObject_IsTrue(on);
+    return *self->on != 0;
 }
 
-static PyObject *s_info;
+static PyObject *s_info, *s_total;
 
-/* Bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count) in
- * *out: S_PICKLED, a call's bytes are the growth during it (`pickled_since`). -1 with an error set
- * when the count is gone or no int. */
+/* Bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count in
+ * the PickleCount's `total`) in *out: S_PICKLED, a call's bytes are the growth during it
+ * (`pickled_since`). -1 with an error set when the count is gone or no int. */
 static int
 pickled_so_far(MpiCall *self, uint64_t *out)
 {
-    PyObject *count = first_item(self->dumped);
-    if (count == NULL)
+    PyObject *count = *slot(self->dumped, self->dumped_at);
+    if (count == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "'PickleCount' object has no attribute 'total'");
         return -1;
+    }
     *out = PyLong_AsUnsignedLongLongMask(count);
     return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
 }

@@ -56,9 +56,8 @@ traced_as(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, const int hold
     stack[0] = self->comm;
     for (Py_ssize_t i = 0; i < nargs; i++)
         stack[i + 1] = args[i];
-    int on = collecting(self);
-    if (on <= 0)
-        return on < 0 ? NULL : PyObject_Vectorcall(self->call, stack, (size_t)nargs + 1, NULL);
+    if (!collecting(self))
+        return PyObject_Vectorcall(self->call, stack, (size_t)nargs + 1, NULL);
     /* the arguments left out, as the closure passes them: the defaults its reader has */
     Py_ssize_t given = row->most >= 0 ? row->most : nargs;
     for (Py_ssize_t i = nargs; i < given; i++) {
@@ -93,7 +92,8 @@ traced_as(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, const int hold
     if (result == NULL)
         return failed_as(self, mark_op, f, mark_peer, mark_arg, t0);
     int64_t t1 = now(self->offset_ns);
-    if (set_mark(self, NULL) < 0 || (row->sends == S_PICKLED && pickled_since(self, before, &n) < 0))
+    *self->start = 0;
+    if (row->sends == S_PICKLED && pickled_since(self, before, &n) < 0)
         goto fail;
     if (asked) {
         /* a request not wrapped: the call failed, as the closure says */
@@ -200,15 +200,14 @@ mpicall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
 static PyObject *
 mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"row", "comm", "call", "fallback", "append", "on", "bound", "spill", "marks",
-                            "peers", "status", "rounds", "ndarray", "cid", "op", "flags", "error",
+    static char *names[] = {"row", "comm", "call", "fallback", "append", "slot", "spill", "peers", "status",
+                            "rounds", "ndarray", "cid", "op", "flags", "error",
                             "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
                             "sends", "rank", "params", "defaults", "request_class", "channel",
                             "recv_op", "dumped", "datatypes", NULL};
     PyObject *row_arg;
     int sends = S_NONE;
-    PyObject *comm, *call, *fallback, *append, *on, *bound, *spill, *marks, *peers, *status, *rounds,
-        *ndarray;
+    PyObject *comm, *call, *fallback, *append, *table_slot, *spill, *peers, *status, *rounds, *ndarray;
     Py_ssize_t cid;
     CallRow row;
     PyObject *op_arg, *flags_arg, *error_arg, *any_source_flag_arg, *any_tag_flag_arg, *recv_op_arg = zero;
@@ -216,8 +215,8 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     long long any_source, any_tag, offset_ns, rank = 0;
     PyObject *params = Py_None, *defaults = Py_None, *request_class = Py_None, *channel = Py_None;
     PyObject *dumped = Py_None, *datatypes = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOOOnOOOLLOOL|iLOOOOOOO:MpiCall", names, &row_arg, &comm, &call,
-                                     &fallback, &append, &on, &bound, &spill, &marks, &peers, &status, &rounds,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOnOOOLLOOL|iLOOOOOOO:MpiCall", names, &row_arg, &comm, &call,
+                                     &fallback, &append, &table_slot, &spill, &peers, &status, &rounds,
                                      &ndarray, &cid, &op_arg, &flags_arg, &error_arg, &any_source, &any_tag,
                                      &any_source_flag_arg, &any_tag_flag_arg, &offset_ns, &sends, &rank,
                                      &params, &defaults, &request_class, &channel, &recv_op_arg, &dumped,
@@ -286,17 +285,18 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             }
         }
     }
-    if (sends < S_NONE || sends > S_PICKLED
-        || (sends == S_PICKLED && (!PyList_CheckExact(dumped) || PyList_GET_SIZE(dumped) != 1))) {
+    if (sends < S_NONE || sends > S_PICKLED || (sends == S_PICKLED && dumped == Py_None)) {
         PyErr_SetString(PyExc_ValueError, "sends is 0, 1, 2 or 3 (a pickle form, with `dumped`)");
         return NULL;
     }
-    if (!Py_IS_TYPE(append, &RingAppenderType) || !PyList_CheckExact(on) || PyList_GET_SIZE(on) != 1
-        || !PyList_CheckExact(bound) || PyList_GET_SIZE(bound) != 1 || !PyList_CheckExact(marks)
+    Py_ssize_t dumped_at = -1;
+    if (sends == S_PICKLED && (dumped_at = slot_offset(Py_TYPE(dumped), s_total)) < 0)
+        return NULL;
+    if (!Py_IS_TYPE(append, &RingAppenderType) || !Py_IS_TYPE(table_slot, &TableSlotType)
         || !PyList_CheckExact(peers) || !PyType_Check(ndarray) || cid < 0
         || (row.rounds && !PyIter_Check(rounds))) {
-        PyErr_SetString(PyExc_TypeError, "MpiCall needs a RingAppender, one-item lists for on and bound, lists "
-                        "for marks and peers, the ndarray type, and for a collective its round iterator");
+        PyErr_SetString(PyExc_TypeError, "MpiCall needs a RingAppender, a TableSlot, a list for peers, the ndarray "
+                        "type, and for a collective its round iterator");
         return NULL;
     }
     if ((uint64_t)cid > U32) {
@@ -314,10 +314,13 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->row = row;
     self->rank = rank;
-    PyObject **slots[] = {&self->comm, &self->call, &self->fallback, (PyObject **)&self->ring, &self->on,
-                          &self->bound, &self->spill, &self->marks, &self->peers, &self->status, &self->rounds,
+    self->on = ((TableSlot *)table_slot)->on;
+    self->start = ((TableSlot *)table_slot)->start;
+    self->bound = ((TableSlot *)table_slot)->bound;
+    PyObject **slots[] = {&self->comm, &self->call, &self->fallback, (PyObject **)&self->ring,
+                          (PyObject **)&self->slot, &self->spill, &self->peers, &self->status, &self->rounds,
                           (PyObject **)&self->ndarray};
-    PyObject *values[] = {comm, call, fallback, append, on, bound, spill, marks, peers, status, rounds, ndarray};
+    PyObject *values[] = {comm, call, fallback, append, table_slot, spill, peers, status, rounds, ndarray};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
         Py_INCREF(values[i]);
         *slots[i] = values[i];
@@ -362,6 +365,7 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (sends == S_PICKLED) {
         Py_INCREF(dumped);
         self->dumped = dumped;
+        self->dumped_at = dumped_at;
     }
     if (datatypes != Py_None) {
         Py_INCREF(datatypes);
@@ -379,10 +383,8 @@ mpicall_traverse(MpiCall *self, visitproc visit, void *arg)
     Py_VISIT(self->any_source_int);
     Py_VISIT(self->any_tag_int);
     Py_VISIT(self->ring);
-    Py_VISIT(self->on);
-    Py_VISIT(self->bound);
+    Py_VISIT(self->slot);
     Py_VISIT(self->spill);
-    Py_VISIT(self->marks);
     Py_VISIT(self->peers);
     Py_VISIT(self->status);
     Py_VISIT(self->rounds);
@@ -408,16 +410,13 @@ mpicall_clear(MpiCall *self)
     Py_CLEAR(self->any_source_int);
     Py_CLEAR(self->any_tag_int);
     Py_CLEAR(self->ring);
-    Py_CLEAR(self->on);
-    Py_CLEAR(self->bound);
+    Py_CLEAR(self->slot);
     Py_CLEAR(self->spill);
-    Py_CLEAR(self->marks);
     Py_CLEAR(self->peers);
     Py_CLEAR(self->status);
     Py_CLEAR(self->rounds);
     Py_CLEAR(self->ndarray);
     Py_CLEAR(self->mark);
-    Py_CLEAR(self->bound_seen);
     Py_CLEAR(self->get_count);
     Py_CLEAR(self->get_source);
     Py_CLEAR(self->get_tag);

@@ -1,6 +1,7 @@
 /* Part of the compiled collector (module.c includes it after mpi_call.c): the traced Request's completions.
  *
- * Relies on: mpi_arguments.c (marks, the Status readers, record_refused), appender.c (ring_append);
+ * Relies on: mpi_arguments.c (marks, the Status readers, record_refused), appender.c (ring_append),
+ * table.c (the channel's TableSlot: its switch, in-flight start, mark and drain bound);
  * from Python, the layout eventspace/mpi/interpose.py and collector.py give a traced request and its
  * collector: a request's `info` slot (collector, op, flags, peer, tag, nbytes, t_start) and the
  * MpiCollector's slots, found by name (slot_offset) when a RequestWait is made. */
@@ -20,10 +21,9 @@
  * slots at their offsets, marks the wait in flight, calls mpi4py's `call`, and appends the
  * request's record (a receive's source, tag and count from the Status) and the Wait's own. */
 
-enum { CH_COMPILED, CH_CID, CH_APPEND, CH_ON, CH_BOUND, CH_SPILL, CH_INFLIGHT, CH_PEERS, CH_STATUS, CH_OFFSET,
-       CH_SLOTS };
-static const char *channel_slots[CH_SLOTS] = {"compiled", "cid", "append", "on", "bound", "spill", "inflight",
-                                              "peers", "status", "offset_ns"};
+enum { CH_COMPILED, CH_CID, CH_APPEND, CH_SLOT, CH_SPILL, CH_PEERS, CH_STATUS, CH_OFFSET, CH_SLOTS };
+static const char *channel_slots[CH_SLOTS] = {"compiled", "cid", "append", "slot", "spill", "peers", "status",
+                                              "offset_ns"};
 
 typedef struct {
     PyObject_HEAD
@@ -38,27 +38,22 @@ typedef struct {
     PyObject *status_class, *get_source, *get_tag, *get_count;   /* MPI.Status and its methods, unbound */
 } RequestWait;
 
-/* One record through the channel's appender, then its spill() once the drain's bound is reached. */
+/* One record through the channel's appender, then its spill() once its slot's drain bound is reached. */
 static int
 channel_append(PyObject **field, const uint64_t v[8])
 {
-    Py_ssize_t last, bound;
-    if (record_refused((RingAppender *)field[CH_APPEND], v) || ring_append((RingAppender *)field[CH_APPEND], v, &last) < 0
-        || bound_of(field[CH_BOUND], &bound) < 0)
+    Py_ssize_t last;
+    RingAppender *ring = (RingAppender *)field[CH_APPEND];
+    if (record_refused(ring, v) || ring_append(ring, v, &last) < 0)
         return -1;
-    return last >= bound ? call_void(field[CH_SPILL]) : 0;
+    return last >= *((TableSlot *)field[CH_SLOT])->bound ? call_void(field[CH_SPILL]) : 0;
 }
 
-/* inflight[cid] = v (a new reference, stolen). */
-static int
-set_inflight(PyObject **field, Py_ssize_t cid, PyObject *v)
+/* The channel's in-flight start: 0, the wait is over. */
+static inline void
+clear_start(PyObject **field)
 {
-    if (cid >= PyList_GET_SIZE(field[CH_INFLIGHT])) {
-        Py_DECREF(v);
-        PyErr_SetString(PyExc_IndexError, "the node's marks hold no slot for this collector");
-        return -1;
-    }
-    return PyList_SetItem(field[CH_INFLIGHT], cid, v);
+    *((TableSlot *)field[CH_SLOT])->start = 0;
 }
 
 /* A traced request's post, from its info (channel, op, flags, peer, tag, nbytes, t_start): 1, with
@@ -91,9 +86,7 @@ traced_post(RequestWait *self, PyObject *request, PyObject **field, uint64_t pos
         return 0;
     }
     return field[CH_COMPILED] != Py_None && Py_IS_TYPE(field[CH_APPEND], &RingAppenderType)
-           && PyList_CheckExact(field[CH_ON]) && PyList_GET_SIZE(field[CH_ON]) == 1
-           && PyList_CheckExact(field[CH_BOUND]) && PyList_GET_SIZE(field[CH_BOUND]) == 1
-           && PyList_CheckExact(field[CH_INFLIGHT]) && PyList_CheckExact(field[CH_PEERS])
+           && Py_IS_TYPE(field[CH_SLOT], &TableSlotType) && PyList_CheckExact(field[CH_PEERS])
            && PyLong_CheckExact(field[CH_CID]) && PyLong_CheckExact(field[CH_OFFSET])
            && !(post[1] & self->cancelled_flag);
 }
@@ -103,9 +96,7 @@ traced_post(RequestWait *self, PyObject *request, PyObject **field, uint64_t pos
 static int
 pending(PyObject *request, PyObject **field)
 {
-    PyObject *switch_on = first_item(field[CH_ON]);
-    int on = switch_on == NULL ? -1 : PyObject_IsTrue(switch_on);
-    return on > 0 ? PyObject_IsTrue(request) : on;
+    return *((TableSlot *)field[CH_SLOT])->on ? PyObject_IsTrue(request) : 0;
 }
 
 static int
@@ -125,8 +116,10 @@ mark_waiting(RequestWait *self, PyObject **field, Py_ssize_t cid, int64_t t0, co
     MpiMark *mark = PyObject_New(MpiMark, &MpiMarkType);
     if (mark == NULL)
         return -1;
-    fill_mark(mark, t0, post[0], post[1] | self->request_flag, post[2], post[3], post[4]);
-    return set_inflight(field, cid, (PyObject *)mark);
+    fill_mark(mark, post[0], post[1] | self->request_flag, post[2], post[3], post[4]);
+    int rc = slot_mark((TableSlot *)field[CH_SLOT], (PyObject *)mark, t0);
+    Py_DECREF(mark);   /* the slot's marks hold it */
+    return rc;
 }
 
 /* The completion call failed (as collector._fail): its record with the error flag, `given`
@@ -136,9 +129,9 @@ completion_failed(RequestWait *self, PyObject **field, Py_ssize_t cid, uint64_t 
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    Py_INCREF(zero);
     uint64_t v[8] = {self->op, self->error, (uint64_t)cid, given & U32, 0, 0, (uint64_t)t0, (uint64_t)now(offset)};
-    if (set_inflight(field, cid, zero) < 0 || channel_append(field, v) < 0) {
+    clear_start(field);
+    if (channel_append(field, v) < 0) {
         _PyErr_ChainExceptions(type, value, tb);
         return NULL;
     }
@@ -236,8 +229,8 @@ wait_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObje
         Py_DECREF(result);
         return NULL;
     }
-    Py_INCREF(zero);
-    if (set_inflight(field, cid, zero) < 0 || (done && request_record(self, field, post, t_post, st, t1) < 0)
+    clear_start(field);
+    if ((done && request_record(self, field, post, t_post, st, t1) < 0)
         || completion_record(self, field, cid, 1, (uint64_t)done, t0, t1) < 0) {
         Py_DECREF(result);
         return NULL;
@@ -437,9 +430,7 @@ waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         goto done;
     }
     int64_t t1 = now(offset);
-    Py_INCREF(zero);
-    if (set_inflight(first, cid, zero) < 0)
-        goto failed;
+    clear_start(first);
     Py_ssize_t completed = completed_records(self, result, used, index, npending, fields, posts, t_posts, t1);
     if (completed < 0 || completion_record(self, first, cid, (uint64_t)n, (uint64_t)completed, t0, t1) < 0)
         goto failed;

@@ -1,6 +1,6 @@
 /* The trace record (=HHIIIIQQ, 36 bytes) and the checks of the fields a collector writes into it; the
  * names the parts look up, interned once by the module; how the parts reach the slots of eventspace's
- * own classes (the traced Request, the MPI Channel). Included first by module.c.
+ * own classes (the traced Request, the MpiCollector, the PickleCount). Included first by module.c.
  *
  * Relies on: pastset's ring appender contract (pastset_ring.h, from pastset/ring_c/) for the ring a
  * record goes into, and on nothing else of pastset.

@@ -71,29 +71,38 @@ F_ANY_SOURCE, F_ANY_TAG, F_EMPTY, F_REQUEST, F_CANCELLED = e.ANY_SOURCE, e.ANY_T
 RECEIVES = e.RECEIVES
 _SOURCE, _TAG, _COUNT, _CANCELLED = MPI.Status.Get_source, MPI.Status.Get_tag, MPI.Status.Get_count, \
     MPI.Status.Is_cancelled
-# Bytes mpi4py has pickled in this process, summed by the pickle hook (interpose.count_pickled):
-# a pickle-form call's bytes are the growth of DUMPED[0] while it runs.
-DUMPED = [0]
+class PickleCount:
+    """Bytes mpi4py has pickled in this process (`total`), summed by the pickle hook
+    (interpose.count_pickled): a pickle-form call's bytes are its growth while the call runs. The
+    compiled calls read the slot in place."""
+
+    __slots__ = ("total",)
+
+    def __init__(self):
+        self.total = 0
+
+
+PICKLED_BYTES = PickleCount()
 
 
 class MpiCollector:
     """One collector of this rank on one communicator: its id, its trace element's append, its
-    on/off switch, the drain's bound and spill, the node's clock and in-flight table (where it
-    leaves its mark: the record as known when a call begins), the communicator's rank -> world
-    rank table (`peers`), and a Status to read receives with. With `compiled` (the compiled
-    collector module, eventspace.compiled) and `offset_ns` (the node clock's offset) its hot calls
-    run compiled (`compiled_call`)."""
+    slot in the node's collector table (`page`, index `at`: eventspace.table.Page, where it reads
+    its switch and drain bound and leaves its mark, the record as known when a call begins, and
+    its start), its spill, the node's clock, the communicator's rank -> world rank table
+    (`peers`), and a Status to read receives with. With `compiled` (the compiled collector module,
+    eventspace.compiled) and `offset_ns` (the node clock's offset) its hot calls run compiled
+    (`compiled_call`), through `slot`, the compiled view of its table slot (None otherwise)."""
 
-    __slots__ = ("cid", "append", "on", "bound", "spill", "clock", "inflight", "peers", "status", "compiled",
-                 "offset_ns")
+    __slots__ = ("cid", "append", "page", "at", "slot", "spill", "clock", "peers", "status", "compiled", "offset_ns")
 
-    def __init__(self, cid, append, on, bound, spill, clock, inflight, peers, compiled=None, offset_ns=0):
-        self.cid, self.append, self.on, self.bound, self.spill = cid, append, on, bound, spill
-        self.clock, self.inflight, self.peers = clock, inflight, peers
+    def __init__(self, cid, append, page, at, spill, clock, peers, compiled=None, offset_ns=0):
+        self.cid, self.append, self.page, self.at, self.spill = cid, append, page, at, spill
+        self.clock, self.peers = clock, peers
         self.status = MPI.Status()
-        fast = (compiled is not None and type(append) is compiled.RingAppender and type(peers) is list
-                and type(bound) is list and type(inflight) is list)
+        fast = compiled is not None and type(append) is compiled.RingAppender and type(peers) is list
         self.compiled, self.offset_ns = (compiled if fast else None), offset_ns
+        self.slot = compiled.TableSlot(page, at) if fast else None
 
 
 # How the compiled call (eventspace/collector_c/, MpiCall) reads a row's bytes (S_*), and what its record holds (H_*).
@@ -138,11 +147,11 @@ def compiled_call(spec, read, comm, call, ch: MpiCollector, closure, context, ro
            _COMPILED_HOLDS[spec.holds], spec.rounds)
     sends = _COMPILED_SENDS["pickled" if spec.pickles else spec.sends]
     params, defaults = signature(call)
-    return ch.compiled.MpiCall(row, comm, call, closure, ch.append, ch.on, ch.bound, ch.spill, ch.inflight,
-                               ch.peers, ch.status, rounds, ndarray, ch.cid, spec.op, spec.flags, ERROR, ANY_SOURCE,
-                               ANY_TAG, F_ANY_SOURCE, F_ANY_TAG, ch.offset_ns, sends, context.rank,
-                               params, defaults, request_class, ch if request_class is not None else None,
-                               spec.second, DUMPED if spec.pickles else None, predefined_datatypes())
+    return ch.compiled.MpiCall(row, comm, call, closure, ch.append, ch.slot, ch.spill, ch.peers, ch.status, rounds,
+                               ndarray, ch.cid, spec.op, spec.flags, ERROR, ANY_SOURCE, ANY_TAG, F_ANY_SOURCE,
+                               F_ANY_TAG, ch.offset_ns, sends, context.rank, params, defaults, request_class,
+                               ch if request_class is not None else None, spec.second,
+                               PICKLED_BYTES if spec.pickles else None, predefined_datatypes())
 
 
 def _arity(read) -> tuple[int, int]:
@@ -261,25 +270,27 @@ def timed(ch: MpiCollector, call, args, op, flags, peer, arg, n, failure=None):
     call's record with the ERROR flag (`failure`: (op, flags, peer, arg) where it is not the
     mark's) and the error again; else the mark cleared. -> (result, t0, t1). Its records are
     the caller's to write (`write`)."""
-    cid, clock, inflight = ch.cid, ch.clock, ch.inflight
+    clock, page, at = ch.clock, ch.page, ch.at
+    starts = page.starts
     t0 = clock()
-    inflight[cid] = (t0, op, flags, peer, arg, n)
+    page.marks[at] = (op, flags, peer, arg, n)   # the mark before its start (see eventspace.table.Page)
+    starts[at] = t0
     try:
         result = call(*args)
     except BaseException:
-        inflight[cid] = 0
+        starts[at] = 0
         if failure is not None:
             op, flags, peer, arg = failure
-        ch.append(op, flags | ERROR, cid, peer, _u32(arg), 0, t0, clock())
+        ch.append(op, flags | ERROR, ch.cid, peer, _u32(arg), 0, t0, clock())
         raise
     t1 = clock()
-    inflight[cid] = 0
+    starts[at] = 0
     return result, t0, t1
 
 
 def write(ch: MpiCollector, op, flags, peer, arg, n, t0, t1) -> None:
     """One record of `ch`'s collector, then its spill when the drain's bound is reached."""
-    if ch.append(op, flags, ch.cid, peer, arg, n, t0, t1) >= ch.bound[0]:
+    if ch.append(op, flags, ch.cid, peer, arg, n, t0, t1) >= ch.page.bounds[ch.at]:
         ch.spill()
 
 
@@ -474,7 +485,8 @@ def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: CallCon
     row (reader, `timed`, the record its `holds` says, `write`). Compiled (MpiCall) where the
     collector runs compiled and the row has a compiled kind; that hands the forms it does not take
     to this closure, which stays the reference."""
-    on, dumped, op, holds, pickled = ch.on, DUMPED, spec.op, spec.holds, spec.pickles
+    switches, at, pickles = ch.page.switches, ch.at, PICKLED_BYTES
+    op, holds, pickled = spec.op, spec.holds, spec.pickles
     waits_as = spec.waits_as or op
     read = spec.reads.make(ch, spec, context)
     rounds = context.rounds if spec.rounds else None
@@ -489,16 +501,16 @@ def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: CallCon
     def method(*args, **kwargs):
         if rounds is not None:
             r = next(rounds) & U32   # counted even while switched off, so that rounds stay aligned
-        if not on[0]:
+        if not switches[at]:
             return call(comm, *args, **kwargs)
         given, f, peer, arg, n, kept = read(*args, **kwargs)
         if rounds is not None:
             arg = r
         if pickled:
-            before = dumped[0]
+            before = pickles.total
         result, t0, t1 = timed(ch, made, (comm, *given), waits_as, f, peer, arg, n)
         if pickled:
-            n = min(dumped[0] - before, U32)
+            n = min(pickles.total - before, U32)
         if holds is ASKED:
             if wrap is not None:
                 result.info = (ch, op, f, peer, arg, n, t0)

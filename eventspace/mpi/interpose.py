@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 from . import encoding as e
 from .collector import (
-    DUMPED,
+    PICKLED_BYTES,
     ERROR,
     F_CANCELLED,
     F_REQUEST,
@@ -77,10 +77,15 @@ class Request(_Request):
     # Waitall, Testany, waitsome... (class methods, since MPI.Request names this class): set below.
 
 
+def _collects(ch) -> bool:
+    """Whether collector `ch` (an MpiCollector) is switched on."""
+    return ch.page.switches[ch.at]
+
+
 def _traced(request):
     """The post info of a traced request still active whose collector is on, else None."""
     info = getattr(request, "info", None)
-    if info is None or not info[0].on[0] or not request:
+    if info is None or not _collects(info[0]) or not request:
         return None
     return info
 
@@ -93,7 +98,7 @@ def _one(request, call, op, status, test):
     except AttributeError:
         return call(request, status)
     ch, post_op, flags, peer, tag, n, _ = info
-    if not ch.on[0] or not request:
+    if not _collects(ch) or not request:
         return call(request, status)
     # Sends need no Status unless cancelled: MPI then fills none.
     st = status if status is not None or not (post_op in RECEIVES or flags & F_CANCELLED) else ch.status
@@ -219,7 +224,7 @@ class Message(_Message):
 
     def _receive(self, call, buf, status):
         info = getattr(self, "info", None)
-        if info is None or not info[0].on[0]:
+        if info is None or not _collects(info[0]):
             return call(self, buf, status)
         ch, flags, peer, tag, n = info
         result, t0, t1 = timed(ch, call, (self, buf, status), e.MRECV, flags, peer, tag, n)
@@ -234,7 +239,7 @@ class Message(_Message):
 
     def _post(self, call, buf):
         info = getattr(self, "info", None)
-        if info is None or not info[0].on[0]:
+        if info is None or not _collects(info[0]):
             return call(self, buf)
         ch, flags, peer, tag, n = info
         t0 = ch.clock()
@@ -344,13 +349,13 @@ def mark_traced(comm, cid: int, methods: dict) -> None:
 
 
 def count_pickled() -> None:
-    """Make mpi4py pickle through a function that adds the bytes it makes to DUMPED (the
+    """Make mpi4py pickle through a function that adds the bytes it makes to PICKLED_BYTES (the
     pickle forms' bytes), with mpi4py's own protocol and out-of-band threshold."""
-    dumps, dumped = pickle.dumps, DUMPED
+    dumps, pickled = pickle.dumps, PICKLED_BYTES
 
     def counted_dumps(obj, protocol=None, **kwargs):
         data = dumps(obj, protocol, **kwargs)
-        dumped[0] += len(data)
+        pickled.total += len(data)
         return data
 
     MPI.pickle.__init__(counted_dumps, pickle.loads, MPI.pickle.PROTOCOL, MPI.pickle.THRESHOLD)

@@ -213,14 +213,10 @@ class Rank:
         entry = space.catalogue[cid]
         element = self.node.server.element(entry.trace)
         self.rings.append(element)
-        if self.recorder is not None:
-            bound, spill = self.recorder.watch(element)
-        else:
-            from ..recorder import NEVER
-
-            bound, spill = NEVER, _nothing
-        return MpiCollector(cid, space.appender(entry), space.flag(cid), bound, spill, space.clock,
-                       space.marks, peers, space.compiled, space.clock_offset_ns)
+        page, at = space.enrol(cid)
+        spill = _nothing if self.recorder is None else self.recorder.watch(element, page.bounds, at)
+        return MpiCollector(cid, space.appender(entry), page, at, spill, space.clock, peers, space.compiled,
+                            space.clock_offset_ns)
 
     def adopt(self, comm, how: str, parent):
         """A communicator the program made from traced `parent`: declared to the run (collective

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import operator
 import time
-from array import array
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 
 from eventspace import compiled, trace
 from eventspace.collector import _COLLECTIVES_MASK, _payload_size, collecting
+from eventspace.table import Page
 from paths import operation as op
 from pastset import TemplateMismatch, TupleServer
 from pastset.template import Template
@@ -193,18 +193,19 @@ def test_the_compiled_collect_does_what_the_pure_closure_does(calls, size, on, r
     sides = {}
     for side in ("compiled", "pure"):
         element = trace_element()
-        switches, inflight = bytearray([0, on, 0]), array("q", bytes(24))
+        page = Page()
+        page.switches[1] = on
         results = iter([result for _, _, result in calls])
         nxt = lambda code, args: stage(next(results))(code, args)   # noqa: E731
         if side == "compiled":
             append = C.RingAppender(element, True) if ring else element.reference_appender(True)
-            collect = C.Collect(nxt, switches, inflight, 1, 7, 3, 3 | trace.ERROR, size, append, 0, op.MOVE,
+            collect = C.Collect(nxt, C.TableSlot(page, 1), 1, 7, 3, 3 | trace.ERROR, size, append, 0, op.MOVE,
                                 op.OBSERVE, _COLLECTIVES_MASK)
         else:
-            collect = collecting(nxt, switches, inflight, 1, 7, 3, 3 | trace.ERROR, size,
+            collect = collecting(nxt, page, 1, 1, 7, 3, 3 | trace.ERROR, size,
                                  element.reference_appender(True), time.monotonic_ns)
         sides[side] = ([outcome(lambda: collect(code, args)) for code, args, _ in calls], written(element),
-                       inflight[1])
+                       page.starts[1])
         _server.delete(element.name)
     (compiled_outcomes, compiled_written, compiled_inflight), (pure_outcomes, pure_written, pure_inflight) = \
         sides["compiled"], sides["pure"]
@@ -234,12 +235,12 @@ def test_records_land_where_the_pure_collectors_do_when_the_element_changed_sinc
     sides = {}
     for side in ("compiled", "pure"):
         element = trace_element()
-        switches, inflight = bytearray([0, 1]), array("q", bytes(16))
+        page = Page()
         if side == "compiled":
-            collect = C.Collect(stage(5), switches, inflight, 1, 7, 3, 3 | trace.ERROR, 12, C.RingAppender(element, True),
-                                0, op.MOVE, op.OBSERVE, _COLLECTIVES_MASK)
+            collect = C.Collect(stage(5), C.TableSlot(page, 1), 1, 7, 3, 3 | trace.ERROR, 12,
+                                C.RingAppender(element, True), 0, op.MOVE, op.OBSERVE, _COLLECTIVES_MASK)
         else:
-            collect = collecting(stage(5), switches, inflight, 1, 7, 3, 3 | trace.ERROR, 12,
+            collect = collecting(stage(5), page, 1, 1, 7, 3, 3 | trace.ERROR, 12,
                                  element.reference_appender(True), time.monotonic_ns)
         other, held = element.appender(), []
         for step in steps:
@@ -260,7 +261,7 @@ def test_a_collect_refuses_a_fixed_size_that_no_record_holds():
     element = trace_element()
     for size in (-1, 2 ** 32, 2 ** 64, 1.5, "8"):
         with pytest.raises(ValueError, match="u32"):
-            C.Collect(stage(0), bytearray(2), array("q", bytes(16)), 1, 0, 0, 1, size, C.RingAppender(element), 0,
+            C.Collect(stage(0), C.TableSlot(Page(), 1), 1, 0, 0, 1, size, C.RingAppender(element), 0,
                       op.MOVE, op.OBSERVE, _COLLECTIVES_MASK)
 
 
@@ -268,7 +269,7 @@ def test_a_collect_refuses_a_fixed_size_that_no_record_holds():
                                           ("failed", -1), ("offset_ns", 2 ** 62 + 1), ("offset_ns", -(2 ** 63)),
                                           ("collectives", -1)])
 def test_a_collect_refuses_ids_flags_and_offsets_that_do_not_fit_instead_of_wrapping_them(field, value):
-    arguments = {"next": stage(0), "switches": bytearray(2), "inflight": array("q", bytes(16)), "cid": 1, "eid": 0,
+    arguments = {"next": stage(0), "slot": C.TableSlot(Page(), 1), "cid": 1, "eid": 0,
                  "flags": 0, "failed": 1, "size_of": 36, "append": C.RingAppender(trace_element()), "offset_ns": 0,
                  "move": op.MOVE, "observe": op.OBSERVE, "collectives": _COLLECTIVES_MASK}
     with pytest.raises((ValueError, OverflowError)):

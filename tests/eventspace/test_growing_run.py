@@ -39,14 +39,15 @@ def test_a_node_adopts_the_collectors_a_grown_pathmap_appends(node):
     server, _, _ = node
     space = NodeSpace.of(server)
     before = space.catalogue.entries
-    marks = space.marks
+    pages = list(space.table.pages)
     space.adopt(grown(WORLD, SPLIT))
     assert space.catalogue.entries[:len(before)] == before and len(space.catalogue) == len(before) + 4
     new = [x for x in space.catalogue.entries[len(before):] if x.trace_node == "r0"]
     assert [x.role for x in new] == ["source", "contribute"]
     for entry in new:   # their trace elements are there, ready for the collectors
         assert server.server.element(entry.trace).keep == space.catalogue.pathmap.instrument.keep
-    assert space.marks is marks and len(marks) >= len(space.catalogue) + 1   # grown in place
+    assert all(a is b for a, b in zip(pages, space.table.pages))   # grown by pages: none moved
+    assert len(space.table) >= len(space.catalogue) + 1
     with pytest.raises(ValueError, match="may only append collectors"):
         space.adopt(grown(Communicator(0, (1, 0), "reordered")))
 
@@ -57,7 +58,7 @@ def test_a_node_takes_a_communicator_added_to_its_run_into_its_table(node):
     method; a pathmap that is not its run grown is refused, and the node is left as it was."""
     server, _, _ = node
     space = NodeSpace.of(server)
-    before, marks = space.catalogue, space.marks
+    before, pages = space.catalogue, list(space.table.pages)
     another = add_communicator(grown(WORLD, name="another"), SPLIT)
     with pytest.raises(ValueError, match="is not run grow grown"):   # another run's pathmap
         space.extend(another.pathmap, another.part)
@@ -72,7 +73,7 @@ def test_a_node_takes_a_communicator_added_to_its_run_into_its_table(node):
     assert [x.role for x in new] == ["source", "contribute"]
     for entry in new:
         assert server.server.element(entry.trace).keep == extension.pathmap.instrument.keep
-    assert space.marks is marks and len(marks) >= len(space.catalogue) + 1
+    assert all(a is b for a, b in zip(pages, space.table.pages)) and len(space.table) >= len(space.catalogue) + 1
     with pytest.raises(ValueError, match="may only append collectors"):   # the same communicator again
         space.extend(extension.pathmap, extension.part)
     assert server.pathmap is extension.pathmap and len(space.catalogue) == len(before) + 4
@@ -83,14 +84,15 @@ def test_a_scope_reads_what_blocked_operations_wait_for(node):
     space = NodeSpace.of(server)
     cid = next(x.id for x in space.catalogue if x.thread == "r0" and x.role == "source")
     other = next(x.id for x in space.catalogue if x.thread == "r0" and x.role == "contribute")
-    space.marks[cid] = (123, e.RECV, e.PICKLED, 1, 7, 0)   # an MPI collector's mark
-    space.inflight[other] = 456          # a collector that leaves no mark
+    (page, at), (other_page, other_at) = space.table.place(cid), space.table.place(other)
+    page.marks[at], page.starts[at] = (e.RECV, e.PICKLED, 1, 7, 0), 123   # an MPI collector's mark
+    other_page.starts[other_at] = 456    # a collector that leaves no mark
     with EventScope(run, "node:r0") as scope:
         starts, missing = scope.in_flight()
         marks, _ = scope.in_flight_marks()
     assert starts == {cid: 123, other: 456} and not missing
     assert marks == {cid: Mark(123, e.RECV, e.PICKLED, 1, 7, 0), other: Mark(456, 0, 0, 0, 0, 0)}
-    space.marks[cid] = space.inflight[other] = 0
+    page.starts[at] = other_page.starts[other_at] = 0
 
 
 def test_an_archive_extends_its_catalogue_as_the_run_grows(tmp_path):

@@ -18,6 +18,7 @@ from eventspace.archive import BLOCKS, Archive, ArchiveError
 from eventspace.catalogue import Catalogue
 from eventspace.mpi import encoding as e
 from eventspace.recorder import Recorder, RecordingFile, Spec, Window
+from eventspace.table import Page
 from pastset import TupleServer
 from paths import Pathmap
 
@@ -107,12 +108,13 @@ def test_a_recorder_loses_nothing_its_collectors_spill_however_late_it_reads(tmp
     server, element = _ring(keep=16)
     recorder = Recorder(RecordingFile(tmp_path / "A.rec"), {"node": "A"}, interval=3600)   # its thread never reads
     append = element.appender(single_writer=True)
-    bound, spill = recorder.watch(element)
+    bounds = Page().bounds   # the collector's drain bound, in its slot of the table
+    spill = recorder.watch(element, bounds, 0)
     stop = threading.Event()
     racer = threading.Thread(target=lambda: [recorder.flush(sync=False) for _ in iter(stop.is_set, True)])
     racer.start()
     for i in range(50_000):
-        if append(e.SEND, 0, 1, 1, i, 1, T0 + i, T0 + i + 1) >= bound[0]:
+        if append(e.SEND, 0, 1, 1, i, 1, T0 + i, T0 + i + 1) >= bounds[0]:
             spill()
     stop.set()
     racer.join()
@@ -152,6 +154,7 @@ def test_a_full_disk_stops_the_recording_with_one_line_and_leaves_a_readable_fil
         import resource, sys
         from eventspace import trace
         from eventspace.recorder import Recorder, RecordingFile
+        from eventspace.table import Page
         from pastset import TupleServer
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
         server = TupleServer("full")
@@ -159,9 +162,10 @@ def test_a_full_disk_stops_the_recording_with_one_line_and_leaves_a_readable_fil
         recorder = Recorder(RecordingFile({str(path)!r}), {{"node": "A"}}, say=print, interval=3600,
                             block_records=1000, codec=1)
         append = element.appender(single_writer=True)
-        bound, spill = recorder.watch(element)
+        bounds = Page().bounds
+        spill = recorder.watch(element, bounds, 0)
         for i in range(200_000):
-            if append(0x100, 0, 1, 1, i, 1, {T0} + 7919 * i % 104729 * 1000 + i, {T0} + 10**9 + i) >= bound[0]:
+            if append(0x100, 0, 1, 1, i, 1, {T0} + 7919 * i % 104729 * 1000 + i, {T0} + 10**9 + i) >= bounds[0]:
                 spill()
         counts = recorder.close("the test ended")
         print("counts", counts.made, counts.written, counts.discarded)
@@ -192,10 +196,11 @@ def test_the_flight_recorder_keeps_only_the_last_window_and_dumps_it_on_demand(t
     recorder = Recorder(Window(seconds=0.05), {"node": "A"}, interval=3600, block_records=500)
     recorder.host(server)
     append = element.appender(single_writer=True)
-    bound, spill = recorder.watch(element)
+    bounds = Page().bounds   # the collector's drain bound, in its slot of the table
+    spill = recorder.watch(element, bounds, 0)
     # 20,000 records 10 us apart: 0.2 s of recorded time, of which the window keeps the last 0.05 s.
     for i in range(20_000):
-        if append(e.SEND, 0, 1, 1, i, 1, T0 + i * 10_000, T0 + i * 10_000 + 5) >= bound[0]:
+        if append(e.SEND, 0, 1, 1, i, 1, T0 + i * 10_000, T0 + i * 10_000 + 5) >= bounds[0]:
             spill()
     endpoint = server.serve("tcp://127.0.0.1:0")
     with pastset.connect(endpoint) as client:
@@ -276,9 +281,10 @@ def test_a_dump_of_a_recording_file_gives_what_it_holds_so_far_a_chunk_at_a_time
     recorder = Recorder(RecordingFile(tmp_path / "A.rec"), {"node": "A"}, interval=3600, block_records=500)
     recorder.host(server)
     append = element.appender(single_writer=True)
-    bound, spill = recorder.watch(element)
+    bounds = Page().bounds   # the collector's drain bound, in its slot of the table
+    spill = recorder.watch(element, bounds, 0)
     for i in range(30_000):
-        if append(e.SEND, 0, 1, 1, i, 1, T0 + i * 1000 + (i * 7919) % 997, T0 + i * 1000 + 999) >= bound[0]:
+        if append(e.SEND, 0, 1, 1, i, 1, T0 + i * 1000 + (i * 7919) % 997, T0 + i * 1000 + 999) >= bounds[0]:
             spill()
     with pastset.connect(server.serve("tcp://127.0.0.1:0")) as client:
         built = recording.dump({"A": client}, lambda: catalogue, tmp_path / "dump.sqlite")

@@ -27,6 +27,7 @@ from eventspace.mpi import collector as mc
 from eventspace.mpi import encoding as e
 from eventspace.mpi import mpi4py_access
 from eventspace.mpi.interpose import Request
+from eventspace.table import Page
 from pastset import TemplateMismatch, TupleServer
 
 ANY_SOURCE, ANY_TAG, PROC_NULL = MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.PROC_NULL
@@ -52,7 +53,7 @@ class Behaviour:
             raise MPI.Exception(MPI.ERR_RANK)
         if any(not 0 <= operator.index(t) <= 2 ** 31 - 1 and t != ANY_TAG for t in tags):
             raise MPI.Exception(MPI.ERR_TAG)
-        mc.DUMPED[0] += self.pickled
+        mc.PICKLED_BYTES.total += self.pickled
         if isinstance(status, MPI.Status):   # as MPI fills it: what was asked, where it was named
             source, tag = (operator.index(a) for a in asked)
             null = source == PROC_NULL
@@ -97,8 +98,10 @@ def bcast(comm, obj, root=0):
 def channel(compiled: bool):
     element = _server.enter(f"t{next(_names)}", trace.FORMAT, keep=6)
     spills = []
-    ch = mc.MpiCollector(1, _collector.RingAppender(element, True), [True], [3], lambda: spills.append(1),
-                    time.monotonic_ns, [0, 0, 0], mc.peer_table([5, 6, 7][:SIZE]), _collector if compiled else None, 0)
+    page = Page()
+    page.bounds[1] = 3   # the drain's bound: a spill after the fourth record
+    ch = mc.MpiCollector(1, _collector.RingAppender(element, True), page, 1, lambda: spills.append(1),
+                         time.monotonic_ns, mc.peer_table([5, 6, 7][:SIZE]), _collector if compiled else None, 0)
     return ch, element, spills
 
 
@@ -185,7 +188,7 @@ def agree(kind, args, keywords, result, source, tag, count, pickled, with_status
         behaviour = Behaviour(result, source, tag, count, pickled)
         given_args = [MPI.Status() if with_status and a is None else a for a in args]   # a Status of its own
         how, value = outcome(lambda: fn(*given_args, **keywords))
-        got[compiled] = how, value, behaviour.seen, written(element), len(spills), list(ch.inflight)
+        got[compiled] = how, value, behaviour.seen, written(element), len(spills), in_flight(ch)
         _server.delete(element.name)
     (how, value, seen, records, spills, marks), (pure_how, expected, pure_seen, pure_records, pure_spills,
                                                  pure_marks) = got[True], got[False]
@@ -199,6 +202,13 @@ def agree(kind, args, keywords, result, source, tag, count, pickled, with_status
     assert seen == pure_seen, (kind, seen, pure_seen)
     assert records == pure_records, (kind, trace.decode(records[2]), trace.decode(pure_records[2]))
     assert (spills, marks) == (pure_spills, pure_marks)
+
+
+def in_flight(ch) -> tuple:
+    """What `ch`'s slot of the table says is in flight: its start, and the mark it left (read as
+    the table reads it: only while the start is not 0, but left behind to compare)."""
+    mark = ch.page.marks[ch.at]
+    return ch.page.starts[ch.at], tuple(mark) if mark else 0
 
 
 def both_raise(kind, spoil, error, args=(b"abc", 1, 2), offset_ns=0):
@@ -218,14 +228,14 @@ def both_raise(kind, spoil, error, args=(b"abc", 1, 2), offset_ns=0):
 
 
 def edges() -> None:
-    """What the compiled calls read from the lists they share with Python, and the values they are
+    """What the compiled calls read from what they share with Python, and the values they are
     made with, checked where the unchecked reads crashed or wrapped."""
-    both_raise("Send", lambda ch: ch.on.clear(), IndexError)             # the switch's list, emptied
-    both_raise("Send", lambda ch: ch.bound.clear(), IndexError)          # the drain's bound, emptied
-    both_raise("Bcast", lambda ch: ch.bound.clear(), IndexError, args=(b"abc", 0))
-    dumped = list(mc.DUMPED)
-    both_raise("send", lambda ch: mc.DUMPED.clear(), IndexError)         # the bytes pickled so far, gone
-    mc.DUMPED[:] = dumped
+    both_raise("Send", lambda ch: ch.page.marks.clear(), IndexError)     # the page's marks, emptied
+    both_raise("Bcast", lambda ch: ch.page.marks.clear(), IndexError, args=(b"abc", 0))
+    pickled = mc.PICKLED_BYTES.total
+    forget = lambda ch: hasattr(mc.PICKLED_BYTES, "total") and delattr(mc.PICKLED_BYTES, "total")  # noqa: E731
+    both_raise("send", forget, AttributeError)                           # the bytes pickled so far, gone
+    mc.PICKLED_BYTES.total = pickled
     # a clock offset that puts the times before 0: refused as the trace element refuses it
     both_raise("Send", lambda ch: None, TemplateMismatch, offset_ns=-(2 ** 62))
     # a round counter that yields no int

@@ -17,7 +17,7 @@ pytestmark = requires_mpi
 
 
 def test_the_compiled_mpi_calls_agree_with_the_closures_on_any_arguments():
-    """Attack: a switch or bound list emptied from Python made the compiled calls read past the list
+    """Attack: a list the compiled calls share with Python (the page's marks) emptied made them read past it
     (SIGSEGV); a clock offset back past 0 wrote a record the closure refuses; an op code of 2**64 + op
     was wrapped to op. Then 300 fuzzed calls of every compiled form, each made on a compiled and on a
     pure channel: the same arguments reach MPI, the same result or error comes back, the same records

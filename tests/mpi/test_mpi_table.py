@@ -1,0 +1,93 @@
+"""A rank's collector table as its run grows: communicators declared while the run goes on get slots
+that switch, and in-flight calls of MPI and PATHS collectors read from the one table."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eventspace import compiled
+from eventspace.scope import EventScope
+from eventspace.table import PAGE
+from jobs import PROGRAMS, requires_mpi, run, stop, until_live
+from polling import until
+
+pytestmark = requires_mpi
+DECLARED = 18   # Dups of COMM_WORLD on 2 ranks: the last one's collectors lie past the first page
+
+
+def environment(implementation: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != compiled.PURE}
+    return {**env, compiled.PURE: "1"} if implementation == "pure" else env
+
+
+@pytest.mark.parametrize("implementation", ["compiled", "pure"])
+def test_a_communicator_declared_while_the_run_goes_on_switches_off_and_on(tmp_path, implementation):
+    """Issue 34: a communicator the program makes after the run started joins each node's collector
+    table on a page the table grew by (its collectors' ids are past the first page), and `eventspace
+    space switch` turns its collectors off (its calls are not recorded) and on again (they are)."""
+    name = f"switched-{implementation}"
+    job = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "2", "--name", name,
+                            str(PROGRAMS / "switched.py"), str(tmp_path), str(DECLARED), "3"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env=environment(implementation))
+    try:
+        run_file = until_live(name, job, 90)
+        until(lambda: (tmp_path / "declared").exists() or job.poll() is not None, 120, "the communicators declared")
+        view = f"element:comm{DECLARED} | tree:comm{DECLARED}"
+
+        def phase(k: int) -> list[int]:
+            """Run phase k; the collectors of the records it wrote on the declared communicator."""
+            (tmp_path / f"go{k}").touch()
+            until(lambda: (tmp_path / f"done{k}").exists() or job.poll() is not None, 120, f"phase {k} done")
+            assert job.poll() is None, job.communicate()
+            return sorted(int(c) for c in scope.pull().records["collector"])
+
+        def switch(how: str) -> None:
+            done = run([sys.executable, "-m", "eventspace.cli", "space", "switch", how, "--run", name, "--view", view],
+                       tmp_path, timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert f"switched {how} 4 collectors on 2 nodes" in done.stdout, done.stdout
+
+        with EventScope(run_file, view, mode="stream") as scope:
+            ids = sorted(entry.id for entry in scope.entries)
+            assert len(ids) == 4 and ids[0] >= PAGE, ids
+            scope.pull()
+            on = phase(0)
+            switch("off")
+            off = phase(1)
+            switch("on")
+            again = phase(2)
+        (tmp_path / "end").touch()
+        # Barriers on both ranks' collective collectors, Sends on rank 0's and Recvs on rank 1's point-to-point ones
+        assert on == again == sorted(ids * 5) and off == [], f"{on} {off} {again} {ids}"
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 0, err
+    finally:
+        stop(job)
+
+
+@pytest.mark.parametrize("implementation", ["compiled", "pure"])
+def test_in_flight_reads_an_mpi_call_and_a_paths_operation_from_the_one_table(implementation):
+    """Issue 34: a Recv blocked on a communicator declared after the node started (its slot on a page
+    the table grew by) and an observe blocked in a PATHS collector of the same node are both in the
+    node's in_flight(), each with its start, the Recv with its mark (what it waits for); once they
+    return, nothing is."""
+    done = subprocess.run([sys.executable, "one_table.py"], cwd=Path(__file__).parent, capture_output=True, text=True,
+                          timeout=300, env=environment(implementation), stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["implementation"] == implementation
+    first, now = got["pages"]
+    assert got["mpi"] >= first * PAGE and now > first
+    rows = {row[0]: row for row in got["waiting"]}
+    assert set(rows) == {got["mpi"], got["paths"]}
+    assert len(rows[got["paths"]]) == 2 and rows[got["paths"]][1] > 0                 # [id, start]
+    _, t0, op, flags, peer, tag, nbytes = rows[got["mpi"]]                              # [id, start, *mark]
+    assert t0 > 0 and (op, flags, peer, tag, nbytes) == (got["recv"], 0, 0, 5, 0)
+    assert got["after"] == [] and got["done"] == {"recv": "None", "observe": "(0, (7,))"}
