@@ -11,7 +11,7 @@ from .checks import check_bounds, check_index, check_pattern, check_timeout
 from .errors import Expired, TemplateMismatch, Timeout, UnknownElement
 from .template import Template
 
-try:   # the cursors at a layout C relies on (pastset/ring_c/pastset_ring.h)
+try:   # a binary element's cursors, at a layout C relies on (pastset/ring_c/pastset_ring.h)
     from ._ring import Cursors
 except ImportError:   # not built (no compiler at install): the same four attributes as slots
     class Cursors:
@@ -45,7 +45,7 @@ class ElementInfo:
         return self.last - self.first
 
 
-class Element(Cursors):
+class Element:
     """The ordered log of the tuples of one template, addressed by name.
 
     Indices start at 0 and only grow. `first()` is the index of the oldest tuple still held
@@ -75,9 +75,9 @@ class Element(Cursors):
     changes nothing.
     """
 
-    # What an append reads and writes (_first, _last, _sleepers, _parked) is in the base, `Cursors`:
-    # slots at the layout pastset's ring appender contract names (pastset/ring_c/pastset_ring.h);
-    # everything else is in __dict__.
+    # What an append reads and writes (_first, _last, _sleepers, _parked) is in each kind's base: a
+    # binary element's `Cursors`, at the layout pastset's ring appender contract names
+    # (pastset/ring_c/pastset_ring.h); a typed element's own slots. Everything else is in __dict__.
     __slots__ = ("__dict__", "__weakref__")
 
     slab = None  # the RingSlab whose row holds a binary element's ring, if any

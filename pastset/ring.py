@@ -21,7 +21,7 @@ from struct import error as struct_error
 
 from .budget import MemoryBudget
 from .checks import check_timeout
-from .element import WOULD_BLOCK, Element
+from .element import WOULD_BLOCK, Cursors, Element
 from .errors import TemplateMismatch
 from .template import Template
 
@@ -34,7 +34,7 @@ except ImportError:   # not built (no compiler at install): appends run the Pyth
 _NO_KEEP = 1 << 62
 
 
-class BinaryElement(Element):
+class BinaryElement(Cursors, Element):
     """An element of a binary template: records live packed in a preallocated ring of bytes.
 
     The ring holds `keep` (or `delta`) records when bounded and doubles when an unbounded

@@ -19,6 +19,9 @@ class TypedElement(Element):
     """An element of a typed template (see `Element`): each move checks every field
     (TemplateMismatch naming it); `find` matches held tuples Linda-style."""
 
+    # Its cursors and waiter counts as slots (as Python ints: nothing in C appends to a typed element)
+    __slots__ = ("_first", "_last", "_sleepers", "_parked")
+
     # -- storage hooks: a deque whose item 0 has index `first` --------------------------------
 
     def _init_storage(self):
