@@ -2,7 +2,7 @@
  * code outside pastset uses it (pastset_ring.h, version PASTSET_RING_VERSION; read it first).
  *
  * Holds:
- *   Cursors   the base type of pastset.element.Element: its cursors (_first, _last: machine ints, ints
+ *   Cursors   a base type of pastset.ring.BinaryElement: its cursors (_first, _last: machine ints, ints
  *             to Python) and waiter counts (_sleepers, _parked: object slots), at a layout C can rely
  *             on (PastsetCursors).
  *   Appender  Appender(element, mode, fields, pack_into, ring, cap, size, keep, mutex, signal,
