@@ -51,8 +51,8 @@
 #define PASTSET_RING_CAPSULE "pastset._ring.contract"
 #define PASTSET_CURSOR_MAX ((Py_ssize_t)1 << 62)
 
-/* The head of every binary element of pastset (BinaryElement): its cursors (the attributes _first and _last, 0 until set) and
- * waiter counts (_sleepers and _parked; NULL before the element sets them). */
+/* The head of every binary element of pastset (BinaryElement): its cursors (the attributes _first and
+ * _last, 0 until set) and waiter counts (_sleepers and _parked; NULL before the element sets them). */
 typedef struct {
     PyObject_HEAD
     Py_ssize_t first, last;
