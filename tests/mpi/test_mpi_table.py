@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from eventspace import compiled
+from eventspace.catalogue import Catalogue
 from eventspace.scope import EventScope
 from eventspace.table import PAGE
+from eventspace.view import View, ViewError
 from jobs import PROGRAMS, requires_mpi, run, stop, until_live
 from polling import until
 
@@ -40,6 +42,9 @@ def test_a_communicator_declared_while_the_run_goes_on_switches_off_and_on(tmp_p
         run_file = until_live(name, job, 90)
         until(lambda: (tmp_path / "declared").exists() or job.poll() is not None, 120, "the communicators declared")
         view = f"element:comm{DECLARED} | tree:comm{DECLARED}"
+        # The snapshot monitors read the run's pathmap from is written off the declare's path: soon after.
+        until(lambda: View.parse(view).select(Catalogue(run_file.pathmap())), 60,
+              f"comm{DECLARED} in the run's pathmap snapshot", ignoring=ViewError)
 
         def phase(k: int) -> list[int]:
             """Run phase k; the collectors of the records it wrote on the declared communicator."""
