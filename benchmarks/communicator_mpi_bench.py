@@ -20,7 +20,6 @@ one, off the declare path. Results go to benchmarks/results/communicator_mpi_ben
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from timing import Figure, report  # noqa: E402
+from timing import Figure, print_result, report, result_of  # noqa: E402
 
 HERE = Path(__file__).resolve()
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -50,7 +49,7 @@ def kernel(count: int) -> None:
         made[-1].Barrier()   # every member has it: the creation is over everywhere
         times.append(time.perf_counter() - start)
     if rank == 0:
-        print("RESULT " + json.dumps(times), flush=True)
+        print_result(times)
 
 
 def job(ranks: int, monitored: bool, count: int, name: str) -> list[float]:
@@ -70,8 +69,7 @@ def job(ranks: int, monitored: bool, count: int, name: str) -> list[float]:
                 proc.communicate()
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
-    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return result_of(out)
 
 
 def main() -> int:

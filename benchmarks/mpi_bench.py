@@ -36,7 +36,6 @@ benchmarks/results/mpi_bench.json.
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
 import signal
@@ -48,7 +47,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from timing import Figure, difference, report  # noqa: E402
+from timing import Figure, difference, print_result, report, result_of  # noqa: E402
 
 HERE = Path(__file__).resolve()
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -184,7 +183,7 @@ def kernel(args) -> None:
     best(f"barrier, {size} ranks", barrier, 3000)
     best(f"allreduce 8 B, {size} ranks", allreduce, 3000)
     if rank == 0:
-        print("RESULT " + json.dumps(out), flush=True)
+        print_result(out)
 
 
 # -- the driver -------------------------------------------------------------------------------
@@ -227,8 +226,7 @@ def job(ranks: int, monitored: bool, args, name: str, with_getevent: bool = Fals
             monitor.wait(timeout=60)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
-    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return result_of(out)
 
 
 def main() -> int:

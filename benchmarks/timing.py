@@ -45,6 +45,21 @@ class Figure:
         return [a / b for a, b in zip(self.rounds, peer.rounds)]
 
 
+# How a kernel run as a program of its own (under mpiexec) hands its figures to the driver: one line.
+_RESULT = "RESULT "
+
+
+def print_result(figures) -> None:
+    """Print `figures` (JSON-able) as the one line `result_of` finds among the program's output."""
+    print(_RESULT + json.dumps(figures), flush=True)
+
+
+def result_of(out: str):
+    """The figures a kernel printed with `print_result`, from its program's standard output."""
+    line = next(line for line in out.splitlines() if line.startswith(_RESULT))
+    return json.loads(line[len(_RESULT):])
+
+
 def per_call(fn, calls: int) -> float:
     """Seconds per call of `fn` over `calls` calls."""
     start = time.perf_counter()
