@@ -53,6 +53,7 @@ from apps.windtunnel.lattice import SIZES
 import pastset
 from eventspace.catalogue import Catalogue
 from eventspace.space import switch_collectors
+from experiments.workload import switch_collectors_of
 from eventspace.system import COST, INTERVAL
 from paths import Instrument, Pathmap, launch
 
@@ -199,15 +200,6 @@ def warm_up(*runs) -> None:
         per_step(run, max(4, threads + threads % 2), 2)
 
 
-def switch_all(run, pm: Pathmap, on: bool) -> None:
-    """Switch every collector of `run` on or off (each node's, at once; taken within milliseconds); the
-    nodes' system samplers are left as they are."""
-    catalogue = Catalogue(pm)
-    for node in pm.nodes:
-        with pastset.connect(run.endpoints[node.name]) as client:
-            switch_collectors(client, on, [e.id for e in catalogue.entries if e.node == node.name])
-
-
 def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], pairs: list[int], warmup: int = 1) -> None:
     """The slowdown from collecting, switched on against off in one launch (see the module's docstring).
 
@@ -232,7 +224,7 @@ def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], pairs: lis
                     ((False, off, cpu_off), (True, on, cpu_on))
                 grids, pair = [], {}
                 for state, figure, cpu_figure in order:
-                    switch_all(run, pm, state)
+                    switch_collectors_of(run, pm, state)
                     before = records_written(run, pm)
                     seconds, grid, cpu = per_step(run, size, count, cpu=True)
                     pair[state] = (seconds, cpu)
@@ -262,7 +254,7 @@ def compare_switched(pm: Pathmap, sizes: list[str], steps: list[int], pairs: lis
                 print(f"{size} ({count} steps, {repeat} pairs, load {loads[size][0]:.1f} → {loads[size][1]:.1f}): "
                       f"{name} on/off median {statistics.median(values):.3f}, quartiles {q[0]:.3f}–{q[2]:.3f}, "
                       f"range {min(values):.3f}–{max(values):.3f}", flush=True)
-        switch_all(run, pm, True)
+        switch_collectors_of(run, pm, True)
     cost = collector_cost()
     for size, off_figure in zip(sizes, figures[0::4]):
         print(f"{size}: {records[size]:,.0f} trace records per step × {cost * 1e6:.2f} µs per collector "

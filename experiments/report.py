@@ -73,10 +73,17 @@ def plot(result: Result, folder: Path) -> Path | None:
         return _save(_clusters_figure(plt, result, cols), result, folder, plt)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     if result.name == "collect":
-        ax.bar([r[cols["size"]] for r in rows], [r[cols["slowdown"]] for r in rows], color="tab:blue")
+        at = range(len(rows))
+        ax.bar([x - 0.2 for x in at], [r[cols["slowdown"]] for r in rows], 0.4, color="tab:blue",
+               label="two launches, with and without collectors")
+        ax.bar([x + 0.2 for x in at], [r[cols["switched on/off"]] for r in rows], 0.4, color="tab:green",
+               label="one launch, collectors switched on / off")
+        ax.set_xticks(list(at), [r[cols["size"]] for r in rows])
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_ylabel("slowdown (collected / plain)")
-        ax.set_ylim(0.9, max(1.1, max(r[cols["slowdown"]] for r in rows) * 1.05))
+        highest = max(max(r[cols["slowdown"]], r[cols["switched on/off"]]) for r in rows)
+        ax.set_ylim(0.9, max(1.1, highest * 1.05))
+        ax.legend(fontsize=7)
     elif result.name == "scopes":
         for size in dict.fromkeys(r[0] for r in rows):
             mine = [r for r in rows if r[0] == size]

@@ -13,20 +13,23 @@ from pathlib import Path
 from eventspace.scope import EventScope
 from paths import AppMap, ClusterMap, Pathmap, Placement, generate, launch
 
-from .workload import TREE_CONFIGS, Pulling, Scale, alternate, monitored, reshape, step_time, uninstrumented
+from .workload import TREE_CONFIGS, Pulling, Scale, alternate, monitored, reshape, step_time, switched, uninstrumented
 
 REPO = Path(__file__).resolve().parents[1]
 PATHMAPS = REPO / "pathmaps"
 
 SCALES = {
     # Seconds: a smoke run of every experiment, for tests.
-    "tiny": Scale("tiny", "windtunnel-toy.yaml", {"small": 16}, {"small": 4}, 1, (2, 4), 5),
+    "tiny": Scale("tiny", "windtunnel-toy.yaml", {"small": 16}, {"small": 4}, 1, (2, 4), 5,
+                  {"small": 2}, {"small": 2}),
     # A few minutes: the 16-thread, 4-node layout.
     "quick": Scale("quick", "windtunnel-4node.yaml", {"small": 280, "medium": 560}, {"small": 40, "medium": 15},
-                   3, (2, 4, 8, 16), 30),
-    # The paper's scale: 140 threads on two clusters of four nodes.
+                   3, (2, 4, 8, 16), 30, {"small": 24, "medium": 12}, {"small": 10, "medium": 4}),
+    # The paper's scale: 140 threads on two clusters of four nodes. The switch comparison's pair
+    # ratios scatter by about ±8% on two shared cores: 100 pairs put small's median within ±0.01.
     "full": Scale("full", "windtunnel-paper.yaml", {"small": 280, "medium": 1960, "large": 3920},
-                  {"small": 60, "medium": 15, "large": 5}, 3, (2, 4, 8, 16, 32, 64), 50),
+                  {"small": 60, "medium": 15, "large": 5}, 3, (2, 4, 8, 16, 32, 64), 50,
+                  {"small": 100, "medium": 40, "large": 24}, {"small": 10, "medium": 4, "large": 2}),
 }
 
 
@@ -58,7 +61,11 @@ def _pathmap(scale: Scale) -> Pathmap:
 
 def collect(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
     """Wind-tunnel time per step with every path and tree point collected vs with no collector,
-    per problem size; alternating runs on two live layouts; median slowdown and spread."""
+    per problem size, two ways: alternating runs on two live layouts, one with collectors and one
+    without (the paper's comparison: median slowdown and spread), and the collected layout alone
+    with its collectors switched on and off at run time between the runs of many short pairs (the
+    figure to quote: only the recording differs; the median of the pair ratios and their
+    quartiles)."""
     pm = _pathmap(scale)
     plain = dataclasses.replace(uninstrumented(pm), name=f"{pm.name}-plain")
     rows, raw = [], {}
@@ -67,13 +74,17 @@ def collect(scale: Scale, sizes=None, run_dir=None, progress=None) -> Result:
         for size, n in chosen.items():
             steps = scale.steps[size]
             result = alternate(scale.repeats, lambda: step_time(bare, n, steps), lambda: step_time(instrumented, n, steps))
-            raw[size] = result.as_dict()
+            on_off = switched(instrumented, pm, scale.switch_pairs[size], n, scale.switch_steps[size])
+            raw[size] = {**result.as_dict(), "switched": on_off.as_dict()}
+            low, high = on_off.quartiles
             rows.append([size, n, len(pm.collector_points()), _ms(result.baseline), _ms(result.treated),
-                         round(result.slowdown, 3), f"±{result.spread:.1%}"])
+                         round(result.slowdown, 3), f"±{result.spread:.1%}", round(on_off.pair_median, 3),
+                         f"{low:.3f}–{high:.3f} ({len(on_off.treated)} pairs)"])
             if progress:
                 progress()
     return Result("collect", "Application slowdown from collectors alone",
-                  ["size", "N", "collectors", "plain ms/step", "collected ms/step", "slowdown", "spread"],
+                  ["size", "N", "collectors", "plain ms/step", "collected ms/step", "slowdown", "spread",
+                   "switched on/off", "quartiles"],
                   rows, _meta(scale, threads=len(pm.threads), nodes=len(pm.nodes)), raw)
 
 

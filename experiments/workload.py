@@ -9,6 +9,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pastset
+from eventspace.catalogue import Catalogue
+from eventspace.space import switch_collectors
 from paths import Instrument, Pathmap
 
 
@@ -23,6 +26,9 @@ class Scale:
     repeats: int                   # alternations of baseline and treatment
     participants: tuple[int, ...]  # for the trees experiment
     rounds: int                    # collective rounds per tree measurement
+    # collect's run-time switch comparison: pairs of runs and steps per run, per size
+    switch_pairs: dict[str, int] = field(default_factory=dict)
+    switch_steps: dict[str, int] = field(default_factory=dict)
 
 
 def uninstrumented(pm: Pathmap) -> Pathmap:
@@ -69,6 +75,20 @@ class Comparison:
         return statistics.median(self.treated) / statistics.median(self.baseline)
 
     @property
+    def pair_median(self) -> float:
+        """The median of the pairs' ratios (treated over baseline, pair by pair)."""
+        return statistics.median(t / b for t, b in zip(self.treated, self.baseline))
+
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        """The pair ratios' first and third quartiles."""
+        ratios = [t / b for t, b in zip(self.treated, self.baseline)]
+        if len(ratios) < 2:
+            return (ratios[0], ratios[0])
+        q = statistics.quantiles(ratios, n=4)
+        return (q[0], q[2])
+
+    @property
     def spread(self) -> float:
         """Half the range of the per-pair ratios, relative to the slowdown (how noisy it was)."""
         ratios = [t / b for t, b in zip(self.treated, self.baseline)]
@@ -78,7 +98,30 @@ class Comparison:
 
     def as_dict(self) -> dict:
         return {"baseline_ms": [b * 1e3 for b in self.baseline], "treated_ms": [t * 1e3 for t in self.treated],
-                "slowdown": self.slowdown, "spread": self.spread}
+                "slowdown": self.slowdown, "spread": self.spread, "pair_median": self.pair_median}
+
+
+def switch_collectors_of(run, pm: Pathmap, on: bool) -> None:
+    """Switch every collector of `run` (launched from `pm`) on or off at run time, node by node (each
+    node takes it within milliseconds); the nodes' system samplers are left as they are."""
+    catalogue = Catalogue(pm)
+    for node in pm.nodes:
+        with pastset.connect(run.endpoints[node.name]) as client:
+            switch_collectors(client, on, [e.id for e in catalogue.entries if e.node == node.name])
+
+
+def switched(run, pm: Pathmap, pairs: int, n: int, steps: int) -> Comparison:
+    """The same live layout with its collectors switched off (baseline) and on (treatment) between the
+    runs of A B B A pairs: the same processes, threads and warm caches, so that only the recording
+    differs (two launches differ by more than the collectors cost on a shared machine). The pair
+    ratios' median is the slowdown to quote (`Comparison.pair_median`). The collectors are left on."""
+    out = Comparison()
+    for i in range(pairs):
+        for on in ((False, True) if i % 2 == 0 else (True, False)):
+            switch_collectors_of(run, pm, on)
+            (out.treated if on else out.baseline).append(step_time(run, n, steps))
+    switch_collectors_of(run, pm, True)
+    return out
 
 
 def alternate(repeats: int, baseline: Callable[[], float], treated: Callable[[], float]) -> Comparison:

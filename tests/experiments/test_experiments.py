@@ -26,6 +26,9 @@ def test_every_experiment_writes_its_table_as_json_and_markdown(tmp_path, capsys
         assert (out / f"{name}.md").read_text().startswith(f"### {result['title']}")
     assert "# Experiment results" in (out / "README.md").read_text()
     assert "all done" in capsys.readouterr().out
+    collect = json.loads((out / "collect.json").read_text())["raw"]["small"]["switched"]
+    # the run-time switch comparison ran its pairs, each side timed
+    assert len(collect["baseline_ms"]) == len(collect["treated_ms"]) == 2 and collect["pair_median"] > 0
     reconfigure = json.loads((out / "reconfigure.json").read_text())
     for label, figures in reconfigure["raw"].items():   # each row pulled as its label says, nothing carried over
         assert figures["settings"]["concurrency"] == ("sequential" if "sequential" in label else "concurrent"), label
