@@ -21,6 +21,11 @@ NOT_THE_PROGRAM = frozenset({"pastset", "paths", "eventspace", "monitors", "mpi4
 # packages' directories wherever they are installed (site-packages).
 _OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package) + os.sep
               for package in ("pastset", "paths", "eventspace", "monitors"))
+# The collectors' pure-Python code (eventspace's collector, the MPI calls' and their requests'): a
+# shown stack leaves its frames out at the innermost end, where the compiled collector has none.
+_COLLECTORS = frozenset(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *file)
+                        for file in (("eventspace", "collector.py"), ("eventspace", "mpi", "collector.py"),
+                                     ("eventspace", "mpi", "interpose.py")))
 _STDLIB = tuple({os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")})
 _INSTALLED = tuple(f"{os.sep}{where}{os.sep}{package}{os.sep}" for where in ("site-packages", "dist-packages")
                    for package in NOT_THE_PROGRAM)
@@ -94,11 +99,16 @@ def where(frames) -> str:
 
 def from_the_program(frames) -> tuple:
     """`frames` (outermost first) from the program's outermost frame of its own on: what ran the program
-    (a thread's start, runpy, eventspace.mpi's launcher) left out; all of them if none is the program's."""
+    (a thread's start, runpy, eventspace.mpi's launcher) left out, all of them if none is the
+    program's; and without the pure-Python collector's frames at the innermost end."""
+    end = len(frames)
+    while end and frames[end - 1].file in _COLLECTORS:
+        end -= 1
+    frames = tuple(frames[:end])
     for i, frame in enumerate(frames):
         if frame.is_program:
-            return tuple(frames[i:])
-    return tuple(frames)
+            return frames[i:]
+    return frames
 
 
 def traceback_frames(tb, depth: int = DEPTH) -> list[StackFrame]:

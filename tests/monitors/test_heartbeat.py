@@ -118,6 +118,25 @@ def test_a_beat_is_dated_by_its_time_when_its_threads_said_where_they_are():
     assert live.threads[0].where == "heat.py:88 in exchange"
 
 
+def test_a_shown_stack_ends_at_the_program_not_in_a_pure_python_collector():
+    """A stack shown by the heartbeat or `eventspace stack` holds no frame of the collectors' own
+    Python code (the pure collector, EVENTSPACE_PURE=1, or where the C extension is not built): the
+    compiled collector has none, and the innermost frame shown is the program's call, as `where`
+    says, with the library it called (mpi4py's Python code, the standard library) left as it is."""
+    import eventspace.collector
+    import eventspace.mpi.collector
+    from paths.stack import StackFrame, from_the_program, where
+
+    runner = StackFrame("/usr/lib/python3.11/runpy.py", 88, "_run_code", "runpy")
+    program = StackFrame("/home/u/heat.py", 44, "<module>", "__main__")
+    pure = [StackFrame(eventspace.mpi.collector.__file__, 279, "timed", ""),
+            StackFrame(eventspace.collector.__file__, 120, "collect", "")]
+    library = StackFrame("/usr/lib/python3.11/threading.py", 320, "wait", "threading")
+    shown = from_the_program((runner, program, *pure))
+    assert shown == (program,) and where(shown) == "heat.py:44 in <module>"
+    assert from_the_program((runner, program, library)) == (program, library)
+
+
 @pytest.mark.parametrize("how, status", [("compute", "computing"), ("sleep", "stalled")])
 def test_a_straggler_computing_is_told_from_a_stalled_one_and_says_where(tmp_path, how, status):
     """A thread that holds the others up computing uses the CPU: `computing`, not `stalled`; one asleep
