@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
+# Seconds a node is given to answer `space ls` or `space switch` before it is named as not answering.
+SILENT_NODE_S = 5.0
+
 
 def register(subparsers) -> None:
     space = subparsers.add_parser("space", help="the virtual event space: list and switch collectors")
@@ -120,31 +125,38 @@ def _ls(args) -> int:
     pathmap, run = _pathmap(args.file)
     catalogue = Catalogue(pathmap)
     entries = View.parse(args.view).select(catalogue) if args.view != "all" else catalogue.entries
-    off = _switched_off(run, entries) if run is not None else None
+    off, silent = _switched_off(run, entries) if run is not None else (None, {})
     table = Table(title=f"collectors of {catalogue.pathmap.name}: {len(entries)} of {len(catalogue)}"
-                        + (f", {len(off)} switched off" if off else ""))
+                        + (f", {len(off)} switched off" if off else "")
+                        + "".join(f"; node {node} does not answer ({why}): its switches show ?"
+                                  for node, why in sorted(silent.items())))
     columns = ["id", "role", "thread", "element / tree", "node", "stage", "trace element"]
     for column in columns + (["switch"] if off is not None else []):
         table.add_column(column, justify="right" if column == "id" else "left")
     for e in entries:
         table.add_row(str(e.id), e.role, e.thread or "-", e.element or e.tree or "-", f"{e.node} ({e.cluster})",
                       e.stage, f"{e.trace} @ {e.trace_node}",
-                      *([] if off is None else ["off" if e.id in off else "on"]))
+                      *([] if off is None else ["?" if e.node in silent else "off" if e.id in off else "on"]))
     console().print(table)
     return 0
 
 
-def _switched_off(run, entries) -> set[int]:
-    """The collectors among `entries` that the live run's nodes have switched off."""
+def _switched_off(run, entries) -> tuple[set[int], dict[str, str]]:
+    """The collectors among `entries` that the live run's nodes have switched off, and {node: why}
+    for each node of theirs that did not say (paused, hung, or gone)."""
     import pastset
 
     from .hosted import OFF
 
     off: set[int] = set()
+    silent: dict[str, str] = {}
     for node in sorted({e.node for e in entries}):
-        with pastset.connect(run.endpoints[node]) as client:
-            off.update(client.call(OFF, timeout=10))
-    return off & {e.id for e in entries}
+        try:
+            with pastset.connect(run.endpoints[node]) as client:
+                off.update(client.call(OFF, timeout=SILENT_NODE_S))
+        except pastset.PastSetError as exc:
+            silent[node] = str(exc)
+    return off & {e.id for e in entries}, silent
 
 
 def _switch(args) -> int:
@@ -161,14 +173,24 @@ def _switch(args) -> int:
     by_node: dict[str, list[int]] = {}
     for entry in entries:
         by_node.setdefault(entry.node, []).append(entry.id)
-    for node, cids in sorted(by_node.items()):
-        with pastset.connect(run.endpoints[node]) as client:
-            switch_collectors(client, args.state == "on", cids)
-    samplers = sum(1 for e in entries if e.role == SYSTEM_ROLE)
-    what = f"{len(entries) - samplers} collectors" + (f" and {samplers} system samplers" if samplers else "")
-    print(f"switched {args.state} {what} on {len(by_node)} nodes "
-          f"({', '.join(sorted(by_node))}); they take effect within milliseconds")
-    return 0
+    silent: dict[str, str] = {}
+    for node, cids in sorted(by_node.items()):   # every node that answers, whichever does not
+        try:
+            with pastset.connect(run.endpoints[node], timeout=SILENT_NODE_S) as client:
+                switch_collectors(client, args.state == "on", cids, wait=SILENT_NODE_S)
+        except pastset.PastSetError as exc:
+            silent[node] = str(exc)
+    switched = [e for e in entries if e.node not in silent]
+    nodes = sorted(set(by_node) - set(silent))
+    samplers = sum(1 for e in switched if e.role == SYSTEM_ROLE)
+    what = f"{len(switched) - samplers} collectors" + (f" and {samplers} system samplers" if samplers else "")
+    if nodes:
+        print(f"switched {args.state} {what} on {len(nodes)} nodes ({', '.join(nodes)}); they take effect "
+              "within milliseconds")
+    for node, why in sorted(silent.items()):
+        print(f"eventspace space switch: node {node} did not answer ({why}): its {len(by_node[node])} "
+              f"collectors are as they were; run the command again once it answers", file=sys.stderr)
+    return 1 if silent else 0
 
 
 def _pathmap(file: str):

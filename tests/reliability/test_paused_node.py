@@ -332,7 +332,8 @@ def test_a_scopes_near_joins_outlive_a_pause_of_their_node_longer_than_their_lea
 def test_a_heartbeat_started_while_a_node_is_paused_attaches_and_names_it_not_answering(tmp_path):
     """A user who starts the heartbeat on a run where a node is stuck (paused here) gets beats that
     name that node's threads `not answering`, and the others' states: the monitor neither refuses
-    the run as stale nor fails placing its tree (it did both: CI saw a 64-node run refused so)."""
+    the run as stale nor fails placing its tree (it did both: CI saw a 64-node run refused so).
+    `space switch` and `space ls` serve the nodes that answer and name the one that does not."""
     with windtunnel_with_source_collectors(tmp_path) as run:
         victim = "B"
         victims = {t.name for t in run.pathmap.threads if t.node == victim}
@@ -340,6 +341,19 @@ def test_a_heartbeat_started_while_a_node_is_paused_attaches_and_names_it_not_an
             watched = subprocess.run([sys.executable, "-m", "eventspace.cli", "monitor", "heartbeat", "--run",
                                       run.run_file.path, "--interval", "0.5", "--duration", "2", "--json"],
                                      capture_output=True, text=True, timeout=120)
+            # Switching the run's collectors switches every node that answers and names the one
+            # that does not (it switched the nodes before it, then failed on it, and stopped).
+            switched = subprocess.run([sys.executable, "-m", "eventspace.cli", "space", "switch", "off", "--run",
+                                       run.run_file.path], capture_output=True, text=True, timeout=120)
+            listed = subprocess.run([sys.executable, "-m", "eventspace.cli", "space", "ls", run.run_file.path],
+                                    capture_output=True, text=True, timeout=120)
+    assert switched.returncode == 1, switched.stderr[-2000:]
+    assert "on 1 nodes (A)" in switched.stdout and f"node {victim} did not answer" in switched.stderr
+    assert switched.stderr.count("\n") == 1, switched.stderr
+    assert listed.returncode == 0 and f"node {victim} does not answer" in listed.stdout, listed.stderr[-2000:]
+    rows = [line.split("│") for line in listed.stdout.splitlines() if line.count("│") > 3]
+    switches = {(row[5].strip().split(" ")[0], row[-2].strip()) for row in rows[1:]}
+    assert switches == {("A", "off"), (victim, "?")}, switches
     assert watched.returncode == 0, watched.stderr[-2000:]
     *beats, last = [json.loads(line) for line in watched.stdout.splitlines()]
     assert beats and last["beats"] == len(beats) and not last["ended"], watched.stdout[-2000:]
