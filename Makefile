@@ -17,8 +17,10 @@ $(VENV)/.installed: pyproject.toml $(wildcard eventspace/collector_c/* pastset/r
 demo: $(VENV)/.installed
 	$(BIN)/eventspace demo
 
-test: $(VENV)/.installed
-	$(BIN)/python -m pytest -q
+# Everything: the fast tests as test-fast runs them, then the slow ones (real mpiexec, 64-node
+# layouts, network namespaces, paused nodes) one at a time, since they time what they load.
+test: test-fast
+	$(BIN)/python -m pytest -q -m slow
 
 # The fast tests in four workers (pytest-xdist): each test's servers and run files are its own, and most
 # of a test's time is waiting on its node processes, so two cores keep four workers busy.
