@@ -13,6 +13,7 @@ from pastset import Fanout
 from pastset.caller import Caller
 from pastset.deferred import Deferred
 from paths.errors import PathsError
+from paths.sections import CLOCK_SAMPLES
 
 from . import compiled, trace
 from .catalogue import Catalogue
@@ -35,6 +36,7 @@ _CHILD_BYTES = 512                      # per child: [node, key, nodes]
 _STAGE_BYTES = 16 * 1024                # per stage, and per stage and collector of the run, 16 B more
 _STAGE_CHAR_BYTES = 320                 # per character of its stages: a filter's trees and closures
 SINGLE_THREAD_ROLES = frozenset({"source", "contribute"})  # collectors only their thread calls
+CLOCK_TIMEOUT_S = 60.0                  # at most, per exchange of clock_children
 
 
 class Mark(NamedTuple):
@@ -156,6 +158,12 @@ class NodeSpace:
         unknown = [n for n in nodes if n not in known]
         if unknown:
             raise ValueError(f"cannot measure the clock of {', '.join(map(str, unknown))}: not a node of this run")
+        if type(samples) is not int or not 1 <= samples <= CLOCK_SAMPLES:
+            raise ValueError(f"cannot measure clocks with {samples!r} samples a node: give 1 to {CLOCK_SAMPLES}")
+        if not isinstance(timeout, (int, float)) or not 0 < timeout <= CLOCK_TIMEOUT_S:
+            raise ValueError(f"cannot measure clocks with a timeout of {timeout!r} s: give more than 0, "
+                             f"at most {CLOCK_TIMEOUT_S}")
+        nodes = list(dict.fromkeys(nodes))
         shift = self.clock() - time.monotonic_ns()   # this node's clock minus the one estimate times with
         estimates = estimate({n: self.node.endpoint_of(n) for n in nodes}, int(samples), timeout=float(timeout))
         return {n: [e.offset_ns - shift, e.delay_ns] for n, e in estimates.items()}

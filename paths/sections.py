@@ -108,10 +108,13 @@ def label(section: type) -> str | None:
     return next((f.name for f in fields(section) if "key" not in f.metadata and f.init), None)
 
 
+CLOCK_SAMPLES = 1000   # at most, per node and estimate: a node's clock exchanges for one caller
+
+
 def _samples_problem(samples) -> str | None:
-    if isinstance(samples, int) and samples >= 1:
+    if isinstance(samples, int) and not isinstance(samples, bool) and 1 <= samples <= CLOCK_SAMPLES:
         return None
-    return f"samples must be at least 1, got {samples!r}; write e.g. samples: 8"
+    return f"samples must be 1 to {CLOCK_SAMPLES}, got {samples!r}; write e.g. samples: 8"
 
 
 def _port_problem(port) -> str | None:

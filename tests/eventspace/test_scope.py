@@ -298,6 +298,12 @@ def test_a_node_measures_the_clocks_of_its_run_s_nodes_only(launched):
         assert sorted(measured) == ["B", "C"] and all(delay > 0 for _, delay in measured.values())
         with pytest.raises(pastset.PastSetError, match="tcp://10.0.0.1:22: not a node of this run"):
             client.call(CLOCK_CHILDREN, ["tcp://10.0.0.1:22"], 1, 0.5)
+        # A caller cannot keep the node measuring for ever: samples and the timeout are bounded.
+        for samples, timeout, said in ((10**9, 0.5, "samples"), (0, 0.5, "samples"), (2, 1e9, "timeout"),
+                                       (2, -1.0, "timeout"), ("8", 0.5, "samples")):
+            with pytest.raises(pastset.PastSetError, match=said):
+                client.call(CLOCK_CHILDREN, ["B"], samples, timeout)
+        assert sorted(client.call(CLOCK_CHILDREN, ["B", "B"], 1, 2.0)) == ["B"]   # the node still serves
 
 
 def test_a_pull_through_a_closed_scope_is_refused(finished):
