@@ -144,6 +144,7 @@ def test_a_program_that_calls_only_untraced_methods_is_told_what_it_called(tmp_p
                                        "MPI_Comm_set_name")
 
 
+@pytest.mark.slow
 def test_colop_the_heartbeat_and_the_wait_states_see_a_nonblocking_collective_as_a_round(tmp_path):
     release, archive = tmp_path / "release", tmp_path / "posted.sqlite"
     job = start(tmp_path, 3, "posted", "posted_rounds.py", release, options=("--archive", archive))
