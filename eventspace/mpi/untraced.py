@@ -18,7 +18,10 @@ neighbor_alltoall, the call it makes). A class method reached through the class 
 (`comm.Create_keyval()`) it is.
 
 A class added later (one-sided windows, MPI.Win) gets it by one line where its traced instance's
-closures are put in its __dict__: `methods.update(untraced.counting(win, MPI.Win, methods, "Win"))`.
+closures are put in its __dict__: `methods.update(untraced.counting(win, MPI.Win, methods, "Win",
+own))` (`own`: our classes between the instance's and MPI.Win, whose methods are ours), or, for a
+class whose instances have no __dict__, `untraced.count_on_class(Ours, MPI.Win, "Win")` once.
+Tallies are plain ints: calls made from several threads at once may miss a count.
 """
 
 from __future__ import annotations
