@@ -39,7 +39,7 @@ ALLGATHER_INIT, ALLGATHERV_INIT, ALLTOALL_INIT, ALLTOALLV_INIT, ALLTOALLW_INIT =
 REDUCE_INIT, ALLREDUCE_INIT, REDUCE_SCATTER_BLOCK_INIT, REDUCE_SCATTER_INIT = 0x01AB, 0x01AC, 0x01AD, 0x01AE
 SCAN_INIT, EXSCAN_INIT = 0x01AF, 0x01B0
 # Persistent point-to-point: a Start's post record and its request record carry the op that made the request.
-SEND_INIT, BSEND_INIT, SSEND_INIT, RSEND_INIT, RECV_INIT = 0x01C0, 0x01C1, 0x01C2, 0x01C3, 0x01C4
+SEND_INIT, BSEND_INIT, SSEND_INIT, RSEND_INIT, RECV_INIT = 0x0160, 0x0161, 0x0162, 0x0163, 0x0164
 
 NAMES = {
     SEND: "MPI_Send", BSEND: "MPI_Bsend", SSEND: "MPI_Ssend", RSEND: "MPI_Rsend",
@@ -84,8 +84,12 @@ PROBES = frozenset({PROBE, IPROBE, MPROBE, IMPROBE})
 COMPLETIONS = frozenset({WAIT, WAITALL, WAITANY, WAITSOME, TEST, TESTALL, TESTANY, TESTSOME})
 COLLECTIVES = frozenset(_BLOCKING_COLLECTIVES)
 # Nonblocking and persistent collectives: a post record (a persistent one's: each Start) and a request
-# record (post to completion) per operation, numbered by their communicator's rounds as COLLECTIVES are.
-POSTED_COLLECTIVES = frozenset({c + 0x40 for c in _BLOCKING_COLLECTIVES} | {c + 0x60 for c in _BLOCKING_COLLECTIVES})
+# record (post to completion) per operation, numbered by their communicator's rounds as COLLECTIVES are;
+# BLOCKING_OF names the blocking collective each one is a form of.
+NONBLOCKING_COLLECTIVES = frozenset(c + 0x40 for c in _BLOCKING_COLLECTIVES)
+PERSISTENT_COLLECTIVES = frozenset(c + 0x60 for c in _BLOCKING_COLLECTIVES)
+POSTED_COLLECTIVES = NONBLOCKING_COLLECTIVES | PERSISTENT_COLLECTIVES
+BLOCKING_OF = {c + k: c for c in _BLOCKING_COLLECTIVES for k in (0x40, 0x60)}
 # Ops whose `arg` is a round of their communicator.
 ROUNDS = COLLECTIVES | POSTED_COLLECTIVES
 ROOTED = frozenset(c + k for c in (BCAST, GATHER, GATHERV, SCATTER, SCATTERV, REDUCE) for k in (0, 0x40, 0x60))

@@ -74,8 +74,8 @@ for _ops, _kind in ((e.COLLECTIVES, _COLLECTIVE), ((e.WAIT, e.WAITALL, e.WAITANY
                     ((e.REDUCE, e.GATHER, e.GATHERV), _N_TO_ONE)):
     _KIND[np.array(sorted(_ops)) - e.FIRST_OP] = _kind
 # A nonblocking or persistent collective (MPI_Iallreduce, MPI_Allreduce_init) is of its blocking op's kind.
-for _offset in (0x40, 0x60):
-    _KIND[np.array(sorted(e.COLLECTIVES)) + _offset - e.FIRST_OP] = _KIND[np.array(sorted(e.COLLECTIVES)) - e.FIRST_OP]
+for _posted, _blocking in e.BLOCKING_OF.items():
+    _KIND[_posted - e.FIRST_OP] = _KIND[_blocking - e.FIRST_OP]
 _POSTED_COLLECTIVES = np.array(sorted(e.POSTED_COLLECTIVES), dtype=np.int64)
 _POSTED = np.array(sorted(e.RECEIVES & e.NONBLOCKING), dtype=np.int64)
 _HALVES = np.array([e.SENDRECV_RECV, e.SENDRECV_REPLACE_RECV], dtype=np.int64)   # a Sendrecv's time once

@@ -678,14 +678,14 @@ COLLECTIVES = {
 # The nonblocking (Iallreduce: op + 0x40) and persistent (Allreduce_init: op + 0x60, with an info
 # argument) forms of every buffer collective: what they send is read as the blocking one's.
 for _name, (_op, _pickled, _params, _root, _sends) in list(COLLECTIVES.items()):
-    if not _pickled:
+    if not _pickled and _op + 0x40 in e.NONBLOCKING_COLLECTIVES:
         COLLECTIVES["I" + _name.lower()] = (_op + 0x40, False, _params, _root, _sends)
         COLLECTIVES[_name + "_init"] = (_op + 0x60, False, (*_params, "info"), _root, _sends)
 INTRA_ONLY = frozenset({"Scan", "Exscan", "scan", "exscan", "Iscan", "Iexscan", "Scan_init", "Exscan_init"})
 
 
 def _collective_role(op) -> str:
-    return BLOCKING if op in e.COLLECTIVES else POSTING if op - 0x40 in e.COLLECTIVES else PERSISTENT
+    return POSTING if op in e.NONBLOCKING_COLLECTIVES else PERSISTENT if op in e.PERSISTENT_COLLECTIVES else BLOCKING
 
 
 COLLECTIVE_CALLS = tuple(CallSpec(name, op, COLLECTIVE, flags=e.PICKLED if pickled else 0, pickles=pickled, rounds=True,
