@@ -24,6 +24,22 @@ BARRIER, BCAST, GATHER, GATHERV, SCATTER, SCATTERV = 0x0140, 0x0141, 0x0142, 0x0
 ALLGATHER, ALLGATHERV, ALLTOALL, ALLTOALLV, ALLTOALLW = 0x0146, 0x0147, 0x0148, 0x0149, 0x014A
 REDUCE, ALLREDUCE, REDUCE_SCATTER_BLOCK, REDUCE_SCATTER = 0x014B, 0x014C, 0x014D, 0x014E
 SCAN, EXSCAN = 0x014F, 0x0150
+# Neighbourhood collectives (on a communicator with a topology).
+NEIGHBOR_ALLGATHER, NEIGHBOR_ALLGATHERV, NEIGHBOR_ALLTOALL, NEIGHBOR_ALLTOALLV, NEIGHBOR_ALLTOALLW = \
+    0x0158, 0x0159, 0x015A, 0x015B, 0x015C
+# Nonblocking collectives: each the blocking one's code + 0x40 (MPI_Ibarrier 0x0180 ... MPI_Iexscan 0x0190).
+IBARRIER, IBCAST, IGATHER, IGATHERV, ISCATTER, ISCATTERV = 0x0180, 0x0181, 0x0182, 0x0183, 0x0184, 0x0185
+IALLGATHER, IALLGATHERV, IALLTOALL, IALLTOALLV, IALLTOALLW = 0x0186, 0x0187, 0x0188, 0x0189, 0x018A
+IREDUCE, IALLREDUCE, IREDUCE_SCATTER_BLOCK, IREDUCE_SCATTER = 0x018B, 0x018C, 0x018D, 0x018E
+ISCAN, IEXSCAN = 0x018F, 0x0190
+# Persistent collectives (MPI-4): the blocking one's code + 0x60 (MPI_Barrier_init 0x01A0 ... MPI_Exscan_init 0x01B0).
+BARRIER_INIT, BCAST_INIT, GATHER_INIT, GATHERV_INIT, SCATTER_INIT, SCATTERV_INIT = \
+    0x01A0, 0x01A1, 0x01A2, 0x01A3, 0x01A4, 0x01A5
+ALLGATHER_INIT, ALLGATHERV_INIT, ALLTOALL_INIT, ALLTOALLV_INIT, ALLTOALLW_INIT = 0x01A6, 0x01A7, 0x01A8, 0x01A9, 0x01AA
+REDUCE_INIT, ALLREDUCE_INIT, REDUCE_SCATTER_BLOCK_INIT, REDUCE_SCATTER_INIT = 0x01AB, 0x01AC, 0x01AD, 0x01AE
+SCAN_INIT, EXSCAN_INIT = 0x01AF, 0x01B0
+# Persistent point-to-point: a Start's post record and its request record carry the op that made the request.
+SEND_INIT, BSEND_INIT, SSEND_INIT, RSEND_INIT, RECV_INIT = 0x0160, 0x0161, 0x0162, 0x0163, 0x0164
 
 NAMES = {
     SEND: "MPI_Send", BSEND: "MPI_Bsend", SSEND: "MPI_Ssend", RSEND: "MPI_Rsend",
@@ -40,21 +56,43 @@ NAMES = {
     ALLTOALLW: "MPI_Alltoallw", REDUCE: "MPI_Reduce", ALLREDUCE: "MPI_Allreduce",
     REDUCE_SCATTER_BLOCK: "MPI_Reduce_scatter_block", REDUCE_SCATTER: "MPI_Reduce_scatter",
     SCAN: "MPI_Scan", EXSCAN: "MPI_Exscan",
+    NEIGHBOR_ALLGATHER: "MPI_Neighbor_allgather", NEIGHBOR_ALLGATHERV: "MPI_Neighbor_allgatherv",
+    NEIGHBOR_ALLTOALL: "MPI_Neighbor_alltoall", NEIGHBOR_ALLTOALLV: "MPI_Neighbor_alltoallv",
+    NEIGHBOR_ALLTOALLW: "MPI_Neighbor_alltoallw",
+    SEND_INIT: "MPI_Send_init", BSEND_INIT: "MPI_Bsend_init", SSEND_INIT: "MPI_Ssend_init",
+    RSEND_INIT: "MPI_Rsend_init", RECV_INIT: "MPI_Recv_init",
 }
+_BLOCKING_COLLECTIVES = (BARRIER, BCAST, GATHER, GATHERV, SCATTER, SCATTERV, ALLGATHER, ALLGATHERV, ALLTOALL,
+                         ALLTOALLV, ALLTOALLW, REDUCE, ALLREDUCE, REDUCE_SCATTER_BLOCK, REDUCE_SCATTER, SCAN, EXSCAN,
+                         NEIGHBOR_ALLGATHER, NEIGHBOR_ALLGATHERV, NEIGHBOR_ALLTOALL, NEIGHBOR_ALLTOALLV,
+                         NEIGHBOR_ALLTOALLW)
+for _code in _BLOCKING_COLLECTIVES:   # MPI_Iallreduce, MPI_Allreduce_init: named after the blocking one
+    NAMES[_code + 0x40] = "MPI_I" + NAMES[_code][4:].lower()
+    NAMES[_code + 0x60] = NAMES[_code] + "_init"
+assert NAMES[IALLREDUCE] == "MPI_Iallreduce" and NAMES[EXSCAN_INIT] == "MPI_Exscan_init"
 CODES = {name: code for code, name in NAMES.items()}
 assert all(FIRST_OP <= code <= LAST_OP for code in NAMES)
 
 # What each op does, for analyses (a message's two ends, what blocks on whom).
 SENDS = frozenset({SEND, BSEND, SSEND, RSEND, ISEND, IBSEND, ISSEND, IRSEND, SENDRECV_SEND,
-                   SENDRECV_REPLACE_SEND})
-RECEIVES = frozenset({RECV, IRECV, MRECV, IMRECV, SENDRECV_RECV, SENDRECV_REPLACE_RECV})
-NONBLOCKING = frozenset({ISEND, IBSEND, ISSEND, IRSEND, IRECV, IMRECV})
+                   SENDRECV_REPLACE_SEND, SEND_INIT, BSEND_INIT, SSEND_INIT, RSEND_INIT})
+RECEIVES = frozenset({RECV, IRECV, MRECV, IMRECV, SENDRECV_RECV, SENDRECV_REPLACE_RECV, RECV_INIT})
+# Posted (a post record, then a request record): persistent requests' Starts too.
+NONBLOCKING = frozenset({ISEND, IBSEND, ISSEND, IRSEND, IRECV, IMRECV, SEND_INIT, BSEND_INIT, SSEND_INIT, RSEND_INIT,
+                         RECV_INIT})
 PROBES = frozenset({PROBE, IPROBE, MPROBE, IMPROBE})
 COMPLETIONS = frozenset({WAIT, WAITALL, WAITANY, WAITSOME, TEST, TESTALL, TESTANY, TESTSOME})
-COLLECTIVES = frozenset({BARRIER, BCAST, GATHER, GATHERV, SCATTER, SCATTERV, ALLGATHER, ALLGATHERV,
-                         ALLTOALL, ALLTOALLV, ALLTOALLW, REDUCE, ALLREDUCE, REDUCE_SCATTER_BLOCK,
-                         REDUCE_SCATTER, SCAN, EXSCAN})
-ROOTED = frozenset({BCAST, GATHER, GATHERV, SCATTER, SCATTERV, REDUCE})
+COLLECTIVES = frozenset(_BLOCKING_COLLECTIVES)
+# Nonblocking and persistent collectives: a post record (a persistent one's: each Start) and a request
+# record (post to completion) per operation, numbered by their communicator's rounds as COLLECTIVES are;
+# BLOCKING_OF names the blocking collective each one is a form of.
+NONBLOCKING_COLLECTIVES = frozenset(c + 0x40 for c in _BLOCKING_COLLECTIVES)
+PERSISTENT_COLLECTIVES = frozenset(c + 0x60 for c in _BLOCKING_COLLECTIVES)
+POSTED_COLLECTIVES = NONBLOCKING_COLLECTIVES | PERSISTENT_COLLECTIVES
+BLOCKING_OF = {c + k: c for c in _BLOCKING_COLLECTIVES for k in (0x40, 0x60)}
+# Ops whose `arg` is a round of their communicator.
+ROUNDS = COLLECTIVES | POSTED_COLLECTIVES
+ROOTED = frozenset(c + k for c in (BCAST, GATHER, GATHERV, SCATTER, SCATTERV, REDUCE) for k in (0, 0x40, 0x60))
 
 def is_mpi(op: int) -> bool:
     """True for an MPI op code (as opposed to a PATHS operation)."""

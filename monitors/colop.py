@@ -9,6 +9,7 @@ import numpy as np
 
 from eventspace import clock, trace
 from eventspace.catalogue import Catalogue
+from eventspace.mpi.encoding import round_records
 from eventspace.scope import EventScope, resolve
 
 from .scoped import ScopeMon
@@ -103,7 +104,10 @@ class ColOpMon(ScopeMon):
 
     On an MPI run each communicator C is tree `commC`, its members the ranks, and a round is one
     collective call on C (any op: rounds count every collective of the communicator); its
-    contribute points are the only collectors, so the report has no joins.
+    contribute points are the only collectors, so the report has no joins. A nonblocking or
+    persistent collective (MPI_Iallreduce, a Start of MPI_Allreduce_init) is in its round from its
+    post to its completion: its request record (eventspace.mpi.encoding.round_records); its post
+    record and the completion call's are left out.
     """
 
     def __init__(self, run, tree: str | None = None, *, scope_tree: str = "per-node", placement: str = "near",
@@ -179,7 +183,7 @@ class Rounds:
 
     def add(self, records: np.ndarray) -> None:
         """Count in records of the tree's collectors (others are left out)."""
-        mine = records[np.isin(records["collector"], self._ids)]
+        mine = records[np.isin(records["collector"], self._ids) & round_records(records["op"], records["flags"])]
         if not len(mine):
             return
         self._records.append(mine)

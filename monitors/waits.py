@@ -72,17 +72,19 @@ def waits(marks: dict[int, Mark], catalogue, rounds: dict[tuple[int, int], int])
     """{rank: its Wait} of the ranks whose collectors mark an MPI call now (`marks`, as
     EventScope.in_flight_marks gives them). A collective waits on the members of its communicator
     that have not entered its round: neither inside a collective of that communicator at that
-    round or later, nor (`rounds`: {(rank, comm): the last round it completed there}) past it."""
+    round or later, nor (`rounds`: {(rank, comm): the last round it completed there, or posted: a
+    nonblocking collective's}) past it. A Wait for a nonblocking or persistent collective's request
+    waits as that collective does (its mark holds the request's op and round)."""
     marked = {}
     for cid, mark in marks.items():
         entry = catalogue[cid]
         rank, comm = e.rank_of(entry.thread), e.comm_of(entry)
         if e.is_mpi(mark.op) and rank is not None and comm is not None:
             marked[cid] = (rank, comm, mark)
-    inside = {(rank, comm): mark.arg for rank, comm, mark in marked.values() if mark.op in e.COLLECTIVES}
+    inside = {(rank, comm): mark.arg for rank, comm, mark in marked.values() if mark.op in e.ROUNDS}
     found = {}
     for cid, (rank, comm, mark) in marked.items():
-        collective = mark.op in e.COLLECTIVES
+        collective = mark.op in e.ROUNDS
         any_of = False
         if collective:
             on = tuple(m for m in members(catalogue, comm) if m != rank
@@ -150,7 +152,7 @@ class WaitFor:
         """({rank: Wait}, a confirmed Deadlock or None) from this look's marks; the ranks of nodes
         in `missing` (they did not answer) count as free."""
         rounds = {}
-        if any(e.is_mpi(m.op) and m.op in e.COLLECTIVES for m in marks.values()):
+        if any(e.is_mpi(m.op) and m.op in e.ROUNDS for m in marks.values()):
             rounds = self._completed_rounds()
         found = waits(marks, self.catalogue, rounds)
         self.active = self.active or bool(found)
@@ -161,7 +163,10 @@ class WaitFor:
         return found, deadlock(steady, self.ranks, unknown - {None})
 
     def _completed_rounds(self) -> dict[tuple[int, int], int]:
-        """{(rank, comm): its last completed round}: the newest record of every collective collector."""
+        """{(rank, comm): its last completed round}: the newest record of every collective collector
+        (a nonblocking collective's post counts: the member has entered that round). Where the newest
+        is a completion call's (a Wait for a collective request), the member's round is not known
+        from it: it counts as not entered, so a wait may name it until its next collective."""
         if self._rounds is None:
             self._rounds = EventScope(self.run, "role:contribute", mode="latest", timeout=self.timeout,
                                       name="heartbeat-rounds")
@@ -169,7 +174,7 @@ class WaitFor:
         for record in self._rounds.pull().records:
             entry = self.catalogue[int(record["collector"])]
             rank, comm = e.rank_of(entry.thread), e.comm_of(entry)
-            if int(record["op"]) in e.COLLECTIVES and rank is not None and comm is not None:
+            if int(record["op"]) in e.ROUNDS and rank is not None and comm is not None:
                 rounds[(rank, comm)] = int(record["arg"])
         return rounds
 

@@ -17,6 +17,9 @@ the `scout` analyser's MPI patterns):
   and Barrier Completion: time in the call after the first member left it (no rank causes it).
 - Late Broadcast (Bcast, Scatter(v)): a member waits for the root to enter; Early Reduce (Reduce,
   Gather(v)): the root waits for the first other member to enter, that member the cause.
+- A nonblocking or persistent collective (Iallreduce, a Start of Allreduce_init) is in its blocking
+  op's pattern with its post as its entry, and waits only in the completion call that completed it
+  (found as a request's: the same rank and end): from that call's start.
 
 A wait whose size is within the clock error between the two ranks (`ClockBounds`) is reported as
 uncertain, not as a wait. Point-to-point waits need both ends' records, matched by MPI's
@@ -58,6 +61,7 @@ LATE_SENDER, LATE_RECEIVER, WAIT_NXN, NXN_COMPLETION, WAIT_BARRIER, BARRIER_COMP
 UNKNOWN = np.iinfo(np.int64).max   # a clock bound that is not known: nothing between those ranks is certain
 _LATEST = 1 << 62                  # no clock reads this (eventspace.ignored's bound on a record's times)
 _CHUNK = 1 << 16                   # records analysed at a time
+LATE_ROUNDS = 1024                 # how far behind the newest complete round a round may still complete
 
 # What an MPI op is to this analysis, by op - FIRST_OP.
 _OTHER, _WAIT, _TEST, _NXN, _BARRIER, _ONE_TO_N, _N_TO_ONE, _COLLECTIVE = range(8)
@@ -69,6 +73,10 @@ for _ops, _kind in ((e.COLLECTIVES, _COLLECTIVE), ((e.WAIT, e.WAITALL, e.WAITANY
                     ((e.BARRIER,), _BARRIER), ((e.BCAST, e.SCATTER, e.SCATTERV), _ONE_TO_N),
                     ((e.REDUCE, e.GATHER, e.GATHERV), _N_TO_ONE)):
     _KIND[np.array(sorted(_ops)) - e.FIRST_OP] = _kind
+# A nonblocking or persistent collective (MPI_Iallreduce, MPI_Allreduce_init) is of its blocking op's kind.
+for _posted, _blocking in e.BLOCKING_OF.items():
+    _KIND[_posted - e.FIRST_OP] = _KIND[_blocking - e.FIRST_OP]
+_POSTED_COLLECTIVES = np.array(sorted(e.POSTED_COLLECTIVES), dtype=np.int64)
 _POSTED = np.array(sorted(e.RECEIVES & e.NONBLOCKING), dtype=np.int64)
 _HALVES = np.array([e.SENDRECV_RECV, e.SENDRECV_REPLACE_RECV], dtype=np.int64)   # a Sendrecv's time once
 _BLOCKING_SENDS = np.array([e.SEND, e.SSEND], dtype=np.int64)   # those that may wait for their receive
@@ -86,9 +94,12 @@ _REQUEST = np.dtype(ENDS.descr + [("end", "?")] + [(f"p_{n}", "i8") for n in _EN
 _CALL = np.dtype([("id", "i8"), ("rank", "i8"), ("t_start", "i8"), ("t_end", "i8"), ("op", "i8"),
                   ("expected", "i8"), ("linked", "i8"), ("receives", "i8"), ("matched", "i8"),
                   ("wait", "i8"), ("cause", "i8"), ("comm", "i8")])
-# One member's record of one collective round: key = communicator << 32 | round.
+# One member's record of one collective round: key = communicator << 32 | round; from `t_start` (its call,
+# or a nonblocking one's post) to `t_end`, waiting from `t_wait` on (its call's start, or the start of
+# the completion call that completed a nonblocking one: what it did between post and completion is not
+# waiting).
 _ROUND = np.dtype([("key", "i8"), ("member", "i8"), ("rank", "i8"), ("op", "i8"), ("root", "i8"),
-                   ("t_start", "i8"), ("t_end", "i8")])
+                   ("t_start", "i8"), ("t_end", "i8"), ("t_wait", "i8")])
 # One wait found: its pattern, the rank that waited, the rank that caused it (-1: none), the rank
 # whose clock it was measured against (`ref`), the communicator, the call waited in, how long (ns).
 _WAITED = np.dtype([("pattern", "i8"), ("waiter", "i8"), ("cause", "i8"), ("ref", "i8"), ("comm", "i8"),
@@ -340,15 +351,17 @@ class WaitStates:
         closed = request & ~is_end & np.isin(op, _POSTED)
         self._awaiting = np.concatenate([self._awaiting, _requests(channel_ends(records, waiting, c, sending=False),
                                                                    is_end[waiting], ends[waiting])])
-        linked = self._link()
+        linked, posted_rounds = self._link()
         blocking = receives[~request[receives]]
         found = self._pair(*self._matcher.add(
             send_ends, ends[sends], np.concatenate([channel_ends(records, blocking, c, sending=False), _ends_of(linked)]),
             np.concatenate([ends[blocking], _payload_of(linked)]),
             posts, np.concatenate([post_rows(cid[closed], t_start[closed]), post_rows(linked["ring"], linked["t"])])))
-        collective = c.collective[cid] & (_KIND[op - e.FIRST_OP] >= _NXN) & (flags & trace.ERROR == 0)
-        found.append(self._take_rounds(records[collective], cid[collective], rank[collective],
-                                       t_start[collective], t_end[collective]))
+        collective = (c.collective[cid] & (_KIND[op - e.FIRST_OP] >= _NXN) & (flags & trace.ERROR == 0)
+                      & ~np.isin(op, _POSTED_COLLECTIVES))   # those come by their request records, linked
+        found.append(self._take_rounds(self._round_rows(records[collective], cid[collective], rank[collective],
+                                                        t_start[collective], t_end[collective])))
+        found.append(self._take_rounds(posted_rounds))
         found.append(self._settle_calls(everything=False))
         self._count(np.concatenate(found))
         return len(records)
@@ -369,10 +382,13 @@ class WaitStates:
             return
         orphans = self._awaiting[self._awaiting["end"]]
         orphans["p_call"] = _NO_CALL
+        posted = self._awaiting[np.isin(self._awaiting["p_op"], _POSTED_COLLECTIVES)]
+        rounds = self._take_rounds(self._posted_round_rows(posted, posted["p_t_end"]))   # in no call seen: no wait
         self._awaiting = self._awaiting[:0]
         found = self._pair(*self._matcher.add(np.empty(0, ENDS), np.empty(0, _END), _ends_of(orphans),
                                               _payload_of(orphans), closes=post_rows(orphans["ring"], orphans["t"])))
         found += self._pair(*self._matcher.finish())
+        found.append(rounds)
         found.append(self._settle_calls(everything=True))
         self._count(np.concatenate(found))
         self.complete = True
@@ -408,12 +424,13 @@ class WaitStates:
         calls["expected"], calls["cause"], calls["comm"] = records["arg"][mine], -1, -1
         self._calls = np.concatenate([self._calls, calls])
 
-    def _link(self) -> np.ndarray:
+    def _link(self) -> tuple[np.ndarray, np.ndarray]:
         """Link the request records that wait to their completion calls (the same rank and t_end);
-        the receive ends among those linked, each with its call, as _REQUEST rows."""
+        (the receive ends among those linked, each with its call, as _REQUEST rows; the nonblocking
+        collectives' among them as _ROUND rows, waiting from their completion call's start)."""
         waiting, calls = self._awaiting, self._calls
         if not len(waiting) or not len(calls):
-            return waiting[:0]
+            return waiting[:0], np.empty(0, _ROUND)
         at = _find(calls["rank"], calls["t_end"], waiting["p_rank"], waiting["p_t_end"])
         linked = at >= 0
         np.add.at(calls["linked"], at[linked], 1)
@@ -421,8 +438,10 @@ class WaitStates:
         np.add.at(calls["receives"], at[ends], 1)
         out = waiting[ends]
         out["p_call"] = calls["id"][at[ends]]
+        posted = linked & np.isin(waiting["p_op"], _POSTED_COLLECTIVES)
+        rounds = self._posted_round_rows(waiting[posted], calls["t_start"][at[posted]])
         self._awaiting = waiting[~linked]
-        return out
+        return out, rounds
 
     def _pair(self, sends: np.ndarray, receives: np.ndarray) -> list[np.ndarray]:
         """The waits that matched messages show at once (Late Sender at a blocking receive, Late
@@ -472,15 +491,31 @@ class WaitStates:
 
     # -- collectives ------------------------------------------------------------------------------
 
-    def _take_rounds(self, records, cid, rank, t_start, t_end) -> np.ndarray:
-        """Count in members' collective records; the waits of the rounds every member has finished."""
+    def _round_rows(self, records, cid, rank, t_start, t_end) -> np.ndarray:
+        """_ROUND rows of members' blocking collective records (waiting from their call's start)."""
         c = self._collectors
         rows = np.empty(len(records), _ROUND)
         rows["key"] = c.comm[cid] << 32 | records["arg"].astype(np.int64)
         rows["member"], rows["rank"], rows["op"] = c.member[cid], rank, records["op"]
         root = records["element"].astype(np.int64)
         rows["root"] = np.where(root == e.PEER_NONE, -1, root)
-        rows["t_start"], rows["t_end"] = t_start, t_end
+        rows["t_start"], rows["t_end"], rows["t_wait"] = t_start, t_end, t_start
+        return rows
+
+    def _posted_round_rows(self, requests: np.ndarray, t_wait: np.ndarray) -> np.ndarray:
+        """_ROUND rows of nonblocking or persistent collectives' request records (_REQUEST rows: the
+        round as their tag, the root as their source), waiting from `t_wait` on."""
+        rows = np.empty(len(requests), _ROUND)
+        rows["key"] = requests["comm"] << 32 | requests["tag"]
+        rows["member"] = self._collectors.member[requests["ring"]]
+        rows["rank"], rows["op"] = requests["p_rank"], requests["p_op"]
+        rows["root"] = np.where(requests["src"] == e.PEER_NONE, -1, requests["src"])
+        rows["t_start"], rows["t_end"], rows["t_wait"] = requests["p_t_start"], requests["p_t_end"], t_wait
+        return rows
+
+    def _take_rounds(self, rows: np.ndarray) -> np.ndarray:
+        """Count in members' round rows; the waits of the rounds every member has finished."""
+        c = self._collectors
         pending = np.concatenate([self._rounds, rows])
         if not len(pending):
             return np.empty(0, _WAITED)
@@ -496,9 +531,10 @@ class WaitStates:
         complete, pending = pending[whole], pending[~whole]
         for k, r in zip(comm[counts >= size].tolist(), (key[first][counts >= size] & 0xFFFFFFFF).tolist()):
             self._settled[k] = max(self._settled.get(k, -1), r)
-        # A round older than one every member has finished never will be (a record lost or not made).
+        # A round older than one every member has finished never will be (a record lost or not made),
+        # but for nonblocking collectives, which complete out of order: LATE_ROUNDS rounds older.
         settled = np.array([self._settled.get(k, -1) for k in (pending["key"] >> 32).tolist()], dtype=np.int64)
-        self._rounds = pending[(pending["key"] & 0xFFFFFFFF) > settled]
+        self._rounds = pending[(pending["key"] & 0xFFFFFFFF) > settled - LATE_ROUNDS]
         return _round_waits(complete[np.repeat(size >= 2, counts)[whole]])
 
     # -- totals ------------------------------------------------------------------------------------
@@ -582,6 +618,7 @@ def _round_waits(rows: np.ndarray) -> np.ndarray:
              & (np.minimum.reduceat(rows["root"], first) == np.maximum.reduceat(rows["root"], first)))
     kind = np.where(agree, _KIND[rows["op"][first] - e.FIRST_OP], _OTHER)[group]
     comm, op, rank, t_start, t_end = key >> 32, rows["op"], rows["rank"], rows["t_start"], rows["t_end"]
+    t_wait = rows["t_wait"]
     entered_last, last_rank = t_start[last][group], rank[last][group]
     by_end = np.lexsort((rows["member"], t_end, key))
     left_first, first_leaver = t_end[by_end[first]][group], rank[by_end[first]][group]
@@ -589,20 +626,21 @@ def _round_waits(rows: np.ndarray) -> np.ndarray:
     for pattern, completion, which in ((WAIT_NXN, NXN_COMPLETION, _NXN), (WAIT_BARRIER, BARRIER_COMPLETION, _BARRIER)):
         mine = (kind == which) & (np.arange(len(rows)) != last[group])
         found.append(_waits(pattern, rank[mine], last_rank[mine], comm[mine], op[mine],
-                            np.minimum(entered_last, t_end)[mine] - t_start[mine]))
+                            np.minimum(entered_last, t_end)[mine] - t_wait[mine]))
         mine = kind == which
         found.append(_waits(completion, rank[mine], -1, comm[mine], op[mine],
-                            (t_end - np.maximum(left_first, entered_last))[mine], ref=first_leaver[mine]))
+                            (t_end - np.maximum(np.maximum(left_first, entered_last), t_wait))[mine],
+                            ref=first_leaver[mine]))
     root = rows["root"]
     is_root = rank == root
     root_entered = np.maximum.reduceat(np.where(is_root, t_start, -1), first)[group]
     mine = (kind == _ONE_TO_N) & ~is_root & (root_entered >= 0)
     found.append(_waits(LATE_BROADCAST, rank[mine], root[mine], comm[mine], op[mine],
-                        np.minimum(root_entered, t_end)[mine] - t_start[mine]))
+                        np.minimum(root_entered, t_end)[mine] - t_wait[mine]))
     earliest = np.where(is_root[first], np.minimum(first + 1, last), first)[group]   # the first other member in
     mine = (kind == _N_TO_ONE) & is_root & (earliest != np.arange(len(rows)))
     found.append(_waits(EARLY_REDUCE, rank[mine], rank[earliest][mine], comm[mine], op[mine],
-                        np.minimum(t_start[earliest], t_end)[mine] - t_start[mine]))
+                        np.minimum(t_start[earliest], t_end)[mine] - t_wait[mine]))
     return np.concatenate(found)
 
 

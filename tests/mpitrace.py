@@ -62,5 +62,19 @@ class MpiTrace:
             self._rounds[(rank, comm)] = r + 1
             self._row(rank, op, 0, e.PEER_NONE if root is None else root, r, 8, start, end, comm, collective=True)
 
+    def icollective(self, op, posts: dict[int, tuple[float, float]], waits: dict[int, tuple[float, float]],
+                    root=None, comm=0):
+        """One nonblocking collective on `comm` (MPI_Iallreduce...), numbered as its round: each member's
+        post {rank: (enter, leave)} and the Wait that completed it {rank: (enter, leave)}, recorded as
+        its collective collector writes them: the post, then the request record and the Wait's."""
+        peer = e.PEER_NONE if root is None else root
+        for rank, (start, end) in posts.items():
+            r = self._rounds.get((rank, comm), 0)
+            self._rounds[(rank, comm)] = r + 1
+            self._row(rank, op, 0, peer, r, 8, start, end, comm, collective=True)
+            wait_start, wait_end = waits[rank]
+            self._row(rank, op, e.REQUEST, peer, r, 8, start, wait_end, comm, collective=True)
+            self._row(rank, e.WAIT, 0, 1, 1, 0, wait_start, wait_end, comm, collective=True)
+
     def records(self) -> np.ndarray:
         return np.array(self.rows, dtype=trace.DTYPE)

@@ -4,7 +4,9 @@
  * table.c (the channel's TableSlot: its switch, in-flight start, mark and drain bound);
  * from Python, the layout eventspace/mpi/interpose.py and collector.py give a traced request and its
  * collector: a request's `info` slot (collector, op, flags, peer, tag, nbytes, t_start) and the
- * MpiCollector's slots, found by name (slot_offset) when a RequestWait is made. */
+ * MpiCollector's slots, found by name (slot_offset) when a RequestWait is made. Requests of a subclass
+ * of the traced Request (interpose.Prequest, persistent: Python makes them inactive once complete)
+ * are left to Python. */
 
 /* -- Request.Wait ------------------------------------------------------------------------------
  *
@@ -376,8 +378,9 @@ waitall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         PyObject *request = PyList_GET_ITEM(requests, i), **field = fields + npending * CH_SLOTS;
         uint64_t *post = posts + npending * 5;
         if (!traced_post(self, request, field, post, t_posts + npending)) {
-            /* not ours: MPI completes it, nothing to record; ours but for Python: Python takes the call */
-            leave = Py_TYPE(request) == self->request_type && *slot(request, self->info_at) != NULL;
+            /* not ours: MPI completes it, nothing to record; ours but for Python (a persistent request,
+             * of a subclass of the traced Request, always is): Python takes the call */
+            leave = PyObject_TypeCheck(request, self->request_type) && *slot(request, self->info_at) != NULL;
             continue;
         }
         int active = pending(request, field);

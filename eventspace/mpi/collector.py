@@ -33,10 +33,12 @@ A row (CallSpec), here Isend's:
     rounds    a collective: its arg is the communicator's round
     compiled  MpiCall runs its common forms in C                  True
 
-Adding a call is adding a row, and an extractor where none reads its arguments. A nonblocking
-collective, Iallreduce: a COLLECTIVES entry ("Iallreduce": (op, False, ("sendbuf", "recvbuf", "op"),
-None, "send")) and the row CallSpec("Iallreduce", op, COLLECTIVE, role=POSTING, rounds=True,
-compiled=True, sends="send"); its Wait then writes its request record as an Isend's does. A
+Adding a call is adding a row, and an extractor where none reads its arguments. The nonblocking
+collectives are such rows: a COLLECTIVES entry each ("Iallreduce": (op, False, ("sendbuf", "recvbuf",
+"op"), None, "send"), made from the blocking one's) and the row CallSpec("Iallreduce", op, COLLECTIVE,
+role=POSTING, rounds=True, compiled=True, sends="send"); its Wait then writes its request record as
+an Isend's does. A persistent init call (Send_init, Allreduce_init) is a row of role PERSISTENT:
+`persistent_method` wraps its request, and each Start is the post (interpose.Prequest). A
 one-sided Win.Put(origin, target_rank, target=None): an extractor PUTTING = Extractor(putting,
 peer=1), whose reader gives (the arguments, 0, the target's world rank, 0, the origin's bytes,
 None), and the row CallSpec("Put", op, PUTTING, compiled=True, sends="send"), its methods put on a
@@ -299,7 +301,9 @@ def write(ch: MpiCollector, op, flags, peer, arg, n, t0, t1) -> None:
 # A call's role: it blocks until done, or posts (returns a request, wrapped so that its completion is
 # recorded). The completions themselves (Wait, Waitall, ...) are interpose.Request's methods, which
 # time with `timed` and write with `write` too.
-BLOCKING, POSTING = "blocking", "posting"
+# A persistent init call (Send_init, Allreduce_init...) returns its request wrapped, writes no record, and
+# each Start of the request is a post (interpose.Prequest).
+BLOCKING, POSTING, PERSISTENT = "blocking", "posting", "persistent"
 # What its record holds: what the reader read before the call (peer, tag or round, bytes sent);
 # what came (peer, tag and bytes from the Status); a send half (as read) and a receive half (as
 # came), two records; what a probe found (as came, or as read flagged EMPTY); as a probe, with the
@@ -317,7 +321,7 @@ class CallSpec:
     op: int                 # its record's op (SENT_RECEIVED: the send half's)
     reads: Extractor        # how its arguments are read; see module docstring
     holds: str = ASKED      # what its record holds (ASKED, RECEIVED, ...)
-    role: str = BLOCKING    # BLOCKING or POSTING
+    role: str = BLOCKING    # BLOCKING, POSTING or PERSISTENT
     flags: int = 0          # of every record it writes: PICKLED for a pickle form (send, recv, allreduce...)
     pickles: bool = False   # its bytes are what mpi4py pickled during the call (a pickle form that sends)
     waits_as: int = 0       # the op of its in-flight mark and failure record, where not `op` (SENT_RECEIVED: the receive half)
@@ -471,13 +475,15 @@ COLLECTIVE = Extractor(collective)
 
 class CallContext:
     """What extractors of one communicator's calls read besides the collector: its size, this rank
-    in it, its round counter, and the classes that wrap what posts and matched probes return."""
+    in it, its round counter, and the classes that wrap what posts, persistent init calls and
+    matched probes return."""
 
-    __slots__ = ("size", "rank", "rounds", "request_class", "message_class")
+    __slots__ = ("size", "rank", "rounds", "request_class", "message_class", "prequest_class")
 
-    def __init__(self, size=0, rank=0, rounds=None, request_class=None, message_class=None):
+    def __init__(self, size=0, rank=0, rounds=None, request_class=None, message_class=None, prequest_class=None):
         self.size, self.rank, self.rounds = size, rank, rounds
         self.request_class, self.message_class = request_class, message_class
+        self.prequest_class = prequest_class
 
 
 def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: CallContext):
@@ -490,6 +496,8 @@ def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: CallCon
     waits_as = spec.waits_as or op
     read = spec.reads.make(ch, spec, context)
     rounds = context.rounds if spec.rounds else None
+    if spec.role == PERSISTENT:
+        return persistent_method(comm, call, spec, ch, read, rounds, context.prequest_class)
     wrap = context.request_class if spec.role == POSTING else None
     peers, message_class = ch.peers, context.message_class
 
@@ -537,6 +545,25 @@ def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: CallCon
     return compiled_call(spec, read, comm, call, ch, method, context, rounds, wrap)
 
 
+def persistent_method(comm, call, spec: CallSpec, ch: MpiCollector, read, rounds, wrap):
+    """`call`, a persistent init call (Send_init, Recv_init, Allreduce_init...) on `comm`, traced as
+    row `spec` says: its request wrapped in `wrap` (interpose.Prequest) holding `template`, what each
+    Start's post record holds (collector, op, flags, peer, tag, bytes as the reader read them, and
+    the communicator's round counter for a collective, whose Starts take its rounds). No record and
+    no switch test: the init call is local, and a request made while the collector was off must
+    still count its collective rounds when started."""
+    op = spec.op
+
+    def method(*args, **kwargs):
+        given, f, peer, arg, n, _ = read(*args, **kwargs)
+        request = wrap(call(comm, *given))
+        request.template = (ch, op, f, peer, arg, n, rounds)
+        return request
+
+    method.__name__ = method.__qualname__ = spec.name
+    return method
+
+
 def _root_at(spec) -> int:
     if not spec.rounds:
         return -1
@@ -556,6 +583,10 @@ def _p2p_calls() -> tuple[CallSpec, ...]:
         rows.append(CallSpec(name, op, SENDING, role=POSTING, compiled=True, sends="send"))
     for name, op in (("isend", e.ISEND), ("ibsend", e.IBSEND), ("issend", e.ISSEND)):
         rows.append(CallSpec(name, op, SENDING, role=POSTING, flags=e.PICKLED, pickles=True, compiled=True))
+    for name, op in (("Send_init", e.SEND_INIT), ("Bsend_init", e.BSEND_INIT), ("Ssend_init", e.SSEND_INIT),
+                     ("Rsend_init", e.RSEND_INIT)):
+        rows.append(CallSpec(name, op, SENDING, role=PERSISTENT, sends="send"))
+    rows.append(CallSpec("Recv_init", e.RECV_INIT, POSTING_RECEIVE, role=PERSISTENT))
     rows.append(CallSpec("Irecv", e.IRECV, POSTING_RECEIVE, role=POSTING, compiled=True))
     rows.append(CallSpec("irecv", e.IRECV, POSTING_RECEIVE, role=POSTING, flags=e.PICKLED, compiled=True))
     for name, pickled in (("Sendrecv", False), ("sendrecv", True)):
@@ -625,6 +656,12 @@ COLLECTIVES = {
     "Reduce_scatter": (e.REDUCE_SCATTER, False, ("sendbuf", "recvbuf", "recvcounts", "op"), None, "send"),
     "Scan": (e.SCAN, False, ("sendbuf", "recvbuf", "op"), None, "send"),
     "Exscan": (e.EXSCAN, False, ("sendbuf", "recvbuf", "op"), None, "send"),
+    # Neighbourhood collectives (a topology's communicators): the send buffer this rank hands over.
+    "Neighbor_allgather": (e.NEIGHBOR_ALLGATHER, False, ("sendbuf", "recvbuf"), None, "send"),
+    "Neighbor_allgatherv": (e.NEIGHBOR_ALLGATHERV, False, ("sendbuf", "recvbuf"), None, "send"),
+    "Neighbor_alltoall": (e.NEIGHBOR_ALLTOALL, False, ("sendbuf", "recvbuf"), None, "send"),
+    "Neighbor_alltoallv": (e.NEIGHBOR_ALLTOALLV, False, ("sendbuf", "recvbuf"), None, "vector"),
+    "Neighbor_alltoallw": (e.NEIGHBOR_ALLTOALLW, False, ("sendbuf", "recvbuf"), None, "w"),
     "barrier": (e.BARRIER, True, (), None, "pickled"),
     "bcast": (e.BCAST, True, ("obj", "root"), "root", "pickled"),
     "gather": (e.GATHER, True, ("sendobj", "root"), "root", "pickled"),
@@ -635,27 +672,44 @@ COLLECTIVES = {
     "allreduce": (e.ALLREDUCE, True, ("sendobj", "op"), None, "pickled"),
     "scan": (e.SCAN, True, ("sendobj", "op"), None, "pickled"),
     "exscan": (e.EXSCAN, True, ("sendobj", "op"), None, "pickled"),
+    "neighbor_allgather": (e.NEIGHBOR_ALLGATHER, True, ("sendobj",), None, "pickled"),
+    "neighbor_alltoall": (e.NEIGHBOR_ALLTOALL, True, ("sendobj",), None, "pickled"),
 }
-INTRA_ONLY = frozenset({"Scan", "Exscan", "scan", "exscan"})
+# The nonblocking (Iallreduce: op + 0x40) and persistent (Allreduce_init: op + 0x60, with an info
+# argument) forms of every buffer collective: what they send is read as the blocking one's.
+for _name, (_op, _pickled, _params, _root, _sends) in list(COLLECTIVES.items()):
+    if not _pickled and _op + 0x40 in e.NONBLOCKING_COLLECTIVES:
+        COLLECTIVES["I" + _name.lower()] = (_op + 0x40, False, _params, _root, _sends)
+        COLLECTIVES[_name + "_init"] = (_op + 0x60, False, (*_params, "info"), _root, _sends)
+INTRA_ONLY = frozenset({"Scan", "Exscan", "scan", "exscan", "Iscan", "Iexscan", "Scan_init", "Exscan_init"})
+
+
+def _collective_role(op) -> str:
+    return POSTING if op in e.NONBLOCKING_COLLECTIVES else PERSISTENT if op in e.PERSISTENT_COLLECTIVES else BLOCKING
+
+
 COLLECTIVE_CALLS = tuple(CallSpec(name, op, COLLECTIVE, flags=e.PICKLED if pickled else 0, pickles=pickled, rounds=True,
-                                  compiled=True, sends=sends)
+                                  role=_collective_role(op), compiled=_collective_role(op) != PERSISTENT, sends=sends)
                          for name, (op, pickled, _, _, sends) in COLLECTIVES.items())
 # Every traced call family of a communicator, by mpi4py method name.
 CALLS = {spec.name: spec for spec in (*P2P_CALLS, *COLLECTIVE_CALLS)}
 
 
-def p2p_methods(comm, cls, ch: MpiCollector, request_class, message_class) -> dict:
+def p2p_methods(comm, cls, ch: MpiCollector, request_class, message_class, prequest_class) -> dict:
     """The traced point-to-point methods of `comm` (an instance of a subclass of mpi4py class
-    `cls`), to be put in its __dict__: sends, receives, send-receives, posts and probes, both
-    forms. `request_class` wraps the requests posts return, `message_class` matched probes."""
-    context = CallContext(request_class=request_class, message_class=message_class)
-    return {spec.name: traced_method(comm, getattr(cls, spec.name), spec, ch, context) for spec in P2P_CALLS}
+    `cls`), to be put in its __dict__: sends, receives, send-receives, posts, persistent init calls
+    and probes, both forms. `request_class` wraps the requests posts return, `prequest_class`
+    persistent requests, `message_class` matched probes."""
+    context = CallContext(request_class=request_class, message_class=message_class, prequest_class=prequest_class)
+    return {spec.name: traced_method(comm, getattr(cls, spec.name), spec, ch, context) for spec in P2P_CALLS
+            if hasattr(cls, spec.name)}
 
 
-def collective_methods(comm, cls, ch: MpiCollector, rank: int, size: int) -> dict:
-    """The traced collective methods of `comm` (rank `rank` of `size`), both forms, numbering
-    their rounds with one counter per communicator."""
-    context = CallContext(size, rank, count())
+def collective_methods(comm, cls, ch: MpiCollector, rank: int, size: int, request_class, prequest_class) -> dict:
+    """The traced collective methods of `comm` (rank `rank` of `size`): blocking (both forms),
+    nonblocking (their requests wrapped in `request_class`) and persistent (in `prequest_class`),
+    numbering their rounds with one counter per communicator."""
+    context = CallContext(size, rank, count(), request_class=request_class, prequest_class=prequest_class)
     return {spec.name: traced_method(comm, getattr(cls, spec.name), spec, ch, context)
             for spec in COLLECTIVE_CALLS if hasattr(cls, spec.name)}
 
@@ -674,7 +728,7 @@ def _positional(params, args, kwargs) -> tuple:
     return tuple(out)
 
 
-_DEFAULTS = {"root": 0, "op": MPI.SUM, "recvcounts": None, "recvbuf": None}
+_DEFAULTS = {"root": 0, "op": MPI.SUM, "recvcounts": None, "recvbuf": None, "info": MPI.INFO_NULL}
 
 
 def _sent_bytes(sends, size):

@@ -39,9 +39,23 @@ record at its receiver; sends in the order of their `t_start`, receives in the o
 (their `t_start`), which is what MPI's non-overtaking rule matches.
 
 MPI_Sendrecv writes two records with the same times, one per half (op MPI_Sendrecv.send and
-MPI_Sendrecv.recv). Rounds count a communicator's blocking collectives on each member from 0, in
-call order (MPI orders collectives on a communicator the same on every member), so round r of
-every member is the same operation.
+MPI_Sendrecv.recv). Rounds count a communicator's collectives on each member from 0, in call
+order (MPI orders collectives on a communicator the same on every member), so round r of every
+member is the same operation. A nonblocking collective (MPI_Iallreduce...) takes its round when it
+is posted, as MPI orders it by its post; a persistent collective (MPI_Allreduce_init...) at each
+MPI_Start of its request (the init call itself writes no record), which keeps rounds aligned when
+the members start their persistent collectives in the same order relative to their other
+collectives (what MPI's `mpi_assert_strict_persistent_collective_ordering` asserts, and what a
+loop that starts the same requests does). Each gives two records with the round as `arg`, in the
+communicator's collective collector: its post (bytes this rank sends) and, when a completion call
+finds it done, its request record (flag REQUEST), which spans post to completion: that is its time
+in the round (`round_records`). The completion call's own record goes to the same collector.
+
+Persistent point-to-point requests (MPI_Send_init, ..., MPI_Recv_init) write nothing when made;
+each MPI_Start (or each request in an MPI_Startall) is a post record with the op that made the
+request (MPI_Send_init to r1 tag 3, the bytes; MPI_Recv_init from the source asked), and each
+completion its request record, as for MPI_Isend and MPI_Irecv: a request started n times gives n
+of each.
 
 An in-flight mark (`eventspace.space.Mark`, what the heartbeat reads while a call blocks) holds
 the record's fields as known when the call began: peer and tag as asked; for a completion call,
@@ -62,6 +76,14 @@ from ..opcodes import (  # noqa: F401 (re-exported: the codes live a floor below
     TESTSOME, BARRIER, BCAST, GATHER, GATHERV, SCATTER, SCATTERV, ALLGATHER, ALLGATHERV, ALLTOALL,
     ALLTOALLV, ALLTOALLW, REDUCE, ALLREDUCE, REDUCE_SCATTER_BLOCK, REDUCE_SCATTER, SCAN, EXSCAN,
     NAMES, CODES, SENDS, RECEIVES, NONBLOCKING, PROBES, COMPLETIONS, COLLECTIVES, ROOTED, is_mpi,
+    IBARRIER, IBCAST, IGATHER, IGATHERV, ISCATTER, ISCATTERV, IALLGATHER, IALLGATHERV, IALLTOALL, IALLTOALLV,
+    IALLTOALLW, IREDUCE, IALLREDUCE, IREDUCE_SCATTER_BLOCK, IREDUCE_SCATTER, ISCAN, IEXSCAN,
+    BARRIER_INIT, BCAST_INIT, GATHER_INIT, GATHERV_INIT, SCATTER_INIT, SCATTERV_INIT, ALLGATHER_INIT,
+    ALLGATHERV_INIT, ALLTOALL_INIT, ALLTOALLV_INIT, ALLTOALLW_INIT, REDUCE_INIT, ALLREDUCE_INIT,
+    REDUCE_SCATTER_BLOCK_INIT, REDUCE_SCATTER_INIT, SCAN_INIT, EXSCAN_INIT,
+    SEND_INIT, BSEND_INIT, SSEND_INIT, RSEND_INIT, RECV_INIT, POSTED_COLLECTIVES, ROUNDS, BLOCKING_OF,
+    NONBLOCKING_COLLECTIVES, PERSISTENT_COLLECTIVES,
+    NEIGHBOR_ALLGATHER, NEIGHBOR_ALLGATHERV, NEIGHBOR_ALLTOALL, NEIGHBOR_ALLTOALLV, NEIGHBOR_ALLTOALLW,
 )
 
 # Flags (the low byte is eventspace.trace's: ERROR 1, TREE 2, SUMMARY 4).
@@ -116,7 +138,7 @@ def describe(op: int, flags: int, element: int, arg: int, comm: int | None = Non
     `MPI_Allreduce on comm 0, round 41`, `MPI_Bcast from r0 on comm 2, round 3`."""
     name = NAMES.get(op, f"op {op}")
     where = f" on comm {comm}" if comm is not None else ""
-    if op in COLLECTIVES:
+    if op in ROUNDS:
         root = f" from r{element}" if op in ROOTED and element != PEER_NONE else ""
         return f"{name}{root}{where}, round {arg}"
     if op in COMPLETIONS:
@@ -127,6 +149,22 @@ def describe(op: int, flags: int, element: int, arg: int, comm: int | None = Non
     if flags & REQUEST:
         text = f"request {text}"
     return text
+
+
+def round_records(op: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """Which of a tree's contribute records (columns `op`, `flags`) stand for a member's part in a
+    round: a blocking collective's record, a nonblocking or persistent collective's request record
+    (from its post to its completion: that is its time in the round), and any record that is not an
+    MPI call's (a PATHS tree's); not their post records (the request record repeats their round) nor
+    the completion calls (Wait...) that a collective request's collector writes too."""
+    op = op.astype(np.int64)
+    posted = np.isin(op, _POSTED_COLLECTIVES)
+    return (~((op >= FIRST_OP) & (op <= LAST_OP)) | np.isin(op, _COLLECTIVES)
+            | (posted & (flags & REQUEST != 0)))
+
+
+_COLLECTIVES = np.array(sorted(COLLECTIVES), dtype=np.int64)
+_POSTED_COLLECTIVES = np.array(sorted(POSTED_COLLECTIVES), dtype=np.int64)
 
 
 class Collectors:

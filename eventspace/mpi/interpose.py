@@ -10,8 +10,16 @@ communicator made from a traced one (Dup, Split, Create, Create_group, Split_typ
 (Wait, Test, and the Waitall family, which `MPI.Request` now names) write request records, and
 matched probes return `Message`s that record their receive.
 
-Not traced: intercommunicators, COMM_SELF, nonblocking and persistent collectives, persistent
-point-to-point requests, Idup; their calls run as they always do.
+Persistent requests (Send_init, Recv_init, Allreduce_init...) are `Prequest`s (also `MPI.Prequest`
+while a program runs traced): each Start or Startall is a post, each completion a request record,
+as many times as the request is started. Matched probes made through `MPI.Message.Probe(comm)` (and
+Iprobe, probe, iprobe) are the communicator's Mprobe (Improbe...). Idup's communicator is traced as
+Dup's is, at once: it is declared without a collective call over it (which could not run before
+the Idup completes).
+
+Not traced: intercommunicators, COMM_SELF, and whatever untraced.py counts (every other method of
+these classes that makes an MPI call): their calls run as they always do, and the run's end names
+them.
 """
 
 from __future__ import annotations
@@ -21,20 +29,24 @@ import pickle
 from mpi4py import MPI
 
 from . import encoding as e
+from . import untraced
 from .collector import (
     PICKLED_BYTES,
     ERROR,
     F_CANCELLED,
     F_REQUEST,
     RECEIVES,
+    U32,
     MpiCollector,
     completion_call,
     matched_receive,
     request_done,
     timed,
+    write,
 )
 
-_Request, _Message = MPI.Request, MPI.Message
+_Request, _Prequest, _Message = MPI.Request, MPI.Prequest, MPI.Message
+_Start, _Startall = _Prequest.Start, _Prequest.Startall
 _Wait, _Test, _wait, _test = _Request.Wait, _Request.Test, _Request.wait, _Request.test
 _Free, _free = _Request.Free, _Request.free
 _COMM_ATTR = "_eventspace_comm"   # in a traced communicator's __dict__: its communicator id
@@ -97,6 +109,8 @@ def _one(request, call, op, status, test):
         info = request.info
     except AttributeError:
         return call(request, status)
+    if info is None:   # a persistent request not started
+        return call(request, status)
     ch, post_op, flags, peer, tag, n, _ = info
     if not _collects(ch) or not request:
         return call(request, status)
@@ -107,6 +121,7 @@ def _one(request, call, op, status, test):
     done = not test or (result if type(result) is bool else result[0])
     if done:
         request_done(info, st, t1)
+        request.info = None   # a persistent request stays, inactive until started again
     completion_call(ch, op, 1, 1 if done else 0, t0, t1)
     return result
 
@@ -199,16 +214,68 @@ def _many(call, op, requests, status_arg, family, outcome):
     infos = dict(pending)
     said = outcome(result)
     if family == _ALL:
-        done = [(info, used[i] if used is not None else None) for i, info in pending] if said else []
+        done = [(i, info, used[i] if used is not None else None) for i, info in pending] if said else []
     elif family == _ANY:
-        done = [(infos[said], used)] if said in infos else []
+        done = [(said, infos[said], used)] if said in infos else []
     else:
-        done = [(infos[index], used[k] if used is not None else None)
+        done = [(index, infos[index], used[k] if used is not None else None)
                 for k, index in enumerate(said or ()) if index in infos]
-    for info, status in done:
+    for i, info, status in done:
         request_done(info, status, t1)
+        requests[i].info = None   # a persistent request stays, inactive until started again
     completion_call(ch, op, len(requests), len(done), t0, t1)
     return result
+
+
+class Prequest(Request, _Prequest):
+    """A persistent request made by a traced init call (Send_init, Recv_init, Allreduce_init...):
+    `template` = (channel, op, flags, peer, tag, nbytes, round counter or None), what each Start's
+    post record holds (collector.persistent_method); `info` is a started request's post, as a
+    Request's, and None while it is inactive (made, or completed and not started again). Also
+    `MPI.Prequest` while a program runs traced, for Startall. Its completions run in Python
+    (interpose._one, _many), which make it inactive again; the compiled ones leave it to them."""
+
+    __slots__ = ("template",)
+
+    def Start(self):  # noqa: N802 - mpi4py's names
+        posted = _starting(self)
+        if posted is None:
+            self.info = None   # started untraced: its completion writes nothing
+            return _Start(self)
+        ch, op, flags, peer, arg, n = posted
+        _, t0, t1 = timed(ch, _Start, (self,), op, flags, peer, arg, n)
+        self.info = (ch, op, flags, peer, arg, n, t0)
+        write(ch, op, flags, peer, arg, n, t0, t1)
+
+    @classmethod
+    def Startall(cls, requests):  # noqa: N802
+        started = []
+        for request in requests:
+            posted = _starting(request)
+            if posted is not None:
+                started.append((request, posted))
+            elif isinstance(request, Prequest):
+                request.info = None   # started untraced: its completion writes nothing
+        if not started:
+            return _Startall(requests)
+        ch, op, flags, peer, arg, n = started[0][1]   # marked as the first traced one
+        _, t0, t1 = timed(ch, _Startall, (requests,), op, flags, peer, arg, n)
+        for request, (ch, op, flags, peer, arg, n) in started:
+            request.info = (ch, op, flags, peer, arg, n, t0)
+            write(ch, op, flags, peer, arg, n, t0, t1)
+
+
+def _starting(request):
+    """(channel, op, flags, peer, tag or round, nbytes) of the post a Start of `request` makes, or
+    None where it writes none (not a traced persistent request, or its collector is off); a
+    collective's round is taken even then, so that rounds stay aligned across members."""
+    template = getattr(request, "template", None)
+    if template is None:
+        return None
+    ch, op, flags, peer, arg, n, rounds = template
+    if rounds is not None:
+        arg = next(rounds) & U32
+    return (ch, op, flags, peer, arg, n) if _collects(ch) else None
 
 
 class Message(_Message):
@@ -237,6 +304,24 @@ class Message(_Message):
     def irecv(self):
         return self._post(_message_irecv, None)
 
+    # Matched probes through the class (MPI.Message.Probe(comm, ...) is MPI_Mprobe on comm): a traced
+    # communicator's own Mprobe, Improbe, mprobe or improbe, which record them.
+    @classmethod
+    def Probe(cls, comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=None):  # noqa: N802
+        return _probe(comm, "Mprobe", _Message.Probe, source, tag, status)
+
+    @classmethod
+    def Iprobe(cls, comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=None):  # noqa: N802
+        return _probe(comm, "Improbe", _Message.Iprobe, source, tag, status)
+
+    @classmethod
+    def probe(cls, comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=None):
+        return _probe(comm, "mprobe", _Message.probe, source, tag, status)
+
+    @classmethod
+    def iprobe(cls, comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=None):
+        return _probe(comm, "improbe", _Message.iprobe, source, tag, status)
+
     def _post(self, call, buf):
         info = getattr(self, "info", None)
         if info is None or not _collects(info[0]):
@@ -248,6 +333,11 @@ class Message(_Message):
         request.info = (ch, e.IMRECV, flags, peer, tag, n, t0)
         matched_receive(info, e.IMRECV, t0, t1)
         return request
+
+
+def _probe(comm, name, plain, source, tag, status):
+    traced = getattr(comm, "__dict__", {}).get(name)
+    return plain(comm, source, tag, status) if traced is None else traced(source, tag, status)
 
 
 def _message_recv(message, _buf, status):
@@ -265,6 +355,7 @@ class _Constructors:
     and traced (`adopt`, set by `install`) before the program gets it."""
 
     adopt = None      # (new communicator, how it was made, parent) -> what the program gets
+    adopt_posted = None   # the same for one that may not be used until a request completes (Idup)
     aborting = None   # (error code) -> None: what the run does before the program's MPI_Abort
 
     def _made(self, made, how):
@@ -283,6 +374,18 @@ class _Constructors:
 
     def Dup_with_info(self, *args, **kwargs):  # noqa: N802
         return self._made(super().Dup_with_info(*args, **kwargs), "Dup_with_info")
+
+    def Idup(self, *args, **kwargs):  # noqa: N802
+        comm, request = super().Idup(*args, **kwargs)
+        return self._made_posted(comm, "Idup"), request
+
+    def Idup_with_info(self, *args, **kwargs):  # noqa: N802
+        comm, request = super().Idup_with_info(*args, **kwargs)
+        return self._made_posted(comm, "Idup_with_info"), request
+
+    def _made_posted(self, made, how):
+        adopt = type(self).adopt_posted
+        return made if adopt is None else adopt(made, how, self)
 
     def Create(self, *args, **kwargs):  # noqa: N802
         return self._made(super().Create(*args, **kwargs), "Create")
@@ -379,18 +482,33 @@ def compile_waits(compiled) -> None:
                                                        *common, op, *flags, outcome=_OUTCOMES[family, outcome]))
 
 
-def install(world, adopt, finalize, compiled=None, aborting=None) -> None:
-    """Replace mpi4py's COMM_WORLD by the traced `world`, MPI.Request by Request, and
-    MPI.Finalize by a function that calls `finalize()` first; `adopt` declares and traces each
-    communicator a traced one makes, and `aborting(error code)` is called before a traced
-    communicator's Abort. With `compiled` (the compiled collector module), the completion calls
-    run in C (`compile_waits`)."""
+def count_untraced(comm, base, methods: dict) -> dict:
+    """Counting wrappers (untraced.counting) for the untraced MPI methods of traced communicator
+    `comm` (of mpi4py class `base`), whose traced closures are `methods`."""
+    return untraced.counting(comm, base, methods, "Comm", [k for k in type(comm).__mro__ if k not in base.__mro__])
+
+
+# Our request and message classes count their untraced MPI methods (Pready... of a Prequest).
+untraced.count_on_class(Request, _Request, "Request")
+untraced.count_on_class(Prequest, _Prequest, "Request")
+untraced.count_on_class(Message, _Message, "Message")
+
+
+def install(world, adopt, finalize, compiled=None, aborting=None, adopt_posted=None) -> None:
+    """Replace mpi4py's COMM_WORLD by the traced `world`, MPI.Request by Request, MPI.Prequest by
+    Prequest, MPI.Message by Message, and MPI.Finalize by a function that calls `finalize()` first;
+    `adopt` declares and traces each communicator a traced one makes (`adopt_posted`, one made by
+    Idup), and `aborting(error code)` is called before a traced communicator's Abort. With
+    `compiled` (the compiled collector module), the completion calls run in C (`compile_waits`)."""
     compile_waits(compiled)
     _Constructors.adopt = staticmethod(adopt)
+    _Constructors.adopt_posted = None if adopt_posted is None else staticmethod(adopt_posted)
     _Constructors.aborting = None if aborting is None else staticmethod(aborting)
     count_pickled()
     MPI.COMM_WORLD = world
     MPI.Request = Request
+    MPI.Prequest = Prequest
+    MPI.Message = Message
     original = MPI.Finalize
 
     def Finalize():  # noqa: N802 - mpi4py's name

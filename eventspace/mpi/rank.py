@@ -19,7 +19,7 @@ from paths.errors import PathsError
 
 from ..hosted import RECORD_FLUSH
 from ..space import NodeSpace
-from . import interpose, mpi4py_access
+from . import interpose, mpi4py_access, untraced
 from .collector import MpiCollector, collective_methods, p2p_methods, peer_table
 from .options import Options
 from .generate import Communicator, add_communicator, collector_ids, node_name, run_pathmap
@@ -29,6 +29,8 @@ from .topology import Topology
 # Hosted for the run's own ranks, whose calls give the run's token first (see Rank.for_ranks):
 ADOPT = "eventspace.mpi.adopt"      # on every rank: (token, [id, members, how]) -> None
 DECLARE = "eventspace.mpi.declare"  # on rank 0: (token, members, how) -> the new communicator's id
+# on rank 0: (token, key, members, how) -> the id of the communicator `key` names, declared by the first member asking
+DECLARE_ONCE = "eventspace.mpi.declare_once"
 PREFIX = "eventspace.mpi:"
 MAX_HOW = 256             # characters of how a communicator was made
 
@@ -68,6 +70,9 @@ class Rank:
         self.rings = []                               # this rank's trace elements
         self._declare_lock = threading.Lock()         # rank 0: held while a communicator is declared
         self._adopt_lock = threading.Lock()           # held while this node takes a new communicator
+        self._once_lock = threading.Lock()            # rank 0: held while `_declared_once` is looked up or grows
+        self._declared_once: dict[str, int] = {}      # rank 0: key -> id of the communicators declared once
+        self._idups: dict[int, int] = {}              # parent's id -> Idups this rank made of it
         self._warned = False
 
         self.hosts = self.private.allgather(mpi.Get_processor_name())
@@ -85,6 +90,7 @@ class Rank:
         self.node.server.host(ADOPT, self.for_ranks(self._adopt))
         if self.rank == 0:
             self.node.server.host(DECLARE, self.for_ranks(self._declare))
+            self.node.server.host(DECLARE_ONCE, self.for_ranks(self._declare_once))
         problem = self._record()
         endpoint = self._serve() if problem is None else ("error", problem)
         endpoints = self.private.allgather(endpoint)
@@ -194,18 +200,22 @@ class Rank:
 
     # -- communicators -------------------------------------------------------------------------
 
-    def trace(self, comm, cid: int, members) -> None:
-        """Put the collectors of communicator `cid` (members: world ranks) on traced `comm`."""
+    def trace(self, comm, cid: int, members, rank: int | None = None) -> None:
+        """Put the collectors of communicator `cid` (members: world ranks; this rank's rank in it,
+        asked of `comm` unless given) on traced `comm`, and counting wrappers on its untraced MPI
+        methods (eventspace.mpi.untraced)."""
         p2p, coll = collector_ids(self.space.catalogue, cid, self.rank)
         peers = peer_table(members)
         base = interpose.base_class(comm)
         methods = {}
         if p2p:
             methods.update(p2p_methods(comm, base, self._collector(p2p, peers), interpose.Request,
-                                       interpose.Message))
+                                       interpose.Message, interpose.Prequest))
         if coll:
-            methods.update(collective_methods(comm, base, self._collector(coll, peers), comm.Get_rank(),
-                                              comm.Get_size()))
+            methods.update(collective_methods(comm, base, self._collector(coll, peers),
+                                              comm.Get_rank() if rank is None else rank, len(members),
+                                              interpose.Request, interpose.Prequest))
+        methods.update(interpose.count_untraced(comm, base, methods))
         interpose.mark_traced(comm, cid, methods)
 
     def _collector(self, cid: int, peers) -> MpiCollector:
@@ -247,6 +257,43 @@ class Rank:
         traced = interpose.traced_instance(comm, base)
         self.trace(traced, cid, members)
         return traced
+
+    def adopt_posted(self, comm, how: str, parent):
+        """A communicator traced `parent` made by a nonblocking call (Idup, Idup_with_info), which may
+        not be used until its request completes: declared without a call over it (its members are
+        the parent's; every member asks rank 0 for the id of the parent's k-th such communicator,
+        and the first to ask declares it), and returned traced; as it is if the parent is not
+        traced or it could not be declared. The pickle-form reductions' duplicate is not made ahead
+        (mpi4py_access.hold_no_lock would be a collective over it)."""
+        base, parent_id = interpose.base_class(comm), interpose.comm_id(parent)
+        if base is None or parent_id is None or parent_id >= len(self.comms):
+            return comm
+        members = list(self.comms[parent_id].members)
+        k = self._idups[parent_id] = self._idups.get(parent_id, 0) + 1
+        key = f"{parent_id}/{k}"
+        try:
+            if self.rank == 0:
+                cid = self._declare_once(key, members, f"{how} of comm {parent_id}")
+            else:
+                cid = self.node.client(node_name(0)).call(DECLARE_ONCE, self.token, key, members,
+                                                          f"{how} of comm {parent_id}", timeout=60)
+        except (pastset.PastSetError, PathsError, ValueError) as exc:
+            if not self._warned:
+                self._warned = True
+                say(f"rank {self.rank}: a communicator could not be declared ({exc}); its calls are not collected")
+            return comm
+        traced = interpose.traced_instance(comm, base)
+        self.trace(traced, cid, members, rank=parent.Get_rank())
+        return traced
+
+    def _declare_once(self, key: str, members: list, how: str) -> int:
+        """Rank 0: the id of the communicator `key` names, declared (`_declare`) by the first call."""
+        if not isinstance(key, str) or len(key) > MAX_HOW:
+            raise BadArgument(f"node {self.node.name}: a communicator's key is a short text, got {key!r:.80}")
+        with self._once_lock:
+            if key not in self._declared_once:
+                self._declared_once[key] = self._declare(list(members), how)
+            return self._declared_once[key]
 
     def declare(self, members, how: str) -> int:
         """Rank 0 gives the communicator an id and every node its collectors; the id."""
@@ -357,6 +404,7 @@ class Rank:
             return
         self.finished = True
         written = self.private.gather(sum(ring.last() for ring in self.rings), root=0)
+        not_traced = self.private.gather(untraced.totals(), root=0)
         if self.recorder is not None:
             from . import record
 
@@ -381,9 +429,13 @@ class Rank:
                                          self.space.catalogue, streams, ended=record.ENDED_NORMALLY,
                                          closed={node_name(r): c for r, c in enumerate(closed) if c is not None})
                     say(recording.closing_line(self.options.archive, built, "rank"))
+                said = untraced.line(untraced.summed(not_traced))
                 if not sum(written):
-                    say("no MPI calls were collected" + (" (--instrument none)" if self.options.instrument == "none"
-                                                         else ""))
+                    why = " (--instrument none)" if self.options.instrument == "none" else ""
+                    say(f"no MPI calls were collected{why}; "
+                        + (said or "the program made no MPI call but queries (Get_rank, Get_size...)"))
+                elif said:
+                    say(said)
             except Exception as exc:  # the other ranks wait below: say it, and end the run all the same
                 say(f"the archive could not be completed: {type(exc).__name__}: {exc}"
                     + (f"; the recording stays in {self.recording_dir} (`eventspace archive build "

@@ -144,6 +144,23 @@ def test_a_late_root_makes_a_broadcast_wait_and_an_early_root_waits_in_a_reduce(
     assert report.pairs == [[0, 3 * MS, 0], [4 * MS, 0, 0], [3 * MS, 0, 0]]
 
 
+def test_a_nonblocking_collective_waits_only_in_its_completion_call_for_the_last_post():
+    run = MpiTrace(3)
+    # r2 posts last (6 ms): r0 waits in its Wait from 2 ms until then; r1 calls its Wait after it (none).
+    run.icollective(e.IALLREDUCE, {0: (0.0, 0.1), 1: (1.0, 1.1), 2: (6.0, 6.1)},
+                    {0: (2.0, 6.5), 1: (7.0, 7.1), 2: (6.2, 6.4)})
+    run.collective(e.ALLREDUCE, {0: (8.0, 9.1), 1: (9.0, 9.2), 2: (8.5, 9.3)})   # round 1, blocking: r1 last
+    for batches in (None, [1], [3], [5], [7], [2, 8]):
+        report = analysed(run, batches=batches)
+        assert waited(report, "wait_nxn") == pytest.approx(4.0 + 1.0 + 0.5), batches
+        assert report.pairs == [[0, 1 * MS, 4 * MS], [0, 0, 0], [0, round(0.5 * MS), 0]], batches
+        assert waited(report, "nxn_completion") == pytest.approx(0.1 + 0.1 + 0.1 + 0.2), batches
+        assert report.pending["round_records"] == 0 and report.pending["completion_calls"] == 0
+    assert [(t.rank, t.op, t.peer) for t in report.top if t.pattern == "wait_nxn"][:1] == [(0, "MPI_Iallreduce", 2)]
+    # time in MPI: the posts and the Waits, not the time between them
+    assert report.mpi_ns == round((0.1 + 0.1 + 0.1 + 4.5 + 0.1 + 0.2 + 1.1 + 0.2 + 0.8) * MS)
+
+
 def test_rounds_are_lined_up_per_communicator_and_only_whole_ones_count():
     run = MpiTrace(4, comms=[(1, (2, 3))])
     run.collective(e.ALLREDUCE, {2: (0.0, 2.1), 3: (2.0, 2.2)}, comm=1)

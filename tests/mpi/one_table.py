@@ -56,7 +56,7 @@ def main() -> None:
         page, at = space.enrol(mpi_id)
         ch = MpiCollector(mpi_id, space.appender(space.catalogue[mpi_id]), page, at, lambda: None, space.clock,
                           peer_table([0]), space.compiled, space.clock_offset_ns)
-        recv = p2p_methods(comm, MPI.Intracomm, ch, interpose.Request, interpose.Message)["Recv"]
+        recv = p2p_methods(comm, MPI.Intracomm, ch, interpose.Request, interpose.Message, interpose.Prequest)["Recv"]
 
         # The PATHS collector, on a path that ends at an element of the node.
         server.server.enter("waited", ["int"])

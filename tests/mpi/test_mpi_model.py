@@ -18,7 +18,9 @@ def test_mpi_op_codes_extend_the_trace_name_space_without_collisions():
     assert not set(e.NAMES) & set(paths_op.NAMES)
     assert all(trace.OP_NAMES[code] == name for code, name in e.NAMES.items())
     assert trace.OP_CODES["MPI_Allreduce"] == e.ALLREDUCE and not e.is_mpi(paths_op.ALLREDUCE)
-    assert e.SENDS.isdisjoint(e.RECEIVES) and e.ROOTED <= e.COLLECTIVES
+    assert e.SENDS.isdisjoint(e.RECEIVES) and e.ROOTED <= e.ROUNDS
+    assert e.NAMES[e.IALLREDUCE] == "MPI_Iallreduce"
+    assert e.NAMES[e.REDUCE_SCATTER_BLOCK_INIT] == "MPI_Reduce_scatter_block_init"
 
 
 def test_records_and_marks_read_as_phrases():
@@ -26,6 +28,8 @@ def test_records_and_marks_read_as_phrases():
     assert e.describe(e.RECV, e.ANY_SOURCE | e.ANY_TAG, e.PEER_ANY, e.TAG_ANY) == "MPI_Recv from any source any tag"
     assert e.describe(e.ALLREDUCE, 0, e.PEER_NONE, 41, 0) == "MPI_Allreduce on comm 0, round 41"
     assert e.describe(e.BCAST, 0, 2, 3, 1) == "MPI_Bcast from r2 on comm 1, round 3"
+    assert e.describe(e.IBCAST, e.REQUEST, 2, 4, 1) == "MPI_Ibcast from r2 on comm 1, round 4"
+    assert e.describe(e.SEND_INIT, 0, 1, 3, 0) == "MPI_Send_init to r1 tag 3 on comm 0"
     assert e.describe(e.IRECV, e.REQUEST, 1, 4, 2) == "request MPI_Irecv from r1 tag 4 on comm 2"
     assert e.describe(e.SEND, 0, 5, 0) == "MPI_Send to r5 tag 0"
 
