@@ -185,3 +185,20 @@ def test_an_mpipoolexecutor_that_spawns_its_workers_is_traced_task_by_task(tmp_p
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[0]) == [x * x for x in range(12)]
     _pool_traffic(archive, tmp_path, workers=(1, 2))
+
+
+@pytest.mark.slow
+def test_the_archive_of_a_run_whose_spawned_child_crashed_has_the_children(tmp_path):
+    """eventspace mpirun builds the archive from the ranks' recordings when MPI's abort ended the job:
+    its catalogue, made from their notes, has the spawned ranks, and their records are in it."""
+    archive = tmp_path / "crashed.sqlite"
+    result = mpirun("-n", 2, "--archive", archive, "spawner.py", "-", "crash", cwd=tmp_path)
+    assert result.returncode != 0
+    assert any(line.startswith(f"eventspace mpirun: archive {archive}: ") for line in result.stderr.splitlines()), \
+        result.stderr
+    rows, trees, _ = records(archive)
+    assert {"r2", "r3"} <= {thread for members in trees.values() for thread in members}
+    # Child 0 (r2) answered parent 0 before child 1's abort: its send is in the archive, as r0's receive is.
+    answer = len(pickle.dumps({"child": 0}, 5))
+    sends = [(r["thread"], r["op"], r["element"], r["nbytes"]) for r in rows if r["arg"] == 6]
+    assert ("r2", e.SEND, 0, answer) in sends and ("r0", e.RECV, 2, answer) in sends
