@@ -405,8 +405,8 @@ class Rank:
         if not joins:
             if at_root and not self._unmonitored:
                 self._unmonitored = True
-                say(f"{self.who}: {how} starts {commands[0][0]!s:.80} {commands[0][1] or ''!s:.80}, not a program "
-                    f"this Python ({sys.executable}) runs: its processes run unmonitored")
+                say(f"{self.who}: the processes of its {how} run unmonitored: only `{sys.executable} [flags] prog.py` "
+                    f"or `-m module` joins the run (it starts {commands[0][0]!s:.80} {commands[0][1] or ''!s:.80})")
             return call(commands)
         inter = call(rewritten if at_root else commands)
         link = inter.Dup()   # ours: the children's start, and the run's end (see finish)

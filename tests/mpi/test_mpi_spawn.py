@@ -99,7 +99,7 @@ def test_a_spawned_childs_calls_are_recorded_on_both_sides_of_its_intercommunica
     """Two ranks spawn two children: the children are the run's ranks r2 and r3, and the Spawn's
     intercommunicator is collected at both ends, peers named by those ranks."""
     archive = tmp_path / "spawner.sqlite"
-    result = mpirun("-n", 2, "--archive", archive, "spawner.py", cwd=tmp_path)
+    result = mpirun("-n", 2, "--archive", archive, "spawner.py", "-", "spawn", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "eventspace.mpi: run spawner: r2, r3 joined, spawned by r0" in ours(result.stderr)
     rows, trees, info = records(archive)
@@ -134,10 +134,10 @@ def test_a_spawned_childs_calls_are_recorded_on_both_sides_of_its_intercommunica
 
 @pytest.mark.slow
 def test_monitors_attached_before_a_spawn_see_its_children_join(tmp_path):
-    """A stream scope made before the Spawn follows the run to the children's records, and
-    `eventspace space ls` lists their collectors."""
+    """A stream scope made before the Spawn (here Spawn_multiple: two commands) follows the run to the
+    children's records, and `eventspace space ls` lists their collectors."""
     gate = tmp_path / "go"
-    job = start(tmp_path, 2, "spawnlive", "spawner.py", gate)
+    job = start(tmp_path, 2, "spawnlive", "spawner.py", gate, "multiple")
     try:
         run_file = until_live("spawnlive", job)
         with EventScope(run_file, "all", mode="stream") as scope:
@@ -167,7 +167,7 @@ def test_monitors_attached_before_a_spawn_see_its_children_join(tmp_path):
 
 @pytest.mark.slow
 def test_a_spawned_child_that_crashes_is_named_and_the_run_ends_as_mpi_ends_it(tmp_path):
-    result = mpirun("-n", 2, "spawner.py", "-", "crash", cwd=tmp_path)
+    result = mpirun("-n", 2, "spawner.py", "-", "spawn", "crash", cwd=tmp_path)
     assert result.returncode != 0
     assert any(line.startswith("eventspace.mpi: rank 3 (spawned by r0) raised ZeroDivisionError: child 1 divides "
                                "by zero") for line in ours(result.stderr)), result.stderr
@@ -192,7 +192,7 @@ def test_the_archive_of_a_run_whose_spawned_child_crashed_has_the_children(tmp_p
     """eventspace mpirun builds the archive from the ranks' recordings when MPI's abort ended the job:
     its catalogue, made from their notes, has the spawned ranks, and their records are in it."""
     archive = tmp_path / "crashed.sqlite"
-    result = mpirun("-n", 2, "--archive", archive, "spawner.py", "-", "crash", cwd=tmp_path)
+    result = mpirun("-n", 2, "--archive", archive, "spawner.py", "-", "spawn", "crash", cwd=tmp_path)
     assert result.returncode != 0
     assert any(line.startswith(f"eventspace mpirun: archive {archive}: ") for line in result.stderr.splitlines()), \
         result.stderr
@@ -202,3 +202,13 @@ def test_the_archive_of_a_run_whose_spawned_child_crashed_has_the_children(tmp_p
     answer = len(pickle.dumps({"child": 0}, 5))
     sends = [(r["thread"], r["op"], r["element"], r["nbytes"]) for r in rows if r["arg"] == 6]
     assert ("r2", e.SEND, 0, answer) in sends and ("r0", e.RECV, 2, answer) in sends
+
+
+def test_a_spawned_program_that_cannot_join_runs_unmonitored_and_says_so_once(tmp_path):
+    result = mpirun("-n", 1, "spawn_c.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["7", "7"]
+    said = [line for line in ours(result.stderr) if "run unmonitored" in line]
+    assert len(said) == 1 and said[0].startswith(f"eventspace.mpi: rank 0: the processes of its Spawn run "
+                                                 f"unmonitored: only `{sys.executable} [flags] prog.py`"), said
+    assert not any("joined" in line for line in ours(result.stderr))

@@ -1,7 +1,8 @@
-"""Two ranks spawn two children (tests/mpi/programs/spawned.py, given the arguments after the first)
+"""Two ranks spawn two children (tests/mpi/programs/spawned.py, given the arguments after the second)
 and talk to them over the Spawn's intercommunicator; calls known exactly (tests/mpi/test_mpi_spawn.py
-counts them). If a first argument names a file, rank 0 waits for it to exist before the Spawn, and
-every rank waits for FILE.done to exist before the end."""
+counts them). Arguments: FILE (or -) and HOW. If FILE names a file, rank 0 waits for it to exist
+before the Spawn, and every rank waits for FILE.done to exist before the end. HOW is `spawn` (one
+command, two processes) or `multiple` (Spawn_multiple: two commands, a process each)."""
 
 import os
 import sys
@@ -18,7 +19,11 @@ r = world.Get_rank()
 gate = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] != "-" else None
 if gate and r == 0:
     until(lambda: os.path.exists(gate), 300, f"{gate} to exist")
-children = world.Spawn(sys.executable, [str(Path(__file__).with_name("spawned.py")), *sys.argv[2:]], maxprocs=2)
+child = [str(Path(__file__).with_name("spawned.py")), *sys.argv[3:]]
+if sys.argv[2] == "multiple":
+    children = world.Spawn_multiple([sys.executable] * 2, [child] * 2, [1, 1])
+else:
+    children = world.Spawn(sys.executable, child, maxprocs=2)
 assert children.Get_remote_size() == 2
 if r == 0:
     children.Send(np.zeros(300, np.uint8), dest=1, tag=5)
