@@ -12,7 +12,7 @@ from queue import SimpleQueue
 
 import numpy as np
 
-from paths import Pathmap, RunFile, Shape
+from paths import Pathmap, RunError, RunFile, Shape
 from paths.node import THREADS
 from paths.stack import DEPTH, ThreadState
 from paths.shapes import LayoutJoin
@@ -199,6 +199,7 @@ class EventScope:
                  clock_offsets: dict[str, int] | None = None, name: str = "scope", pipeline: int = 1):
         self.name = name
         self._snapshot = _snapshot_of(run)   # the run's pathmap snapshot and its version: to follow it as it grows
+        self._run_file = _run_file_of(run)   # its run file's path: where nodes that join it serve
         self.pathmap, self.endpoints = resolve(run)
         self.catalogue = Catalogue(self.pathmap)
         self.view = View.parse(view)
@@ -352,8 +353,16 @@ class EventScope:
         new = [e for e in entries if e.id not in known]
         if not new:
             return False
+        joined = [n.name for n in pathmap.nodes if n.name not in self.endpoints]   # an MPI run's spawned ranks
+        endpoints = self._endpoints_of(joined)
+        if endpoints is None:
+            self._snapshot = (path, seen)   # the run file does not list them yet: the next look
+            return False
         with self._mutex:
             self._drain()
+            self.endpoints.update(endpoints)
+            for node, endpoint in endpoints.items():
+                self._fanout.add(node, endpoint)
             self._cursors = self._collect_cursors()
             if self.mode == "stream":
                 self._cursors.update((f"{e.trace_node}/{e.trace}", 0) for e in new)
@@ -364,6 +373,17 @@ class EventScope:
             self._build()
             self._remove(old_installed)
         return True
+
+    def _endpoints_of(self, nodes: list[str]) -> dict[str, str] | None:
+        """Where `nodes`, which joined the run after the scope was made, serve: from the run file
+        (which lists them before its snapshot has them); None where it does not list them all."""
+        if not nodes:
+            return {}
+        try:
+            listed = RunFile.find(self._run_file).endpoints if self._run_file is not None else {}
+        except (PastSetError, RunError, OSError, ValueError):
+            return None
+        return {n: listed[n] for n in nodes} if all(n in listed for n in nodes) else None
 
     def account(self) -> Account:
         """Stream mode: what the view's collectors made, as of the last pull, and what became of it
@@ -761,9 +781,8 @@ def look(fanout: Fanout, pathmap: Pathmap, entries, timeout: float, skip=(), *, 
     return found
 
 
-def _snapshot_of(run) -> tuple[str, int] | None:
-    """(the path of the pathmap snapshot of the run `run` names, its `_version`), or None for a
-    pathmap given as such (nothing to follow)."""
+def _live_run_file(run) -> RunFile | None:
+    """The run file of the run `run` names, or None for a pathmap given as such (nothing to follow)."""
     if isinstance(run, Pathmap):
         return None
     run_file = run.run_file if hasattr(run, "run_file") else run   # a paths.Run holds its RunFile
@@ -772,10 +791,25 @@ def _snapshot_of(run) -> tuple[str, int] | None:
             run_file = RunFile.find(os.fspath(run_file))
         except (PastSetError, TypeError):
             return None
+    return run_file
+
+
+def _snapshot_of(run) -> tuple[str, int] | None:
+    """(the path of the pathmap snapshot of the run `run` names, its `_version`), or None for a
+    pathmap given as such (nothing to follow)."""
+    run_file = _live_run_file(run)
+    if run_file is None:
+        return None
     try:
         return run_file.pathmap_file, _version(run_file.pathmap_file)
     except OSError:
         return None
+
+
+def _run_file_of(run) -> str | None:
+    """The path of the run file of the run `run` names (None: a pathmap given as such)."""
+    run_file = _live_run_file(run)
+    return None if run_file is None else run_file.path
 
 
 def _version(path: str) -> tuple[int, int]:

@@ -103,12 +103,14 @@ class NodeServer:
             ep.load()(self)
 
     def grow(self, pathmap: Pathmap) -> None:
-        """Take `pathmap`, this node's run grown while it runs (an MPI run's, by a communicator): the
-        same run, nodes and threads (ValueError otherwise, and the node keeps its own), more of the
-        rest. What the node built stays as it is: what the pathmap adds is for the node's services
-        to take (eventspace's collectors and their trace elements)."""
+        """Take `pathmap`, this node's run grown while it runs (an MPI run's, by a communicator, or
+        by the processes a rank spawned): the same run, its nodes and threads, maybe more after them
+        (ValueError otherwise, and the node keeps its own), more of the rest. What the node built
+        stays as it is: what the pathmap adds is for the node's services to take (eventspace's
+        collectors and their trace elements)."""
         old = self.pathmap
-        if pathmap.name != old.name or pathmap.nodes != old.nodes or pathmap.threads != old.threads:
+        if (pathmap.name != old.name or pathmap.nodes[:len(old.nodes)] != old.nodes
+                or pathmap.threads[:len(old.threads)] != old.threads):
             raise ValueError(f"node {self.name}: pathmap {pathmap.name} is not run {old.name} grown "
                              "(its name, nodes or threads differ)")
         self.pathmap = pathmap

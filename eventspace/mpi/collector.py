@@ -227,12 +227,14 @@ def signature(call) -> tuple[tuple | None, tuple | None]:
     return tuple(names), tuple(defaults)
 
 
-def peer_table(world_ranks) -> list | dict:
+def peer_table(world_ranks, root: int | None = None) -> list | dict:
     """Communicator rank -> world rank, indexable by MPI.PROC_NULL (-> PEER_NONE) and
     MPI.ANY_SOURCE (-> PEER_ANY) as well: a list when those are small negative numbers (MPICH,
-    Open MPI), so that a lookup is one index."""
+    Open MPI), so that a lookup is one index. For an intercommunicator, `world_ranks` are its remote
+    group's and `root` this rank's own world rank, which MPI.ROOT (this rank is a collective's root)
+    reads as."""
     ranks = list(world_ranks)
-    special = {PROC_NULL: NONE, ANY_SOURCE: ANY}
+    special = {PROC_NULL: NONE, ANY_SOURCE: ANY, **({} if root is None else {MPI.ROOT: root})}
     if all(-8 <= k < 0 for k in special):
         table = ranks + [NONE] * 8
         for k, v in special.items():

@@ -8,7 +8,7 @@ import itertools
 import operator
 from dataclasses import dataclass
 
-from paths import AppMap, ClusterMap, Instrument, Node, Pathmap, Placement, Selector, generate
+from paths import AppMap, ClusterMap, Instrument, Node, Pathmap, Placement, Selector, Thread, generate
 from paths.inputs import AppElement, AppTree
 
 from .encoding import comm_name
@@ -114,6 +114,17 @@ def add_communicator(pathmap: Pathmap, comm: Communicator, instrument: str = "al
         instrument=dataclasses.replace(pathmap.instrument,
                                        collectors=pathmap.instrument.collectors + part.instrument.collectors))
     return Extension(grown, part)
+
+
+def add_ranks(pathmap: Pathmap, places: list[tuple[str, str]]) -> Pathmap:
+    """The run's `pathmap` with the next ranks (a Spawn's processes), one per (host, cluster) of
+    `places`, added: node and thread `rK` each, after the others. Nothing else changes: their
+    collectors come with the communicators they are members of (`add_communicator`)."""
+    first = len(pathmap.nodes)
+    nodes = tuple(Node(node_name(first + i), host=host, port=0, cluster=cluster)
+                  for i, (host, cluster) in enumerate(places))
+    return dataclasses.replace(pathmap, nodes=pathmap.nodes + nodes,
+                               threads=pathmap.threads + tuple(Thread(n.name, n.name) for n in nodes))
 
 
 def _merged(old: tuple, new: tuple, order) -> tuple:

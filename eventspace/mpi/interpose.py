@@ -8,7 +8,10 @@ Cartcomm, ...) sharing the same MPI handle, with one collector closure per metho
 communicator made from a traced one (Dup, Split, Create, Create_group, Split_type, Create_cart,
 ...) becomes one too, requests that traced posts return are `Request`s whose completion calls
 (Wait, Test, and the Waitall family, which `MPI.Request` now names) write request records, and
-matched probes return `Message`s that record their receive.
+matched probes return `Message`s that record their receive. Intercommunicators made from traced
+communicators (Create_intercomm, and an intercommunicator's Dup, Split, Create) are traced too, and
+their Merge; so is the intercommunicator of a Spawn (of a traced communicator, or of COMM_SELF)
+whose processes join the run, and in those processes MPI.Comm.Get_parent() gives it traced.
 
 Persistent requests (Send_init, Recv_init, Allreduce_init...) are `Prequest`s (also `MPI.Prequest`
 while a program runs traced): each Start or Startall is a post, each completion a request record,
@@ -17,7 +20,8 @@ Iprobe, probe, iprobe) are the communicator's Mprobe (Improbe...). Idup's commun
 Dup's is, at once: it is declared without a collective call over it (which could not run before
 the Idup completes).
 
-Not traced: intercommunicators, COMM_SELF, and whatever untraced.py counts (every other method of
+Not traced: intercommunicators of Accept, Connect and Join, and of a Spawn whose processes do not
+run this Python; COMM_SELF (but its Spawn); and whatever untraced.py counts (every other method of
 these classes that makes an MPI call): their calls run as they always do, and the run's end names
 them.
 """
@@ -350,7 +354,38 @@ def _message_irecv(message, _buf):
 
 # -- communicators -------------------------------------------------------------------------------
 
-class _Constructors:
+class _Spawns:
+    """Spawn and Spawn_multiple of a traced intracommunicator (and of COMM_SELF): the processes
+    they start join the run, and their intercommunicator is traced (`spawn`, set by `install`)."""
+
+    # (communicator, call(commands), [(command, args)], root, how) -> what the program gets; until
+    # `install` sets it, what mpi4py's call gives.
+    spawn = staticmethod(lambda comm, call, commands, root, how: call(commands))
+
+    def Spawn(self, command, args=None, maxprocs=1, info=MPI.INFO_NULL, root=0, errcodes=None):  # noqa: N802
+        made = super().Spawn
+
+        def call(commands):
+            (given, given_args), = commands
+            return made(given, given_args, maxprocs, info, root, errcodes)
+
+        return _Spawns.spawn(self, call, [(command, args)], root, "Spawn")
+
+    def Spawn_multiple(self, command, args=None, maxprocs=None, info=MPI.INFO_NULL, root=0,  # noqa: N802
+                       errcodes=None):
+        made = super().Spawn_multiple
+        if self.Get_rank() != root:   # only the root's commands are read
+            return _Spawns.spawn(self, lambda _: made(command, args, maxprocs, info, root, errcodes), [], root,
+                                 "Spawn_multiple")
+
+        def call(commands):
+            return made([c for c, _ in commands], [a or [] for _, a in commands], maxprocs, info, root, errcodes)
+
+        commands = list(zip(command, args if args is not None else [None] * len(command)))
+        return _Spawns.spawn(self, call, commands, root, "Spawn_multiple")
+
+
+class _Constructors(_Spawns):
     """The communicator constructors of a traced communicator: each result is declared to the run
     and traced (`adopt`, set by `install`) before the program gets it."""
 
@@ -411,10 +446,18 @@ class _Constructors:
     def Create_dist_graph(self, *args, **kwargs):  # noqa: N802
         return self._made(super().Create_dist_graph(*args, **kwargs), "Create_dist_graph")
 
+    def Create_intercomm(self, *args, **kwargs):  # noqa: N802
+        return self._made(super().Create_intercomm(*args, **kwargs), "Create_intercomm")
+
 
 class _CartConstructors(_Constructors):
     def Sub(self, *args, **kwargs):  # noqa: N802
         return self._made(super().Sub(*args, **kwargs), "Sub")
+
+
+class _InterConstructors(_Constructors):
+    def Merge(self, high=False):  # noqa: N802
+        return self._made(super().Merge(high), f"Merge (high {bool(high)})")
 
 
 # mpi4py class -> its traced subclass.
@@ -423,7 +466,34 @@ TRACED = {
     MPI.Cartcomm: type("Cartcomm", (_CartConstructors, MPI.Cartcomm), {"__module__": __name__}),
     MPI.Graphcomm: type("Graphcomm", (_Constructors, MPI.Graphcomm), {"__module__": __name__}),
     MPI.Distgraphcomm: type("Distgraphcomm", (_Constructors, MPI.Distgraphcomm), {"__module__": __name__}),
+    MPI.Intercomm: type("Intercomm", (_InterConstructors, MPI.Intercomm), {"__module__": __name__}),
 }
+
+
+# COMM_SELF while a program runs traced: it is not traced, but the processes its Spawn starts join the run.
+SelfComm = type("Intracomm", (_Spawns, MPI.Intracomm), {"__module__": __name__})
+
+
+def parent_class(parent):
+    """A stand-in for MPI.Comm in a spawned process whose parents' intercommunicator is traced:
+    MPI.Comm.Get_parent() gives `parent`; instances and subclasses of mpi4py's Comm are its own
+    (a class made from it later, mpi4py.util.pkl5's, checks as any class)."""
+    comm = MPI.Comm
+
+    class Kind(type):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, comm) if cls is Comm else type.__instancecheck__(cls, obj)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, comm) if cls is Comm else type.__subclasscheck__(cls, sub)
+
+    class Comm(comm, metaclass=Kind):
+        @classmethod
+        def Get_parent(cls):  # noqa: N802
+            return parent
+
+    Comm.__module__, Comm.__qualname__ = comm.__module__, comm.__qualname__
+    return Comm
 
 
 def base_class(comm):
@@ -494,16 +564,23 @@ untraced.count_on_class(Prequest, _Prequest, "Request")
 untraced.count_on_class(Message, _Message, "Message")
 
 
-def install(world, adopt, finalize, compiled=None, aborting=None, adopt_posted=None) -> None:
+def install(world, adopt, finalize, compiled=None, aborting=None, adopt_posted=None, spawn=None, parent=None) -> None:
     """Replace mpi4py's COMM_WORLD by the traced `world`, MPI.Request by Request, MPI.Prequest by
     Prequest, MPI.Message by Message, and MPI.Finalize by a function that calls `finalize()` first;
     `adopt` declares and traces each communicator a traced one makes (`adopt_posted`, one made by
     Idup), and `aborting(error code)` is called before a traced communicator's Abort. With
-    `compiled` (the compiled collector module), the completion calls run in C (`compile_waits`)."""
+    `compiled` (the compiled collector module), the completion calls run in C (`compile_waits`).
+    With `spawn`, the Spawns of traced communicators and of COMM_SELF go through it; with `parent`
+    (a spawned process's traced intercommunicator with its parents), MPI.Comm.Get_parent() gives it."""
     compile_waits(compiled)
     _Constructors.adopt = staticmethod(adopt)
     _Constructors.adopt_posted = None if adopt_posted is None else staticmethod(adopt_posted)
     _Constructors.aborting = None if aborting is None else staticmethod(aborting)
+    if spawn is not None:
+        _Spawns.spawn = staticmethod(spawn)
+        MPI.COMM_SELF = SelfComm(MPI.COMM_SELF)
+    if parent is not None:
+        MPI.Comm = parent_class(parent)
     count_pickled()
     MPI.COMM_WORLD = world
     MPI.Request = Request

@@ -130,6 +130,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--insecure", action="store_true",
                         help="serve plaintext on non-loopback addresses (ranks on several hosts, no CURVE keys)")
     parser.add_argument("--recording-dir", help=argparse.SUPPRESS)   # eventspace mpirun's, for --archive
+    parser.add_argument("--spawned", type=int, metavar="ROOT", help=argparse.SUPPRESS)   # spawned_command's
 
 
 def add_program(parser: argparse.ArgumentParser) -> None:
@@ -177,7 +178,7 @@ def parse(argv: list[str]):
     return Options(default_name=default, name=args.name, archive=args.archive, instrument=args.instrument,
                    topology=args.topology, keep=args.keep, insecure=args.insecure,
                    max_communicators=args.max_communicators, record=args.record,
-                   recording_dir=args.recording_dir), program
+                   recording_dir=args.recording_dir, spawned=args.spawned), program
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,10 +262,13 @@ class RankHost:
             _abort_job(mpi, 2)
             raise SystemExit(2) from None   # Abort may return before the launcher ends this process
         world = interpose.traced_instance(mpi.COMM_WORLD, mpi.Intracomm)
-        rank.trace(world, 0, range(rank.size))
+        cid, members = rank.world_communicator()
+        if cid is not None:
+            rank.trace(world, cid, members)
+        parent = None if rank.parent is None else rank.adopt(mpi.Comm.Get_parent(), "Spawn", None)
         interpose.install(world, rank.adopt, rank.finish, rank.space.compiled,
-                          aborting=lambda code: rank.abandon(f"rank {rank.rank} called MPI_Abort (error code {code})"),
-                          adopt_posted=rank.adopt_posted)
+                          aborting=lambda code: rank.abandon(f"{rank.who} called MPI_Abort (error code {code})"),
+                          adopt_posted=rank.adopt_posted, spawn=rank.spawn, parent=parent)
         self.rank = rank
 
     # -- running -------------------------------------------------------------------------------
@@ -312,13 +316,13 @@ class RankHost:
             from paths.stack import traceback_frames, where
 
             traceback.print_exception(type(exc), exc, _program_frames(exc.__traceback__))
-            who = f"rank {rank}" if rank is not None else "the program"
+            who = self.rank.who if self.rank is not None else f"rank {rank}" if rank is not None else "the program"
             at = where(traceback_frames(exc.__traceback__))
             print(f"eventspace.mpi: {who} raised {type(exc).__name__}: {exc}{f' at {at}' if at else ''}; "
                   "aborting the MPI job", file=sys.stderr, flush=True)
             why = f"{who} raised {type(exc).__name__}: {exc}"
         elif rank is not None:
-            why = f"rank {rank}: {why}"
+            why = f"{self.rank.who if self.rank is not None else f'rank {rank}'}: {why}"
         if self.rank is not None:
             # Its recording is closed, the others' written out (a flight recorder's dumped), and rank 0's
             # run file goes now: MPI's abort ends the other ranks with SIGKILL.

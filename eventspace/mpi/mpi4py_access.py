@@ -66,8 +66,9 @@ def hold_no_lock(comm) -> None:
     """Make now (collective over `comm`) the duplicate that mpi4py's pickle-form reductions (allreduce,
     reduce, scan, exscan) make on their first call: it does so holding Python's GIL, so a rank waiting
     there for a late member would starve its own node server, and a monitor would see the rank as not
-    answering instead of waiting. Nothing where mpi4py has no `_commctx_intra`."""
-    make = getattr(MPI, "_commctx_intra", None)
+    answering instead of waiting. Nothing where mpi4py has no `_commctx_intra` (`_commctx_inter` for
+    an intercommunicator, collective over both its groups)."""
+    make = getattr(MPI, "_commctx_inter" if comm.Is_inter() else "_commctx_intra", None)
     if make is not None:
         make(comm)
 

@@ -45,14 +45,16 @@ def communicators(comms: list[Communicator]) -> list:
 
 def catalogue_of(notes: list[dict]) -> tuple[str, Catalogue, WallClock | None]:
     """(the run's name, its catalogue, the clock of its first rank's recording) from the notes of
-    its ranks' recordings (the first one's header, the longest list of communicators any has).
-    ValueError if they do not say (not an MPI run's recording)."""
+    its ranks' recordings (the first one's header, the longest lists of hosts and of communicators
+    any has: a spawned rank's header has the ranks before it). ValueError if they do not say (not
+    an MPI run's recording)."""
     try:
         first = next(n for n in notes if "mpi" in n)
         mpi = first["mpi"]
+        headers = [n["mpi"] for n in notes if "mpi" in n]
         comms = max((n["communicators"] for n in notes if "communicators" in n), key=len)
-        pathmap = run_pathmap(str(first["run"]), [str(h) for h in mpi["hosts"]],
-                              {str(k): str(v) for k, v in mpi["clusters"].items()},
+        pathmap = run_pathmap(str(first["run"]), [str(h) for h in max((h["hosts"] for h in headers), key=len)],
+                              {str(k): str(v) for h in headers for k, v in h["clusters"].items()},
                               [Communicator(int(c[0]), tuple(int(m) for m in c[1]), str(c[2])) for c in comms],
                               str(mpi["instrument"]), int(mpi["keep"]))
         clock = first.get("clock")

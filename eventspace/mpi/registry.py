@@ -67,6 +67,12 @@ class Registration:
         self.flush()
         self.run_file = self.run_file.ready(endpoints, pids)
 
+    def join(self, endpoints: dict[str, str], pids: dict[str, int]) -> None:
+        """Publish nodes that joined the run (a Spawn's processes): the run file lists them with the
+        others. Before the snapshot that has them (`update`): a monitor that finds them there finds
+        where they serve."""
+        self.run_file = self.run_file.ready({**self.run_file.endpoints, **endpoints}, {**self.run_file.pids, **pids})
+
     def update(self, pathmap: Pathmap, comms: list[Communicator]) -> None:
         """Have the snapshot of `pathmap` written (its header lists how each communicator was made);
         returns at once (see `flush`). A pathmap given before an earlier one was written replaces it."""

@@ -10,7 +10,7 @@ from eventspace import trace
 from eventspace.archive import Archive, ArchiveError
 from eventspace.catalogue import Catalogue
 from eventspace.mpi import encoding as e
-from eventspace.mpi.generate import Communicator, add_communicator, run_pathmap
+from eventspace.mpi.generate import Communicator, add_communicator, add_ranks, run_pathmap
 from eventspace.scope import EventScope
 from eventspace.space import Mark, NodeSpace
 from paths import NodeServer, RunFile
@@ -77,6 +77,28 @@ def test_a_node_takes_a_communicator_added_to_its_run_into_its_table(node):
     with pytest.raises(ValueError, match="may only append collectors"):   # the same communicator again
         space.extend(extension.pathmap, extension.part)
     assert server.pathmap is extension.pathmap and len(space.catalogue) == len(before) + 4
+
+
+def test_a_node_takes_ranks_that_joined_its_run_then_their_communicators(node):
+    """Spawned processes join an MPI run as its next ranks: a node takes their nodes and threads
+    after its own (no collector changes), then a communicator they are members of, whose collectors
+    come after all others; another run's pathmap is refused, and the node keeps its own."""
+    server, _, _ = node
+    space = NodeSpace.of(server)
+    before = space.catalogue.entries
+    joined = add_ranks(server.pathmap, [("h2", "default"), ("h2", "default")])
+    assert [n.name for n in joined.nodes] == ["r0", "r1", "r2", "r3"] and joined.node("r3").host == "h2"
+    assert [(t.name, t.node) for t in joined.threads[2:]] == [("r2", "r2"), ("r3", "r3")]
+    with pytest.raises(ValueError, match="is not run grow grown"):
+        space.adopt(add_ranks(grown(WORLD, name="another"), [("h2", "default")]))
+    space.adopt(joined)
+    assert server.pathmap is joined and space.catalogue.entries == before
+    spawned = Communicator(1, (0, 2, 3), "Spawn, intercommunicator: groups of 1 and 2")
+    extension = add_communicator(server.pathmap, spawned)
+    space.extend(extension.pathmap, extension.part)
+    assert space.catalogue.entries[:len(before)] == before
+    assert sorted((x.thread, x.role) for x in space.catalogue.entries[len(before):]) == [
+        (rank, role) for rank in ("r0", "r2", "r3") for role in ("contribute", "source")]
 
 
 def test_a_scope_reads_what_blocked_operations_wait_for(node):
