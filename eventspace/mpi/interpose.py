@@ -8,10 +8,13 @@ Cartcomm, ...) sharing the same MPI handle, with one collector closure per metho
 communicator made from a traced one (Dup, Split, Create, Create_group, Split_type, Create_cart,
 ...) becomes one too, requests that traced posts return are `Request`s whose completion calls
 (Wait, Test, and the Waitall family, which `MPI.Request` now names) write request records, and
-matched probes return `Message`s that record their receive.
+matched probes return `Message`s that record their receive. A window made on a traced communicator
+(Win.Create, Allocate, Allocate_shared, Create_dynamic, which `MPI.Win` now names) is a `Win` traced
+the same way: declared to the run as its next communicator entry, its calls' closures in its __dict__.
 
 Not traced: intercommunicators, COMM_SELF, nonblocking and persistent collectives, persistent
-point-to-point requests, Idup; their calls run as they always do.
+point-to-point requests, Idup, windows made on an untraced communicator (COMM_SELF, mpi4py's
+default); their calls run as they always do.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .collector import (
     request_done,
     timed,
 )
+from .message import buffer_bytes
 
 _Request, _Message = MPI.Request, MPI.Message
 _Wait, _Test, _wait, _test = _Request.Wait, _Request.Test, _Request.wait, _Request.test
@@ -348,6 +352,51 @@ def mark_traced(comm, cid: int, methods: dict) -> None:
     comm.__dict__[_COMM_ATTR] = cid
 
 
+# -- windows -----------------------------------------------------------------------------------
+
+_Win = MPI.Win
+_INFO_NULL, _COMM_SELF = MPI.INFO_NULL, MPI.COMM_SELF
+
+
+class Win(_Win):
+    """A window: traced when made on a traced communicator, as mpi4py's otherwise. Also `MPI.Win` while a
+    program runs traced, for its constructors."""
+
+    adopt = None   # (make, its arguments, op, how, communicator, bytes) -> the window: set by `install`
+
+    @classmethod
+    def Create(cls, memory, disp_unit=1, info=_INFO_NULL, comm=_COMM_SELF):  # noqa: N802 - mpi4py's names
+        return _window(super().Create, (memory, disp_unit, info, comm), e.WIN_CREATE, "Win.Create", comm,
+                       lambda: buffer_bytes(memory))
+
+    @classmethod
+    def Allocate(cls, size, disp_unit=1, info=_INFO_NULL, comm=_COMM_SELF):  # noqa: N802
+        return _window(super().Allocate, (size, disp_unit, info, comm), e.WIN_ALLOCATE, "Win.Allocate", comm,
+                       lambda: int(size))
+
+    @classmethod
+    def Allocate_shared(cls, size, disp_unit=1, info=_INFO_NULL, comm=_COMM_SELF):  # noqa: N802
+        return _window(super().Allocate_shared, (size, disp_unit, info, comm), e.WIN_ALLOCATE_SHARED,
+                       "Win.Allocate_shared", comm, lambda: int(size))
+
+    @classmethod
+    def Create_dynamic(cls, info=_INFO_NULL, comm=_COMM_SELF):  # noqa: N802
+        return _window(super().Create_dynamic, (info, comm), e.WIN_CREATE_DYNAMIC, "Win.Create_dynamic", comm,
+                       lambda: 0)
+
+
+def _window(make, args, op, how, comm, exposed):
+    """make(*args): a window, traced when `comm` is (`Win.adopt` times the call, declares the window and
+    writes its creation's record, with exposed() bytes: the memory this rank exposes in it)."""
+    if Win.adopt is None or comm_id(comm) is None:
+        return make(*args)
+    try:
+        n = max(int(exposed()), 0)
+    except (TypeError, ValueError):
+        n = 0   # the call itself says what is wrong with it
+    return Win.adopt(make, args, op, f"{how} of comm {comm_id(comm)}", comm, n)
+
+
 def count_pickled() -> None:
     """Make mpi4py pickle through a function that adds the bytes it makes to PICKLED_BYTES (the
     pickle forms' bytes), with mpi4py's own protocol and out-of-band threshold."""
@@ -379,18 +428,21 @@ def compile_waits(compiled) -> None:
                                                        *common, op, *flags, outcome=_OUTCOMES[family, outcome]))
 
 
-def install(world, adopt, finalize, compiled=None, aborting=None) -> None:
-    """Replace mpi4py's COMM_WORLD by the traced `world`, MPI.Request by Request, and
-    MPI.Finalize by a function that calls `finalize()` first; `adopt` declares and traces each
-    communicator a traced one makes, and `aborting(error code)` is called before a traced
-    communicator's Abort. With `compiled` (the compiled collector module), the completion calls
-    run in C (`compile_waits`)."""
+def install(world, adopt, finalize, compiled=None, aborting=None, adopt_window=None) -> None:
+    """Replace mpi4py's COMM_WORLD by the traced `world`, MPI.Request by Request, MPI.Win by Win
+    and MPI.Finalize by a function that calls `finalize()` first; `adopt` declares and traces each
+    communicator a traced one makes, `adopt_window` each window made on one (see Win.adopt), and
+    `aborting(error code)` is called before a traced communicator's Abort. With `compiled` (the
+    compiled collector module), the completion calls run in C (`compile_waits`)."""
     compile_waits(compiled)
     _Constructors.adopt = staticmethod(adopt)
     _Constructors.aborting = None if aborting is None else staticmethod(aborting)
     count_pickled()
     MPI.COMM_WORLD = world
     MPI.Request = Request
+    if adopt_window is not None:
+        Win.adopt = staticmethod(adopt_window)
+        MPI.Win = Win
     original = MPI.Finalize
 
     def Finalize():  # noqa: N802 - mpi4py's name

@@ -263,7 +263,8 @@ class RankHost:
         world = interpose.traced_instance(mpi.COMM_WORLD, mpi.Intracomm)
         rank.trace(world, 0, range(rank.size))
         interpose.install(world, rank.adopt, rank.finish, rank.space.compiled,
-                          aborting=lambda code: rank.abandon(f"rank {rank.rank} called MPI_Abort (error code {code})"))
+                          aborting=lambda code: rank.abandon(f"rank {rank.rank} called MPI_Abort (error code {code})"),
+                          adopt_window=rank.adopt_window)
         self.rank = rank
 
     # -- running -------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from paths.errors import PathsError
 from ..hosted import RECORD_FLUSH
 from ..space import NodeSpace
 from . import interpose, mpi4py_access
-from .collector import MpiCollector, collective_methods, p2p_methods, peer_table
+from .collector import (MpiCollector, WindowContext, collective_methods, p2p_methods, peer_table, window_made,
+                        window_methods)
 from .options import Options
 from .generate import Communicator, add_communicator, collector_ids, node_name, run_pathmap
 from .registry import Registration
@@ -228,25 +229,53 @@ class Rank:
         base = interpose.base_class(comm)
         if base is None or comm.Is_inter():
             return comm
-        group = comm.Get_group()
-        members = mpi.Group.Translate_ranks(group, list(range(comm.Get_size())), self.world_group)
-        group.Free()
-        cid = None
-        if comm.Get_rank() == 0:
-            try:
-                cid = self.declare(members, f"{how} of comm {interpose.comm_id(parent)}")
-            except (pastset.PastSetError, PathsError, ValueError) as exc:
-                if not self._warned:
-                    self._warned = True
-                    say(f"rank {self.rank}: a communicator could not be declared ({exc}); "
-                        "its calls are not collected")
-        cid = mpi.Comm.bcast(comm, cid, 0)
+        cid, members = self._declared(comm, f"{how} of comm {interpose.comm_id(parent)}")
         if cid is None:
             return comm
         mpi4py_access.hold_no_lock(comm)
         traced = interpose.traced_instance(comm, base)
         self.trace(traced, cid, members)
         return traced
+
+    def _declared(self, comm, how: str) -> tuple[int | None, list[int]]:
+        """(the id the run gives what `comm`'s members make together, or None where it could not be
+        declared; comm's members as world ranks): collective over `comm`, whose rank 0 declares it."""
+        mpi = self.mpi
+        group = comm.Get_group()
+        members = mpi.Group.Translate_ranks(group, list(range(comm.Get_size())), self.world_group)
+        group.Free()
+        cid = None
+        if comm.Get_rank() == 0:
+            try:
+                cid = self.declare(members, how)
+            except (pastset.PastSetError, PathsError, ValueError) as exc:
+                if not self._warned:
+                    self._warned = True
+                    say(f"rank {self.rank}: a communicator or window could not be declared ({exc}); "
+                        "its calls are not collected")
+        return mpi.Comm.bcast(comm, cid, 0), members
+
+    def adopt_window(self, make, args, op: int, how: str, comm, exposed: int):
+        """A window made by make(*args) over traced communicator `comm` (collective over it): declared to
+        the run as its next communicator entry (element and tree `commW`, made `how`), its calls traced
+        (collector.window_methods) and its creation recorded (round 0 of tree commW: from t0 to t1,
+        `exposed` bytes of this rank's memory). Returned as made where it could not be declared."""
+        clock = self.space.clock
+        t0 = clock()
+        win = make(*args)
+        t1 = clock()
+        cid, members = self._declared(comm, how)
+        if cid is None:
+            return win
+        p2p, coll = collector_ids(self.space.catalogue, cid, self.rank)
+        peers = peer_table(members)
+        context = WindowContext(members, comm.Get_rank(), self.world_group, interpose.Request)
+        p2p_ch = self._collector(p2p, peers) if p2p else None
+        coll_ch = self._collector(coll, peers) if coll else None
+        interpose.mark_traced(win, cid, window_methods(win, p2p_ch, coll_ch, context))
+        if coll_ch is not None:
+            window_made(coll_ch, context, op, exposed, t0, t1)
+        return win
 
     def declare(self, members, how: str) -> int:
         """Rank 0 gives the communicator an id and every node its collectors; the id."""
