@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections import Counter
 
@@ -117,6 +118,33 @@ def one_sided_matrix(archive, tmp_path) -> None:
     table = run([sys.executable, "-m", "eventspace.cli", "archive", "matrix", archive], tmp_path)
     assert "one-sided (RMA) traffic, origin to target" in table.stdout
     assert f"{sum(map(sum, nbytes)):,}" in table.stdout
+
+
+def test_a_live_matrix_attached_before_a_window_was_made_counts_its_one_sided_bytes(tmp_path):
+    go, done = tmp_path / "go", tmp_path / "done"
+    job = start(tmp_path, 3, "rma-live", "rma.py", "live", go, done)
+    monitor = None
+    try:
+        until_live("rma-live", job)
+        monitor = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "monitor", "matrix", "--run", "rma-live",
+                                    "--json", "--interval", "0.2"], cwd=tmp_path, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        first = json.loads(monitor.stdout.readline())   # attached: no window yet
+        assert first["rma"]["calls"] == [[0] * 3] * 3
+        go.touch()
+        assert job.stdout.readline() == "ready\n"
+        expected = [[0, 1, 0], [0, 0, 2], [3, 0, 0]]   # rank r put r + 1 bytes at the next rank
+        last = until(lambda: json.loads(monitor.stdout.readline()), 60, "the window's bytes in the live matrix",
+                     holds=lambda last: last["rma"]["bytes"] == expected)
+        assert last["rma"]["calls"] == [[0, 1, 0], [0, 0, 1], [1, 0, 0]] and last["bytes"] == [[0] * 3] * 3
+        done.touch()
+        job.communicate(timeout=60)
+        assert job.returncode == 0
+    finally:
+        if monitor is not None and monitor.poll() is None:
+            monitor.kill()
+            monitor.communicate()
+        stop(job)
 
 
 def test_a_fence_one_rank_never_enters_is_a_deadlock_naming_that_rank(tmp_path):

@@ -14,15 +14,23 @@ ops     window A (Win.Create of 64 doubles on COMM_WORLD, displacement unit 8): 
         rank 2 how many Tests it made (`Tests N`).
 fence   ranks 0 and 1 enter a Fence of a window on COMM_WORLD; rank 2 receives from rank 0 (tag 5),
         which never sends: a deadlock.
+live    once the file named by the second argument exists, a window of 64 B (Win.Allocate on
+        COMM_WORLD) into which rank r Puts r + 1 bytes at the next rank in a fence epoch; then
+        `ready`, and the window freed once the file named by the third argument exists.
 freed   rank 1 frees a window of COMM_WORLD while its lock on rank 0 is still held (MPI's error,
         caught and printed), then unlocks and frees it; later it Puts on the freed window (MPI's
         error again, printed).
 """
 
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))   # tests/: the tests' one way to wait
+from polling import until  # noqa: E402
 
 comm = MPI.COMM_WORLD
 r = comm.Get_rank()
@@ -96,6 +104,20 @@ elif mode == "fence":
         comm.recv(source=0, tag=5)
     else:
         w.Fence()
+
+elif mode == "live":
+    if r == 0:
+        until(lambda: os.path.exists(sys.argv[2]), 300, f"{sys.argv[2]} to exist")
+    comm.Barrier()
+    w = MPI.Win.Allocate(64, comm=comm)
+    w.Fence()
+    w.Put(np.ones(r + 1, dtype="u1"), (r + 1) % 3)
+    w.Fence()
+    if r == 0:
+        print("ready", flush=True)
+        until(lambda: os.path.exists(sys.argv[3]), 300, f"{sys.argv[3]} to exist")
+    comm.Barrier()
+    w.Free()
 
 elif mode == "freed":
     w = MPI.Win.Allocate(64, 8, comm=comm)
