@@ -742,12 +742,12 @@ _WINDOW = {
     "Compare_and_swap": (e.COMPARE_AND_SWAP, False, True), "Rput": (e.RPUT, False, True),
     "Rget": (e.RGET, False, True), "Raccumulate": (e.RACCUMULATE, False, True),
     "Rget_accumulate": (e.RGET_ACCUMULATE, False, True),
-    "Lock": (e.WIN_LOCK, False, False), "Unlock": (e.WIN_UNLOCK, False, True), "Lock_all": (e.WIN_LOCK_ALL, False, True),
-    "Unlock_all": (e.WIN_UNLOCK_ALL, False, True), "Flush": (e.WIN_FLUSH, False, True),
-    "Flush_all": (e.WIN_FLUSH_ALL, False, True), "Flush_local": (e.WIN_FLUSH_LOCAL, False, True),
-    "Flush_local_all": (e.WIN_FLUSH_LOCAL_ALL, False, True), "Sync": (e.WIN_SYNC, False, True),
-    "Post": (e.WIN_POST, False, False), "Start": (e.WIN_START, False, False), "Complete": (e.WIN_COMPLETE, False, False),
-    "Wait": (e.WIN_WAIT, False, False), "Test": (e.WIN_TEST, False, False),
+    "Lock": (e.WIN_LOCK, False, False), "Unlock": (e.WIN_UNLOCK, False, True),
+    "Lock_all": (e.WIN_LOCK_ALL, False, True), "Unlock_all": (e.WIN_UNLOCK_ALL, False, True),
+    "Flush": (e.WIN_FLUSH, False, True), "Flush_all": (e.WIN_FLUSH_ALL, False, True),
+    "Flush_local": (e.WIN_FLUSH_LOCAL, False, True), "Flush_local_all": (e.WIN_FLUSH_LOCAL_ALL, False, True),
+    "Sync": (e.WIN_SYNC, False, True), "Post": (e.WIN_POST, False, False), "Start": (e.WIN_START, False, False),
+    "Complete": (e.WIN_COMPLETE, False, False), "Wait": (e.WIN_WAIT, False, False), "Test": (e.WIN_TEST, False, False),
     "Fence": (e.WIN_FENCE, True, True), "Free": (e.WIN_FREE, True, False), "free": (e.WIN_FREE, True, False),
 }
 _WIN = MPI.Win   # mpi4py's (MPI.Win names eventspace.mpi.interpose.Win while a program runs traced)

@@ -68,8 +68,8 @@ def test_a_windows_calls_wait_on_their_target_the_group_they_name_or_a_fences_mi
     from monitors.waits import waits
 
     # Window 1 over world ranks 3, 2, 1, 0 (its rank k is world rank 3 - k).
-    cat = Catalogue(run_pathmap("win", ["h"] * 4, {"h": "c"}, [Communicator(0, (0, 1, 2, 3), "COMM_WORLD"),
-                                                                 Communicator(1, (3, 2, 1, 0), "Win.Create of comm 0")]))
+    comms = [Communicator(0, (0, 1, 2, 3), "COMM_WORLD"), Communicator(1, (3, 2, 1, 0), "Win.Create of comm 0")]
+    cat = Catalogue(run_pathmap("win", ["h"] * 4, {"h": "c"}, comms))
     p2p, rounds = ({r: collector_ids(cat, 1, r)[kind] for r in range(4)} for kind in (0, 1))
     marks = {p2p[0]: Mark(5, e.WIN_WAIT, 0, 2, 0b0110, 0),    # the group of its Post: window ranks 1 and 2
              p2p[1]: Mark(5, e.WIN_UNLOCK, 0, 0, 0, 0),       # on world rank 0

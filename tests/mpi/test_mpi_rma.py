@@ -77,7 +77,8 @@ def test_every_one_sided_call_is_one_exact_record_on_its_window(tmp_path, implem
         expected.update(("comm1", t, "p2p", *x) for x in p2p)
         for window, op, exposed in (("comm3", e.WIN_ALLOCATE, 128), ("comm4", e.WIN_CREATE_DYNAMIC, 0),
                                     ("comm5", e.WIN_ALLOCATE_SHARED, 8)):
-            expected.update([(window, t, "rounds", op, 0, NONE, 0, exposed), (window, t, "rounds", e.WIN_FREE, 0, NONE, 1, 0)])
+            expected.update([(window, t, "rounds", op, 0, NONE, 0, exposed),
+                             (window, t, "rounds", e.WIN_FREE, 0, NONE, 1, 0)])
     # Window B's ranks are reversed: world rank 2 (its rank 0) exposes to world rank 1 (its rank 1, bit 2).
     # (element: the group's size; arg: a bit per window rank).
     b_r2 = [(e.WIN_POST, 0, 1, 2, 0), (e.WIN_WAIT, 0, 1, 2, 0), (e.WIN_POST, 0, 1, 2, 0), (e.WIN_TEST, 0, 1, 2, 0),
