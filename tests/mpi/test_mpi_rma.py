@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections import Counter
 
@@ -15,7 +14,7 @@ from eventspace.archive import Archive
 from eventspace.catalogue import Catalogue
 from eventspace.mpi import encoding as e
 from eventspace.view import View, ViewError
-from jobs import mpirun, requires_mpi, run, start, stop, until_in_calls, until_live
+from jobs import mpirun, requires_mpi, run, start, stop, until_in_calls, until_live, unwatch, watch
 from polling import until
 from test_mpi_waits import at_line, beats, waiting_in
 
@@ -127,9 +126,7 @@ def test_a_live_matrix_attached_before_a_window_was_made_counts_its_one_sided_by
     monitor = None
     try:
         until_live("rma-live", job)
-        monitor = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "monitor", "matrix", "--run", "rma-live",
-                                    "--json", "--interval", "0.2"], cwd=tmp_path, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
+        monitor = watch(tmp_path, "matrix", "rma-live")
         first = json.loads(monitor.stdout.readline())   # attached: no window yet
         assert first["rma"]["calls"] == [[0] * 3] * 3
         go.touch()
@@ -142,9 +139,7 @@ def test_a_live_matrix_attached_before_a_window_was_made_counts_its_one_sided_by
         job.communicate(timeout=60)
         assert job.returncode == 0
     finally:
-        if monitor is not None and monitor.poll() is None:
-            monitor.kill()
-            monitor.communicate()
+        unwatch(monitor)
         stop(job)
 
 
