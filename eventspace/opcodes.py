@@ -40,6 +40,15 @@ REDUCE_INIT, ALLREDUCE_INIT, REDUCE_SCATTER_BLOCK_INIT, REDUCE_SCATTER_INIT = 0x
 SCAN_INIT, EXSCAN_INIT = 0x01AF, 0x01B0
 # Persistent point-to-point: a Start's post record and its request record carry the op that made the request.
 SEND_INIT, BSEND_INIT, SSEND_INIT, RSEND_INIT, RECV_INIT = 0x0160, 0x0161, 0x0162, 0x0163, 0x0164
+# One-sided (RMA, eventspace.mpi.collector's window rows), from 0x01C0: a window's life, numbered as
+# its collectives (creation, Fence, Free); its data calls, from an origin to a target; its synchronisation.
+WIN_CREATE, WIN_ALLOCATE, WIN_ALLOCATE_SHARED, WIN_CREATE_DYNAMIC = 0x01C0, 0x01C1, 0x01C2, 0x01C3
+WIN_FREE, WIN_FENCE = 0x01C4, 0x01C5
+PUT, GET, ACCUMULATE, GET_ACCUMULATE, FETCH_AND_OP, COMPARE_AND_SWAP = 0x01C8, 0x01C9, 0x01CA, 0x01CB, 0x01CC, 0x01CD
+RPUT, RGET, RACCUMULATE, RGET_ACCUMULATE = 0x01CE, 0x01CF, 0x01D0, 0x01D1
+WIN_LOCK, WIN_UNLOCK, WIN_LOCK_ALL, WIN_UNLOCK_ALL = 0x01D4, 0x01D5, 0x01D6, 0x01D7
+WIN_FLUSH, WIN_FLUSH_ALL, WIN_FLUSH_LOCAL, WIN_FLUSH_LOCAL_ALL, WIN_SYNC = 0x01D8, 0x01D9, 0x01DA, 0x01DB, 0x01DC
+WIN_POST, WIN_START, WIN_COMPLETE, WIN_WAIT, WIN_TEST = 0x01DD, 0x01DE, 0x01DF, 0x01E0, 0x01E1
 
 NAMES = {
     SEND: "MPI_Send", BSEND: "MPI_Bsend", SSEND: "MPI_Ssend", RSEND: "MPI_Rsend",
@@ -61,6 +70,16 @@ NAMES = {
     NEIGHBOR_ALLTOALLW: "MPI_Neighbor_alltoallw",
     SEND_INIT: "MPI_Send_init", BSEND_INIT: "MPI_Bsend_init", SSEND_INIT: "MPI_Ssend_init",
     RSEND_INIT: "MPI_Rsend_init", RECV_INIT: "MPI_Recv_init",
+    WIN_CREATE: "MPI_Win_create", WIN_ALLOCATE: "MPI_Win_allocate", WIN_ALLOCATE_SHARED: "MPI_Win_allocate_shared",
+    WIN_CREATE_DYNAMIC: "MPI_Win_create_dynamic", WIN_FREE: "MPI_Win_free", WIN_FENCE: "MPI_Win_fence",
+    PUT: "MPI_Put", GET: "MPI_Get", ACCUMULATE: "MPI_Accumulate", GET_ACCUMULATE: "MPI_Get_accumulate",
+    FETCH_AND_OP: "MPI_Fetch_and_op", COMPARE_AND_SWAP: "MPI_Compare_and_swap", RPUT: "MPI_Rput", RGET: "MPI_Rget",
+    RACCUMULATE: "MPI_Raccumulate", RGET_ACCUMULATE: "MPI_Rget_accumulate",
+    WIN_LOCK: "MPI_Win_lock", WIN_UNLOCK: "MPI_Win_unlock", WIN_LOCK_ALL: "MPI_Win_lock_all",
+    WIN_UNLOCK_ALL: "MPI_Win_unlock_all", WIN_FLUSH: "MPI_Win_flush", WIN_FLUSH_ALL: "MPI_Win_flush_all",
+    WIN_FLUSH_LOCAL: "MPI_Win_flush_local", WIN_FLUSH_LOCAL_ALL: "MPI_Win_flush_local_all", WIN_SYNC: "MPI_Win_sync",
+    WIN_POST: "MPI_Win_post", WIN_START: "MPI_Win_start", WIN_COMPLETE: "MPI_Win_complete", WIN_WAIT: "MPI_Win_wait",
+    WIN_TEST: "MPI_Win_test",
 }
 _BLOCKING_COLLECTIVES = (BARRIER, BCAST, GATHER, GATHERV, SCATTER, SCATTERV, ALLGATHER, ALLGATHERV, ALLTOALL,
                          ALLTOALLV, ALLTOALLW, REDUCE, ALLREDUCE, REDUCE_SCATTER_BLOCK, REDUCE_SCATTER, SCAN, EXSCAN,
@@ -82,7 +101,9 @@ NONBLOCKING = frozenset({ISEND, IBSEND, ISSEND, IRSEND, IRECV, IMRECV, SEND_INIT
                          RECV_INIT})
 PROBES = frozenset({PROBE, IPROBE, MPROBE, IMPROBE})
 COMPLETIONS = frozenset({WAIT, WAITALL, WAITANY, WAITSOME, TEST, TESTALL, TESTANY, TESTSOME})
-COLLECTIVES = frozenset(_BLOCKING_COLLECTIVES)
+# Communicator collectives and a window's collective calls (its creation, Fence and Free): rounds.
+COLLECTIVES = frozenset(_BLOCKING_COLLECTIVES) | {WIN_CREATE, WIN_ALLOCATE, WIN_ALLOCATE_SHARED, WIN_CREATE_DYNAMIC,
+                                                  WIN_FENCE, WIN_FREE}
 # Nonblocking and persistent collectives: a post record (a persistent one's: each Start) and a request
 # record (post to completion) per operation, numbered by their communicator's rounds as COLLECTIVES are;
 # BLOCKING_OF names the blocking collective each one is a form of.
@@ -90,9 +111,17 @@ NONBLOCKING_COLLECTIVES = frozenset(c + 0x40 for c in _BLOCKING_COLLECTIVES)
 PERSISTENT_COLLECTIVES = frozenset(c + 0x60 for c in _BLOCKING_COLLECTIVES)
 POSTED_COLLECTIVES = NONBLOCKING_COLLECTIVES | PERSISTENT_COLLECTIVES
 BLOCKING_OF = {c + k: c for c in _BLOCKING_COLLECTIVES for k in (0x40, 0x60)}
-# Ops whose `arg` is a round of their communicator.
+# Ops whose `arg` is a round of their communicator (or window).
 ROUNDS = COLLECTIVES | POSTED_COLLECTIVES
 ROOTED = frozenset(c + k for c in (BCAST, GATHER, GATHERV, SCATTER, SCATTERV, REDUCE) for k in (0, 0x40, 0x60))
+# One-sided: every call on a window; those that move data between an origin and a target (their
+# R-forms too); those that name one target rank (`element`); those that name a group of the window's
+# ranks (`arg`: a bit per window rank); those whose records are a window's collective rounds.
+WINDOWS = frozenset(range(WIN_CREATE, WIN_TEST + 1)) & frozenset(NAMES)
+RMA = frozenset({PUT, GET, ACCUMULATE, GET_ACCUMULATE, FETCH_AND_OP, COMPARE_AND_SWAP, RPUT, RGET, RACCUMULATE,
+                 RGET_ACCUMULATE})
+TARGETED = RMA | {WIN_LOCK, WIN_UNLOCK, WIN_FLUSH, WIN_FLUSH_LOCAL}
+GROUPED = frozenset({WIN_POST, WIN_START, WIN_COMPLETE, WIN_WAIT, WIN_TEST})
 
 def is_mpi(op: int) -> bool:
     """True for an MPI op code (as opposed to a PATHS operation)."""

@@ -327,10 +327,11 @@ def _matrix(args) -> int:
             shown = {"messages": -1}
 
             def show(report):
+                counts = int(report.matrix.messages.sum()) + int(report.matrix.rma_calls.sum())
                 if args.json:
                     watch.emit(report.as_dict())
-                elif int(report.matrix.messages.sum()) != shown["messages"]:   # again only when messages were added
-                    shown["messages"] = int(report.matrix.messages.sum())
+                elif counts != shown["messages"]:   # again only when messages (or one-sided calls) were added
+                    shown["messages"] = counts
                     watch.out.print(render(report))
 
             watch.loop(mon.read, show)
@@ -340,8 +341,11 @@ def _matrix(args) -> int:
                   "them (an archive, `eventspace mpirun --archive`, keeps every message)")
     _show_matrix(args, mon.matrix, table=False)
     messages, nbytes = int(mon.matrix.messages.sum()), int(mon.matrix.nbytes.sum())
-    watch.finish(f"{messages:,} messages, {nbytes:,} bytes" + _account_line(account, watch, "records"),
-                 {"messages": messages, "bytes": nbytes, "records": _account_figures(account)})
+    rma_calls, rma_bytes = int(mon.matrix.rma_calls.sum()), int(mon.matrix.rma_bytes.sum())
+    rma = f", {rma_calls:,} one-sided calls, {rma_bytes:,} bytes" if rma_calls else ""
+    watch.finish(f"{messages:,} messages, {nbytes:,} bytes{rma}" + _account_line(account, watch, "records"),
+                 {"messages": messages, "bytes": nbytes, "rma_calls": rma_calls, "rma_bytes": rma_bytes,
+                  "records": _account_figures(account)})
     return 0
 
 

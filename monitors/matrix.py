@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eventspace import trace
 from eventspace.mpi import encoding as e
 from eventspace.mpi.matching import message_ends
 from eventspace.scope import EventScope
@@ -16,6 +17,8 @@ from .scoped import ScopeMon
 # Hop classes, nearest first: how far a message between two ranks travels.
 SAME_HOST, SAME_CLUSTER, ACROSS_CLUSTERS = "same host", "same cluster", "across clusters"
 HOPS = (SAME_HOST, SAME_CLUSTER, ACROSS_CLUSTERS)
+# One-sided calls that move data (their R-forms counted at their post, as an Isend is).
+_RMA = np.array(sorted(e.RMA), dtype=np.uint16)
 
 
 @dataclass(frozen=True)
@@ -23,19 +26,25 @@ class Matrix:
     """Point-to-point traffic of an MPI run: `messages[s, d]` and `nbytes[s, d]` that world rank s
     sent to rank d (every communicator; a message counted once, at its sending end: a blocking
     send, a Sendrecv's send half or a nonblocking send's post; bytes as the record says: the
-    buffer's, or the pickle's for the lowercase forms). `hosts[r]` and `clusters[r]` place rank r,
-    so each pair has a hop class (HOPS). Collectives are not in it: they have no pairs. `add` counts
-    more in, in place (the report of an archive; a live monitor reports copies)."""
+    buffer's, or the pickle's for the lowercase forms). One-sided traffic is a kind apart:
+    `rma_calls[o, t]` and `rma_bytes[o, t]`, the data calls origin o made on a window with target t
+    (Put, Get, Accumulate, Get_accumulate, Fetch_and_op, Compare_and_swap and their R-forms, those
+    that did not fail; bytes: the origin buffer's, which a Put or Accumulate sends to the target and
+    a Get fetches from it). `hosts[r]` and `clusters[r]` place rank r, so each pair has a hop class
+    (HOPS). Collectives are not in it: they have no pairs. `add` counts more in, in place (the
+    report of an archive; a live monitor reports copies)."""
 
     hosts: tuple[str, ...]
     clusters: tuple[str, ...]
     messages: np.ndarray
     nbytes: np.ndarray
+    rma_calls: np.ndarray
+    rma_bytes: np.ndarray
 
     @classmethod
     def empty(cls, hosts, clusters) -> Matrix:
         n = len(hosts)
-        return cls(tuple(hosts), tuple(clusters), np.zeros((n, n), np.int64), np.zeros((n, n), np.int64))
+        return cls(tuple(hosts), tuple(clusters), *(np.zeros((n, n), np.int64) for _ in range(4)))
 
     @classmethod
     def of_catalogue(cls, catalogue) -> Matrix:
@@ -50,10 +59,13 @@ class Matrix:
 
     def copy(self) -> Matrix:
         """A matrix of the counts so far, which later `add`s leave as they are."""
-        return Matrix(self.hosts, self.clusters, self.messages.copy(), self.nbytes.copy())
+        return Matrix(self.hosts, self.clusters, self.messages.copy(), self.nbytes.copy(), self.rma_calls.copy(),
+                      self.rma_bytes.copy())
 
     def add(self, records: np.ndarray, catalogue) -> int:
-        """Count in the messages sent in `records` (trace.DTYPE); how many there were."""
+        """Count in the messages sent in `records` (trace.DTYPE), and their one-sided calls; how many
+        messages there were."""
+        self._add_rma(records, e.Collectors(catalogue))
         sends, _ = message_ends(records, catalogue)
         if not sends:
             return 0
@@ -65,6 +77,15 @@ class Matrix:
         np.add.at(self.nbytes, (src[known], dst[known]), records["nbytes"][positions[known]].astype(np.int64))
         return int(known.sum())
 
+    def _add_rma(self, records: np.ndarray, collectors: e.Collectors) -> None:
+        cid = collectors.index(records["collector"])
+        origin, target = collectors.rank[cid], records["element"].astype(np.int64)
+        done = (collectors.p2p[cid] & np.isin(records["op"], _RMA)
+                & (records["flags"] & (e.REQUEST | trace.ERROR) == 0) & (origin >= 0) & (target < self.ranks)
+                & (origin < self.ranks))
+        np.add.at(self.rma_calls, (origin[done], target[done]), 1)
+        np.add.at(self.rma_bytes, (origin[done], target[done]), records["nbytes"][done].astype(np.int64))
+
     def hop_classes(self) -> np.ndarray:
         """[s, d]: the index in HOPS of the pair's hop class."""
         hosts, clusters = np.array(self.hosts, dtype=object), np.array(self.clusters, dtype=object)
@@ -72,11 +93,12 @@ class Matrix:
         same_cluster = clusters[:, None] == clusters[None, :]
         return np.where(same_host, 0, np.where(same_cluster, 1, 2)).astype(np.int64)
 
-    def by_hop(self) -> list[tuple[str, int, int]]:
-        """(hop class, messages, bytes) for each class, nearest first."""
+    def by_hop(self, rma: bool = False) -> list[tuple[str, int, int]]:
+        """(hop class, messages, bytes) for each class, nearest first; with `rma`, (hop class, one-sided
+        calls, their bytes)."""
         classes = self.hop_classes()
-        return [(hop, int(self.messages[classes == k].sum()), int(self.nbytes[classes == k].sum()))
-                for k, hop in enumerate(HOPS)]
+        calls, nbytes = (self.rma_calls, self.rma_bytes) if rma else (self.messages, self.nbytes)
+        return [(hop, int(calls[classes == k].sum()), int(nbytes[classes == k].sum())) for k, hop in enumerate(HOPS)]
 
     def per_host(self) -> dict[str, list[int]]:
         """{host: [bytes its ranks sent, per hop class in HOPS order]}, hosts in rank order."""
@@ -92,7 +114,9 @@ class Matrix:
         return {"hosts": list(self.hosts), "clusters": list(self.clusters), "messages": self.messages.tolist(),
                 "bytes": self.nbytes.tolist(),
                 "by_hop": [{"hop": h, "messages": m, "bytes": b} for h, m, b in self.by_hop()],
-                "per_host": self.per_host()}
+                "per_host": self.per_host(),
+                "rma": {"calls": self.rma_calls.tolist(), "bytes": self.rma_bytes.tolist(),
+                        "by_hop": [{"hop": h, "calls": m, "bytes": b} for h, m, b in self.by_hop(rma=True)]}}
 
 
 def archive_matrix(archive) -> Matrix:

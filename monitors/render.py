@@ -269,33 +269,53 @@ HOP_STYLE = {"same host": "green", "same cluster": "yellow", "across clusters": 
 
 def matrix_tables(matrix, most: int = 16) -> Group:
     """Traffic by hop class (messages, bytes, share), bytes sent per host by hop class, and, for
-    at most `most` ranks, the rank-by-rank matrix (bytes, messages; coloured by hop class)."""
-    total = int(matrix.nbytes.sum())
-    hops = Table(title=f"point-to-point traffic between {counted(matrix.ranks, 'rank')}", title_justify="left")
-    for column in ("hop class", "messages", "bytes", "share of bytes"):
-        hops.add_column(column, justify="left" if column == "hop class" else "right")
-    for hop, messages, nbytes in matrix.by_hop():
-        hops.add_row(Text(hop, style=HOP_STYLE[hop]), f"{messages:,}", f"{nbytes:,}",
-                     f"{nbytes / total:.0%}" if total else "")
-    hops.add_row("total", f"{int(matrix.messages.sum()):,}", f"{total:,}", "", style="bold")
+    at most `most` ranks, the rank-by-rank matrix (bytes, messages; coloured by hop class); then,
+    where the run made one-sided calls, their kind apart (calls and bytes by hop class, origin by target)."""
+    hops = _hop_table(f"point-to-point traffic between {counted(matrix.ranks, 'rank')}", "messages",
+                      matrix.by_hop(), matrix.messages, matrix.nbytes)
     hosts = Table(title="bytes sent per host", title_justify="left")
     hosts.add_column("host")
     for hop in HOPS:
         hosts.add_column(Text(hop, style=HOP_STYLE[hop]), justify="right")
     for host, row in matrix.per_host().items():
         hosts.add_row(host, *(f"{b:,}" for b in row))
+    rma = []
+    if matrix.rma_calls.any():
+        rma.append(_hop_table("one-sided (RMA) traffic, origin to target", "calls", matrix.by_hop(rma=True),
+                              matrix.rma_calls, matrix.rma_bytes))
     if matrix.ranks > most:
-        return Group(hops, hosts, Text(f"({matrix.ranks} ranks: the rank-by-rank matrix is in --json)", style="dim"))
-    grid = Table(title="bytes (messages) from rank (row) to rank (column)", title_justify="left")
-    grid.add_column("from \\ to")
+        return Group(hops, hosts, *rma, Text(f"({matrix.ranks} ranks: the rank-by-rank matrix is in --json)",
+                                             style="dim"))
+    grids = [_rank_grid(matrix, matrix.nbytes, matrix.messages, "bytes (messages) from rank (row) to rank (column)",
+                        "from \\ to")]
+    if rma:
+        grids.append(_rank_grid(matrix, matrix.rma_bytes, matrix.rma_calls,
+                                "one-sided bytes (calls) from origin (row) on target (column)", "origin \\ target"))
+    return Group(hops, hosts, grids[0], *rma, *grids[1:])
+
+
+def _hop_table(title: str, counting: str, by_hop, counts, nbytes) -> Table:
+    total = int(nbytes.sum())
+    table = Table(title=title, title_justify="left")
+    for column in ("hop class", counting, "bytes", "share of bytes"):
+        table.add_column(column, justify="left" if column == "hop class" else "right")
+    for hop, n, b in by_hop:
+        table.add_row(Text(hop, style=HOP_STYLE[hop]), f"{n:,}", f"{b:,}", f"{b / total:.0%}" if total else "")
+    table.add_row("total", f"{int(counts.sum()):,}", f"{total:,}", "", style="bold")
+    return table
+
+
+def _rank_grid(matrix, nbytes, counts, title: str, corner: str) -> Table:
+    grid = Table(title=title, title_justify="left")
+    grid.add_column(corner)
     for d in range(matrix.ranks):
         grid.add_column(f"r{d}", justify="right")
     classes = matrix.hop_classes()
     for s in range(matrix.ranks):
-        grid.add_row(f"r{s}", *(Text(f"{int(matrix.nbytes[s, d]):,} ({int(matrix.messages[s, d]):,})",
-                                     style=HOP_STYLE[HOPS[classes[s, d]]]) if matrix.messages[s, d] else Text("·", style="dim")
+        grid.add_row(f"r{s}", *(Text(f"{int(nbytes[s, d]):,} ({int(counts[s, d]):,})",
+                                     style=HOP_STYLE[HOPS[classes[s, d]]]) if counts[s, d] else Text("·", style="dim")
                                 for d in range(matrix.ranks)))
-    return Group(hops, hosts, grid)
+    return grid
 
 
 def stacks_view(report, order: list[str]) -> Group:

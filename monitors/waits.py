@@ -18,18 +18,20 @@ class Wait:
     and `since` (its start, ns on the rank's node clock) tell one blocked call from the next."""
 
     rank: int
-    comm: int
+    comm: int   # or window (a window is a communicator entry of the run: encoding.WINDOWS)
     call: str
     on: tuple[int, ...]
     any_of: bool
     collective: bool
     collector: int
     since: int
+    grouped: bool = False   # a window's Post/Start epoch call: waits on its group (the ranks `on`)
 
     @property
     def text(self) -> str:
-        """`Recv from r1 tag 0 on comm 0`, or `Allreduce on comm 0, round 41, waiting for r5`."""
-        if self.collective and self.on:
+        """`Recv from r1 tag 0 on comm 0`, `Allreduce on comm 0, round 41, waiting for r5`, or `Win_wait
+        for window ranks 1, 2 on win 3, waiting for r1, r2`."""
+        if (self.collective or self.grouped) and self.on:
             return f"{self.call}, waiting for {', '.join(f'r{r}' for r in self.on)}"
         return self.call
 
@@ -73,8 +75,11 @@ def waits(marks: dict[int, Mark], catalogue, rounds: dict[tuple[int, int], int])
     EventScope.in_flight_marks gives them). A collective waits on the members of its communicator
     that have not entered its round: neither inside a collective of that communicator at that
     round or later, nor (`rounds`: {(rank, comm): the last round it completed there, or posted: a
-    nonblocking collective's}) past it. A Wait for a nonblocking or persistent collective's request
-    waits as that collective does (its mark holds the request's op and round)."""
+    nonblocking collective's}) past it; a window's Fence is a round of the window's. A Wait for a
+    nonblocking or persistent collective's request waits as that collective does (its mark holds the
+    request's op and round). A window's Lock, Unlock, Flush or data call waits on its target (MPI
+    completes it there); its Start, Complete and Win.Wait on the group they name, which
+    encoding.group_ranks reads in the window's ranks (nobody where the group is beyond what it holds)."""
     marked = {}
     for cid, mark in marks.items():
         entry = catalogue[cid]
@@ -89,6 +94,12 @@ def waits(marks: dict[int, Mark], catalogue, rounds: dict[tuple[int, int], int])
         if collective:
             on = tuple(m for m in members(catalogue, comm) if m != rank
                        and inside.get((m, comm), -1) < mark.arg and rounds.get((m, comm), -1) < mark.arg)
+        elif mark.op in e.GROUPED:
+            ranks = e.group_ranks(mark.element, mark.arg)
+            window = ordered_members(catalogue, comm)
+            on = tuple(window[k] for k in ranks or () if k < len(window) and window[k] != rank)
+            found[rank] = Wait(rank, comm, call_text(mark, comm), on, False, False, cid, mark.t_start, grouped=True)
+            continue
         elif mark.element == e.PEER_ANY:
             on, any_of = tuple(m for m in members(catalogue, comm) if m != rank), True
         elif mark.element == e.PEER_NONE:
@@ -102,6 +113,12 @@ def waits(marks: dict[int, Mark], catalogue, rounds: dict[tuple[int, int], int])
 def members(catalogue, comm: int) -> list[int]:
     """The world ranks of communicator `comm` (those with a collector on it), in order."""
     return sorted({e.rank_of(x.thread) for x in catalogue if e.comm_of(x) == comm and e.rank_of(x.thread) is not None})
+
+
+def ordered_members(catalogue, comm: int) -> list[int]:
+    """The world ranks of communicator (or window) `comm` in its own rank order (its tree's members)."""
+    tree = catalogue.trees.get(e.comm_name(comm))
+    return [] if tree is None else [e.rank_of(m) for m in tree.members]
 
 
 def deadlock(found: dict[int, Wait], ranks, unknown=()) -> Deadlock | None:

@@ -311,6 +311,8 @@ BLOCKING, POSTING, PERSISTENT = "blocking", "posting", "persistent"
 # came), two records; what a probe found (as came, or as read flagged EMPTY); as a probe, with the
 # message wrapped so that its matched receive is recorded too.
 ASKED, RECEIVED, SENT_RECEIVED, PROBED, MATCHED = "asked", "received", "sent+received", "probed", "matched"
+# A test of a window's exposure epoch (Win.Test): as read, flagged EMPTY when the epoch was not over.
+TESTED = "tested"
 _COMPILED_HOLDS = {ASKED: 0, RECEIVED: 1, SENT_RECEIVED: 2}   # as MpiCall reads them (H_*)
 
 
@@ -527,6 +529,8 @@ def traced_method(comm, call, spec: CallSpec, ch: MpiCollector, context: CallCon
             write(ch, op, f, peer, arg, n, t0, t1)
         elif holds is RECEIVED:
             write(ch, op, f, *received(peers, kept), t0, t1)
+        elif holds is TESTED:
+            write(ch, op, f if result else f | F_EMPTY, peer, arg, n, t0, t1)
         elif holds is SENT_RECEIVED:
             st, send_flags, to, tag, sent = kept   # the drain's bound is checked once, after the pair
             ch.append(op, send_flags, ch.cid, to, tag, n if pickled else sent, t0, t1)
@@ -567,7 +571,7 @@ def persistent_method(comm, call, spec: CallSpec, ch: MpiCollector, read, rounds
 
 
 def _root_at(spec) -> int:
-    if not spec.rounds:
+    if not spec.rounds or spec.name not in COLLECTIVES:   # a window's collectives (Fence) have no root
         return -1
     _, _, params, root_param, _ = COLLECTIVES[spec.name]
     return params.index(root_param) if root_param else -1
@@ -716,6 +720,134 @@ def collective_methods(comm, cls, ch: MpiCollector, rank: int, size: int, reques
             for spec in COLLECTIVE_CALLS if hasattr(cls, spec.name)}
 
 
+# -- windows (one-sided) -------------------------------------------------------------------------
+
+class WindowContext(CallContext):
+    """What the readers of one window's calls read besides the collector: CallContext's (its size,
+    this rank in it, the round counter of its creation, Fences and Free, the class that wraps the
+    R-forms' requests), its members' window rank by world rank (`window_rank`), the run's world
+    group (to read a group's world ranks), and the group of this rank's last Post and last Start
+    (`groups`: {"post"/"start": (element, arg)}), which Win.Wait, Test and Complete name."""
+
+    __slots__ = ("window_rank", "world_group", "first", "groups")
+
+    def __init__(self, members, rank, world_group, request_class, first: int = 0):
+        super().__init__(len(members), rank, count(), request_class)
+        self.window_rank = {m: k for k, m in enumerate(members)}
+        # `first`: the run's rank of this COMM_WORLD's rank 0 (a spawned process's world is not the run's)
+        self.world_group, self.first, self.groups = world_group, first, {"post": (0, 0), "start": (0, 0)}
+
+    def group_fields(self, group) -> tuple[int, int]:
+        """(element, arg) of an MPI group of the window's ranks, as encoding.group_ranks reads them: how
+        many, and a bit per window rank below GROUP_BITS. (0, 0) for what is no group (MPI then says)."""
+        try:
+            world = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), self.world_group)
+        except (MPI.Exception, TypeError, AttributeError):
+            return 0, 0
+        bits = 0
+        for rank in world:
+            k = self.window_rank.get(rank + self.first, e.GROUP_BITS)
+            if k < e.GROUP_BITS:
+                bits |= 1 << k
+        return len(world) & U32, bits
+
+
+def targeting(ch, spec, context):
+    """A call on a window with its own parameters (WINDOW_PARAMS): Put(origin, target_rank, target=None),
+    Get, Accumulate, Get_accumulate, Fetch_and_op, Compare_and_swap, their R-forms; Lock(rank, lock_type,
+    assertion), Unlock, Flush, Flush_local; Lock_all, Unlock_all, Flush_all, Flush_local_all, Sync; Fence
+    and Free (the window's rounds). The target's world rank (the extractor's `peer` place; NONE without
+    one), the origin buffer's bytes for a data call (`sends`: "send"), and for Lock the lock type."""
+    peers, flags, params = ch.peers, spec.flags, WINDOW_PARAMS[spec.name]
+    at, counted, locks = spec.reads.peer, spec.sends == "send", spec.op == e.WIN_LOCK
+    shared = MPI.LOCK_SHARED
+
+    def read(*args, **kwargs):
+        if kwargs:
+            args = _positional(params, args, kwargs)
+        peer = _peer(peers, args[at]) if 0 <= at < len(args) else NONE
+        n = buffer_bytes(args[0]) if counted and args else 0
+        arg = e.SHARED_LOCK if locks and len(args) > 1 and args[1] == shared else 0
+        return args, flags, peer, arg, n, None
+
+    return read
+
+
+def grouping(ch, spec, context):
+    """Post(group, assertion=0) and Start: the group (kept for the calls that end the epoch); Win.Wait,
+    Test (the last Post's group) and Complete (the last Start's): (element, arg) = encoding.group_ranks'."""
+    params, groups, flags = WINDOW_PARAMS[spec.name], context.groups, spec.flags
+    kind = "start" if spec.op in (e.WIN_START, e.WIN_COMPLETE) else "post"
+    opens = spec.op in (e.WIN_POST, e.WIN_START)
+
+    def read(*args, **kwargs):
+        if kwargs:
+            args = _positional(params, args, kwargs)
+        if opens:
+            groups[kind] = context.group_fields(args[0]) if args else (0, 0)
+        element, arg = groups[kind]
+        return args, flags, element, arg, 0, None
+
+    return read
+
+
+# mpi4py Win method -> its record's op, whether its records are the window's rounds (on its
+# collective collector), and whether the compiled MpiCall runs its common forms.
+_WINDOW = {
+    "Put": (e.PUT, False, True), "Get": (e.GET, False, True), "Accumulate": (e.ACCUMULATE, False, True),
+    "Get_accumulate": (e.GET_ACCUMULATE, False, True), "Fetch_and_op": (e.FETCH_AND_OP, False, True),
+    "Compare_and_swap": (e.COMPARE_AND_SWAP, False, True), "Rput": (e.RPUT, False, True),
+    "Rget": (e.RGET, False, True), "Raccumulate": (e.RACCUMULATE, False, True),
+    "Rget_accumulate": (e.RGET_ACCUMULATE, False, True),
+    "Lock": (e.WIN_LOCK, False, False), "Unlock": (e.WIN_UNLOCK, False, True),
+    "Lock_all": (e.WIN_LOCK_ALL, False, True), "Unlock_all": (e.WIN_UNLOCK_ALL, False, True),
+    "Flush": (e.WIN_FLUSH, False, True), "Flush_all": (e.WIN_FLUSH_ALL, False, True),
+    "Flush_local": (e.WIN_FLUSH_LOCAL, False, True), "Flush_local_all": (e.WIN_FLUSH_LOCAL_ALL, False, True),
+    "Sync": (e.WIN_SYNC, False, True), "Post": (e.WIN_POST, False, False), "Start": (e.WIN_START, False, False),
+    "Complete": (e.WIN_COMPLETE, False, False), "Wait": (e.WIN_WAIT, False, False), "Test": (e.WIN_TEST, False, False),
+    "Fence": (e.WIN_FENCE, True, True), "Free": (e.WIN_FREE, True, False), "free": (e.WIN_FREE, True, False),
+}
+_WIN = MPI.Win   # mpi4py's (MPI.Win names eventspace.mpi.interpose.Win while a program runs traced)
+# Their parameters after self, from mpi4py's own signatures (keywords are put in place by them).
+WINDOW_PARAMS = {name: signature(getattr(_WIN, name))[0] or () for name in _WINDOW}
+
+
+def _window_calls() -> tuple[CallSpec, ...]:
+    rows = []
+    for name, (op, rounds, compiled) in _WINDOW.items():
+        params = WINDOW_PARAMS[name]
+        target = next((params.index(p) for p in ("target_rank", "rank") if p in params), -1)
+        sends = "send" if op in e.RMA else "none"
+        if op in e.GROUPED:
+            rows.append(CallSpec(name, op, Extractor(grouping), TESTED if op == e.WIN_TEST else ASKED))
+        else:
+            rows.append(CallSpec(name, op, Extractor(targeting, peer=target), rounds=rounds, compiled=compiled,
+                                 role=POSTING if name.startswith("R") else BLOCKING, sends=sends))
+    return tuple(rows)
+
+
+WINDOW_CALLS = _window_calls()
+
+
+def window_methods(win, p2p: MpiCollector | None, coll: MpiCollector | None, context: WindowContext) -> dict:
+    """The traced methods of window `win` (an instance of a subclass of mpi4py's MPI.Win), to be put in
+    its __dict__: its rounds (Fence, Free) on its collective collector `coll`, every other call on its
+    point-to-point collector `p2p` (None: a kind not collected)."""
+    out = {}
+    for spec in WINDOW_CALLS:
+        ch = coll if spec.rounds else p2p
+        if ch is not None:
+            out[spec.name] = traced_method(win, getattr(_WIN, spec.name), spec, ch, context)
+    return out
+
+
+def window_made(ch: MpiCollector, context: WindowContext, op, n, t0, t1) -> None:
+    """The record of a window's creation (its round 0), made from t0 to t1 with `n` bytes of this rank's memory."""
+    r = next(context.rounds) & U32
+    if ch.page.switches[ch.at]:
+        write(ch, op, 0, NONE, r, min(n, U32), t0, t1)
+
+
 def _positional(params, args, kwargs) -> tuple:
     """Arguments given by keyword, moved to their positions (missing ones stay at mpi4py's
     defaults by ending the tuple before them, unless a later one is given)."""
@@ -730,7 +862,8 @@ def _positional(params, args, kwargs) -> tuple:
     return tuple(out)
 
 
-_DEFAULTS = {"root": 0, "op": MPI.SUM, "recvcounts": None, "recvbuf": None, "info": MPI.INFO_NULL}
+_DEFAULTS = {"root": 0, "op": MPI.SUM, "recvcounts": None, "recvbuf": None, "info": MPI.INFO_NULL,
+             "target": None, "target_disp": 0, "lock_type": MPI.LOCK_EXCLUSIVE, "assertion": 0}
 
 
 def _sent_bytes(sends, size):

@@ -57,6 +57,26 @@ request (MPI_Send_init to r1 tag 3, the bytes; MPI_Recv_init from the source ask
 completion its request record, as for MPI_Isend and MPI_Irecv: a request started n times gives n
 of each.
 
+One-sided calls (MPI windows). A window made on a traced communicator is declared to the run as
+its next communicator entry W (element and tree `commW`, made "Win.Create of comm C"), so its
+records are those of the collectors of communicator W, and the heartbeat, colop, views and
+archives know it as they know a communicator (`describe` says `on win W` for its calls):
+
+| field   | creation, Fence, Free (tree commW)     | data call (element commW)              | Lock, Unlock, Flush(_local)  | Post, Start, Complete, Win.Wait, Test |
+|---------|----------------------------------------|----------------------------------------|------------------------------|---------------------------------------|
+| op      | MPI_Win_create 0x1C0, MPI_Win_allocate, MPI_Win_allocate_shared, MPI_Win_create_dynamic, MPI_Win_fence 0x1C5, MPI_Win_free 0x1C4 | MPI_Put 0x1C8, MPI_Get, MPI_Accumulate, MPI_Get_accumulate, MPI_Fetch_and_op, MPI_Compare_and_swap, MPI_Rput 0x1CE, MPI_Rget, MPI_Raccumulate, MPI_Rget_accumulate 0x1D1 | MPI_Win_lock 0x1D4, MPI_Win_unlock, MPI_Win_flush 0x1D8, MPI_Win_flush_local; (no target) MPI_Win_lock_all, MPI_Win_unlock_all, MPI_Win_flush_all, MPI_Win_flush_local_all, MPI_Win_sync | MPI_Win_post 0x1DD, MPI_Win_start, MPI_Win_complete, MPI_Win_wait 0x1E0, MPI_Win_test |
+| flags   | ERROR when MPI failed it               | REQUEST (an R-form's request record)   |                              | EMPTY: a Test that found the epoch open |
+| element | NONE                                   | the target's world rank                | the target's world rank (NONE without one) | ranks in the group          |
+| arg     | round: creation 0, then each Fence and Free | 0                                 | Lock: 0 exclusive, 1 shared  | a bit per window rank in the group (below 32) |
+| nbytes  | creation: bytes this rank exposes      | the origin buffer's bytes              | 0                            | 0                                     |
+
+A data call's bytes are its origin buffer's (what a Put or Accumulate sends, what a Get fetches);
+an R-form is a post record, then a request record when a completion call sees it done, as an Isend.
+Complete names the group of the rank's last Start; Win.Wait and Test that of its last Post. A
+window's creation is recorded once it is made (its collectors exist from then on), so a rank
+blocked in creating one has no mark; windows on an untraced communicator (COMM_SELF, mpi4py's
+default) are not traced.
+
 An in-flight mark (`eventspace.space.Mark`, what the heartbeat reads while a call blocks) holds
 the record's fields as known when the call began: peer and tag as asked; for a completion call,
 the first request it waits for (its post op, flag REQUEST): "waits in MPI_Wait for MPI_Irecv
@@ -84,6 +104,10 @@ from ..opcodes import (  # noqa: F401 (re-exported: the codes live a floor below
     SEND_INIT, BSEND_INIT, SSEND_INIT, RSEND_INIT, RECV_INIT, POSTED_COLLECTIVES, ROUNDS, BLOCKING_OF,
     NONBLOCKING_COLLECTIVES, PERSISTENT_COLLECTIVES,
     NEIGHBOR_ALLGATHER, NEIGHBOR_ALLGATHERV, NEIGHBOR_ALLTOALL, NEIGHBOR_ALLTOALLV, NEIGHBOR_ALLTOALLW,
+    WIN_CREATE, WIN_ALLOCATE, WIN_ALLOCATE_SHARED, WIN_CREATE_DYNAMIC, WIN_FREE, WIN_FENCE, PUT, GET, ACCUMULATE,
+    GET_ACCUMULATE, FETCH_AND_OP, COMPARE_AND_SWAP, RPUT, RGET, RACCUMULATE, RGET_ACCUMULATE, WIN_LOCK, WIN_UNLOCK,
+    WIN_LOCK_ALL, WIN_UNLOCK_ALL, WIN_FLUSH, WIN_FLUSH_ALL, WIN_FLUSH_LOCAL, WIN_FLUSH_LOCAL_ALL, WIN_SYNC, WIN_POST,
+    WIN_START, WIN_COMPLETE, WIN_WAIT, WIN_TEST, WINDOWS, RMA, TARGETED, GROUPED,
 )
 
 # Flags (the low byte is eventspace.trace's: ERROR 1, TREE 2, SUMMARY 4).
@@ -133,11 +157,32 @@ def peer_text(value: int) -> str:
     return f"r{value}"
 
 
+SHARED_LOCK = 1   # `arg` of an MPI_Win_lock record: 0 exclusive, 1 shared
+GROUP_BITS = 32   # a group's window ranks that `arg` holds (see group_ranks)
+
+
+def group_ranks(element: int, arg: int) -> tuple[int, ...] | None:
+    """The window ranks of the group an MPI_Win_post/start/complete/wait/test record names (`element`:
+    how many, `arg`: a bit per window rank below GROUP_BITS); None where the group has ranks beyond."""
+    ranks = tuple(k for k in range(GROUP_BITS) if arg >> k & 1)
+    return ranks if len(ranks) == element else None
+
+
 def describe(op: int, flags: int, element: int, arg: int, comm: int | None = None) -> str:
     """One phrase for a record or an in-flight mark, e.g. `MPI_Recv from r3 tag 7 on comm 0`,
-    `MPI_Allreduce on comm 0, round 41`, `MPI_Bcast from r0 on comm 2, round 3`."""
+    `MPI_Allreduce on comm 0, round 41`, `MPI_Bcast from r0 on comm 2, round 3`, `MPI_Win_fence on
+    win 3, round 2`, `MPI_Put target r1 on win 3`, `MPI_Win_wait for window ranks 1, 2 on win 3`."""
     name = NAMES.get(op, f"op {op}")
-    where = f" on comm {comm}" if comm is not None else ""
+    where = f" on {'win' if op in WINDOWS else 'comm'} {comm}" if comm is not None else ""
+    if op in WINDOWS and op not in COLLECTIVES:
+        if op in TARGETED:
+            kind = " (shared)" if op == WIN_LOCK and arg == SHARED_LOCK else ""
+            return f"{'request ' if flags & REQUEST else ''}{name} target {peer_text(element)}{where}{kind}"
+        if op in GROUPED:
+            ranks = group_ranks(element, arg)
+            group = f"{element} window ranks" if ranks is None else f"window ranks {', '.join(map(str, ranks))}"
+            return f"{name} for {group}{where}"
+        return f"{name}{where}"
     if op in ROUNDS:
         root = f" from r{element}" if op in ROOTED and element != PEER_NONE else ""
         return f"{name}{root}{where}, round {arg}"

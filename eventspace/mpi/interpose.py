@@ -20,7 +20,11 @@ Iprobe, probe, iprobe) are the communicator's Mprobe (Improbe...). Idup's commun
 Dup's is, at once: it is declared without a collective call over it (which could not run before
 the Idup completes).
 
-Not traced: intercommunicators of Accept, Connect and Join, and of a Spawn whose processes do not
+A window made on a traced communicator (Win.Create, Allocate, Allocate_shared, Create_dynamic,
+which `MPI.Win` now names) is a `Win` traced the same way: declared to the run as its next
+communicator entry, its calls' closures in its __dict__.
+
+Not traced: windows made on an untraced communicator (COMM_SELF, mpi4py's default), intercommunicators of Accept, Connect and Join, and of a Spawn whose processes do not
 run this Python; COMM_SELF (but its Spawn); and whatever untraced.py counts (every other method of
 these classes that makes an MPI call): their calls run as they always do, and the run's end names
 them.
@@ -48,6 +52,7 @@ from .collector import (
     timed,
     write,
 )
+from .message import buffer_bytes
 
 _Request, _Prequest, _Message = MPI.Request, MPI.Prequest, MPI.Message
 _Start, _Startall = _Prequest.Start, _Prequest.Startall
@@ -521,6 +526,51 @@ def mark_traced(comm, cid: int, methods: dict) -> None:
     comm.__dict__[_COMM_ATTR] = cid
 
 
+# -- windows -----------------------------------------------------------------------------------
+
+_Win = MPI.Win
+_INFO_NULL, _COMM_SELF = MPI.INFO_NULL, MPI.COMM_SELF
+
+
+class Win(_Win):
+    """A window: traced when made on a traced communicator, as mpi4py's otherwise. Also `MPI.Win` while a
+    program runs traced, for its constructors."""
+
+    adopt = None   # (make, its arguments, op, how, communicator, bytes) -> the window: set by `install`
+
+    @classmethod
+    def Create(cls, memory, disp_unit=1, info=_INFO_NULL, comm=_COMM_SELF):  # noqa: N802 - mpi4py's names
+        return _window(super().Create, (memory, disp_unit, info, comm), e.WIN_CREATE, "Win.Create", comm,
+                       lambda: buffer_bytes(memory))
+
+    @classmethod
+    def Allocate(cls, size, disp_unit=1, info=_INFO_NULL, comm=_COMM_SELF):  # noqa: N802
+        return _window(super().Allocate, (size, disp_unit, info, comm), e.WIN_ALLOCATE, "Win.Allocate", comm,
+                       lambda: int(size))
+
+    @classmethod
+    def Allocate_shared(cls, size, disp_unit=1, info=_INFO_NULL, comm=_COMM_SELF):  # noqa: N802
+        return _window(super().Allocate_shared, (size, disp_unit, info, comm), e.WIN_ALLOCATE_SHARED,
+                       "Win.Allocate_shared", comm, lambda: int(size))
+
+    @classmethod
+    def Create_dynamic(cls, info=_INFO_NULL, comm=_COMM_SELF):  # noqa: N802
+        return _window(super().Create_dynamic, (info, comm), e.WIN_CREATE_DYNAMIC, "Win.Create_dynamic", comm,
+                       lambda: 0)
+
+
+def _window(make, args, op, how, comm, exposed):
+    """make(*args): a window, traced when `comm` is (`Win.adopt` times the call, declares the window and
+    writes its creation's record, with exposed() bytes: the memory this rank exposes in it)."""
+    if Win.adopt is None or comm_id(comm) is None:
+        return make(*args)
+    try:
+        n = max(int(exposed()), 0)
+    except (TypeError, ValueError):
+        n = 0   # the call itself says what is wrong with it
+    return Win.adopt(make, args, op, f"{how} of comm {comm_id(comm)}", comm, n)
+
+
 def count_pickled() -> None:
     """Make mpi4py pickle through a function that adds the bytes it makes to PICKLED_BYTES (the
     pickle forms' bytes), with mpi4py's own protocol and out-of-band threshold."""
@@ -552,10 +602,16 @@ def compile_waits(compiled) -> None:
                                                        *common, op, *flags, outcome=_OUTCOMES[family, outcome]))
 
 
-def count_untraced(comm, base, methods: dict) -> dict:
+def count_untraced(comm, base, methods: dict, prefix: str = "Comm") -> dict:
     """Counting wrappers (untraced.counting) for the untraced MPI methods of traced communicator
-    `comm` (of mpi4py class `base`), whose traced closures are `methods`."""
-    return untraced.counting(comm, base, methods, "Comm", [k for k in type(comm).__mro__ if k not in base.__mro__])
+    `comm` (of mpi4py class `base`), whose traced closures are `methods`; a window's with
+    `count_untraced_window`."""
+    return untraced.counting(comm, base, methods, prefix, [k for k in type(comm).__mro__ if k not in base.__mro__])
+
+
+def count_untraced_window(win, methods: dict) -> dict:
+    """Counting wrappers for the untraced MPI methods of traced window `win` (MPI_Win_...)."""
+    return count_untraced(win, _Win, methods, "Win")
 
 
 # Our request and message classes count their untraced MPI methods (Pready... of a Prequest).
@@ -564,11 +620,13 @@ untraced.count_on_class(Prequest, _Prequest, "Request")
 untraced.count_on_class(Message, _Message, "Message")
 
 
-def install(world, adopt, finalize, compiled=None, aborting=None, adopt_posted=None, spawn=None, parent=None) -> None:
+def install(world, adopt, finalize, compiled=None, aborting=None, adopt_posted=None, spawn=None, parent=None,
+            adopt_window=None) -> None:
     """Replace mpi4py's COMM_WORLD by the traced `world`, MPI.Request by Request, MPI.Prequest by
-    Prequest, MPI.Message by Message, and MPI.Finalize by a function that calls `finalize()` first;
-    `adopt` declares and traces each communicator a traced one makes (`adopt_posted`, one made by
-    Idup), and `aborting(error code)` is called before a traced communicator's Abort. With
+    Prequest, MPI.Message by Message, MPI.Win by Win and MPI.Finalize by a function that calls
+    `finalize()` first; `adopt` declares and traces each communicator a traced one makes
+    (`adopt_posted`, one made by Idup), `adopt_window` each window made on one (see Win.adopt), and
+    `aborting(error code)` is called before a traced communicator's Abort. With
     `compiled` (the compiled collector module), the completion calls run in C (`compile_waits`).
     With `spawn`, the Spawns of traced communicators and of COMM_SELF go through it; with `parent`
     (a spawned process's traced intercommunicator with its parents), MPI.Comm.Get_parent() gives it."""
@@ -586,6 +644,9 @@ def install(world, adopt, finalize, compiled=None, aborting=None, adopt_posted=N
     MPI.Request = Request
     MPI.Prequest = Prequest
     MPI.Message = Message
+    if adopt_window is not None:
+        Win.adopt = staticmethod(adopt_window)
+        MPI.Win = Win
     original = MPI.Finalize
 
     def Finalize():  # noqa: N802 - mpi4py's name

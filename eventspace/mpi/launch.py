@@ -268,7 +268,8 @@ class RankHost:
         parent = None if rank.parent is None else rank.adopt(mpi.Comm.Get_parent(), "Spawn", None)
         interpose.install(world, rank.adopt, rank.finish, rank.space.compiled,
                           aborting=lambda code: rank.abandon(f"{rank.who} called MPI_Abort (error code {code})"),
-                          adopt_posted=rank.adopt_posted, spawn=rank.spawn, parent=parent)
+                          adopt_posted=rank.adopt_posted, spawn=rank.spawn, parent=parent,
+                          adopt_window=rank.adopt_window)
         self.rank = rank
 
     # -- running -------------------------------------------------------------------------------

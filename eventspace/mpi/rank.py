@@ -21,7 +21,8 @@ from paths.errors import PathsError
 from ..hosted import RECORD_FLUSH
 from ..space import NodeSpace
 from . import interpose, mpi4py_access, untraced
-from .collector import MpiCollector, collective_methods, p2p_methods, peer_table
+from .collector import (MpiCollector, WindowContext, collective_methods, p2p_methods, peer_table, window_made,
+                        window_methods)
 from .options import Options, spawned_command
 from .generate import Communicator, add_communicator, add_ranks, collector_ids, node_name, run_pathmap
 from .registry import Registration
@@ -301,8 +302,7 @@ class Rank:
             cid = self._declared(members, how) if first and comm.Get_rank() == 0 else None
             cid = _across(mpi, comm, cid, first)
         else:
-            members = self._members(comm)
-            cid = mpi.Comm.bcast(comm, self._declared(members, how) if comm.Get_rank() == 0 else None, 0)
+            cid, members = self._declared_over(comm, how)
         if cid is None:
             return comm
         mpi4py_access.hold_no_lock(comm)
@@ -356,14 +356,45 @@ class Rank:
         return [self.first + r for r in ranks]
 
     def _declared(self, members, how: str) -> int | None:
-        """The id of the communicator `declare` gives, or None (said once) if it cannot be declared."""
+        """The id of the communicator or window `declare` gives, or None (said once) if it cannot be declared."""
         try:
             return self.declare(members, how)
         except (pastset.PastSetError, PathsError, ValueError) as exc:
             if not self._warned:
                 self._warned = True
-                say(f"rank {self.rank}: a communicator could not be declared ({exc}); its calls are not collected")
+                say(f"rank {self.rank}: a communicator or window could not be declared ({exc}); "
+                    "its calls are not collected")
             return None
+
+    def _declared_over(self, comm, how: str) -> tuple[int | None, list[int]]:
+        """(the id the run gives what intracommunicator `comm`'s members make together, or None where it
+        could not be declared; their ranks in the run): collective over `comm`, whose rank 0 declares it."""
+        members = self._members(comm)
+        return self.mpi.Comm.bcast(comm, self._declared(members, how) if comm.Get_rank() == 0 else None, 0), members
+
+    def adopt_window(self, make, args, op: int, how: str, comm, exposed: int):
+        """A window made by make(*args) over traced communicator `comm` (collective over it): declared to
+        the run as its next communicator entry (element and tree `commW`, made `how`), its calls traced
+        (collector.window_methods) and its creation recorded (round 0 of tree commW: from t0 to t1,
+        `exposed` bytes of this rank's memory). Returned as made where it could not be declared."""
+        clock = self.space.clock
+        t0 = clock()
+        win = make(*args)
+        t1 = clock()
+        cid, members = self._declared_over(comm, how)
+        if cid is None:
+            return win
+        p2p, coll = collector_ids(self.space.catalogue, cid, self.rank)
+        peers = peer_table(members)
+        context = WindowContext(members, comm.Get_rank(), self.world_group, interpose.Request, self.first)
+        p2p_ch = self._collector(p2p, peers) if p2p else None
+        coll_ch = self._collector(coll, peers) if coll else None
+        methods = window_methods(win, p2p_ch, coll_ch, context)
+        methods.update(interpose.count_untraced_window(win, methods))
+        interpose.mark_traced(win, cid, methods)
+        if coll_ch is not None:
+            window_made(coll_ch, context, op, exposed, t0, t1)
+        return win
 
     def declare(self, members, how: str) -> int:
         """Rank 0 gives the communicator an id and every node its collectors; the id."""

@@ -47,3 +47,34 @@ def test_sends_count_at_their_sending_end_by_hop_class():
     console.print(matrix_tables(matrix))
     text = console.export_text()
     assert "across clusters" in text and "1,000 (1)" in text and "1,110" in text
+
+
+def test_one_sided_calls_are_a_kind_of_their_own_from_origin_to_target():
+    cat = Catalogue(run_pathmap("rma", HOSTS, CLUSTERS, [Communicator(0, (0, 1, 2, 3), "COMM_WORLD"),
+                                                          Communicator(1, (0, 1, 2, 3), "Win.Create of comm 0")]))
+
+    def call(op, origin, target, nbytes, flags=0, window=1):
+        return trace.RECORD.pack(op, flags, collector_ids(cat, window, origin)[0], target, 0, nbytes, 1, 2)
+
+    records = trace.decode(b"".join([
+        call(e.PUT, 0, 1, 100),                          # same host
+        call(e.RPUT, 1, 2, 10),                          # same cluster: its post...
+        call(e.RPUT, 1, 2, 10, flags=e.REQUEST),         # ...and its completion, not a second call
+        call(e.GET, 2, 3, 5),                            # across clusters: bytes the origin fetched
+        call(e.PUT, 2, 3, 7, flags=trace.ERROR),         # failed: nothing moved
+        call(e.WIN_LOCK, 3, 0, 0),                       # synchronisation: no data
+        call(e.SEND, 3, 0, 1000, window=0),              # point to point, on COMM_WORLD
+    ]))
+    matrix = Matrix.empty(HOSTS, [CLUSTERS[h] for h in HOSTS])
+    assert matrix.add(records, cat) == 1
+    assert matrix.rma_bytes.tolist() == [[0, 100, 0, 0], [0, 0, 10, 0], [0, 0, 0, 5], [0, 0, 0, 0]]
+    assert matrix.rma_calls.sum() == 3 and matrix.nbytes.sum() == 1000
+    assert matrix.by_hop(rma=True) == [("same host", 1, 100), ("same cluster", 1, 10), ("across clusters", 1, 5)]
+    assert matrix.as_dict()["rma"]["bytes"] == matrix.rma_bytes.tolist()
+    assert matrix.copy().rma_calls.tolist() == matrix.rma_calls.tolist()
+
+    console = Console(width=160, record=True)
+    console.print(matrix_tables(matrix))
+    text = console.export_text()
+    assert "point-to-point traffic" in text and "one-sided (RMA) traffic, origin to target" in text
+    assert "100 (1)" in text and "1,000 (1)" in text

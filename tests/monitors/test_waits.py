@@ -58,3 +58,31 @@ def test_the_heartbeat_prints_a_deadlock_as_one_line():
     text = console.export_text()
     assert "deadlock: r0 waits Recv from r1 tag 0 on comm 0; r1 waits Recv from r0 tag 0 on comm 0" in text
     assert report.as_dict()["deadlock"] == dead.lines
+
+
+def test_a_windows_calls_wait_on_their_target_the_group_they_name_or_a_fences_missing_members():
+    from eventspace.catalogue import Catalogue
+    from eventspace.mpi import encoding as e
+    from eventspace.mpi.generate import Communicator, collector_ids, run_pathmap
+    from eventspace.space import Mark
+    from monitors.waits import waits
+
+    # Window 1 over world ranks 3, 2, 1, 0 (its rank k is world rank 3 - k).
+    comms = [Communicator(0, (0, 1, 2, 3), "COMM_WORLD"), Communicator(1, (3, 2, 1, 0), "Win.Create of comm 0")]
+    cat = Catalogue(run_pathmap("win", ["h"] * 4, {"h": "c"}, comms))
+    p2p, rounds = ({r: collector_ids(cat, 1, r)[kind] for r in range(4)} for kind in (0, 1))
+    marks = {p2p[0]: Mark(5, e.WIN_WAIT, 0, 2, 0b0110, 0),    # the group of its Post: window ranks 1 and 2
+             p2p[1]: Mark(5, e.WIN_UNLOCK, 0, 0, 0, 0),       # on world rank 0
+             rounds[2]: Mark(5, e.WIN_FENCE, 0, e.PEER_NONE, 4, 0),
+             rounds[3]: Mark(5, e.WIN_FENCE, 0, e.PEER_NONE, 4, 0)}
+    found = waits(marks, cat, {(0, 1): 3, (1, 1): 4})   # rank 1 completed round 4 already: rank 0 has not
+    assert found[0].text == "Win_wait for window ranks 1, 2 on win 1, waiting for r2, r1"
+    assert found[0].on == (2, 1)
+    assert (found[1].text, found[1].on) == ("Win_unlock target r0 on win 1", (0,))
+    assert (found[2].text, found[2].on) == ("Win_fence on win 1, round 4, waiting for r0", (0,))
+    # r0 waits on r2 and r1, r1, r2 and r3 on r0: nobody can release them.
+    assert deadlock(found, range(4)).lines == ["r0 waits Win_wait for window ranks 1, 2 on win 1, waiting for r2, r1",
+                                               "r2 waits Win_fence on win 1, round 4, waiting for r0"]
+    # A group beyond what a record holds names nobody: never a deadlock of its own.
+    beyond = waits({p2p[0]: Mark(5, e.WIN_COMPLETE, 0, 40, 0b1, 0)}, cat, {})
+    assert beyond[0].on == () and beyond[0].text == "Win_complete for 40 window ranks on win 1"

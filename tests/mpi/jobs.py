@@ -101,3 +101,18 @@ def monitor(*args, cwd) -> list[dict]:
     *frames, end = [json.loads(line) for line in result.stdout.splitlines()]
     assert "ended" in end and all("ended" not in frame for frame in frames), end
     return frames
+
+
+def watch(tmp_path, kind: str, name: str, interval: float = 0.2) -> subprocess.Popen:
+    """`eventspace monitor KIND --run NAME --json --interval INTERVAL`, left running (end it with `unwatch`):
+    its stdout gives one JSON object per interval."""
+    return subprocess.Popen([sys.executable, "-m", "eventspace.cli", "monitor", kind, "--run", name, "--json",
+                             "--interval", str(interval)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def unwatch(monitor: subprocess.Popen | None) -> None:
+    """End a monitor `watch` started, if it still runs."""
+    if monitor is not None and monitor.poll() is None:
+        monitor.kill()
+        monitor.communicate()

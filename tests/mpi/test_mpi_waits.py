@@ -24,9 +24,14 @@ def waiting_in(beat) -> dict[str, str]:
 
 def at(call: str) -> str:
     """` at waits.py:N in <module>`: where in tests/mpi/programs/waits.py the first line holding `call` is."""
-    lines = (PROGRAMS / "waits.py").read_text().splitlines()
-    number = next(i for i, text in enumerate(lines, 1) if call in text)
-    return f" at waits.py:{number} in <module>"
+    return at_line("waits.py", call)
+
+
+def at_line(program: str, call: str, nth: int = 1) -> str:
+    """` at PROGRAM:N in <module>`: where in tests/mpi/programs/PROGRAM the nth line holding `call` is."""
+    lines = (PROGRAMS / program).read_text().splitlines()
+    number = [i for i, text in enumerate(lines, 1) if call in text][nth - 1]
+    return f" at {program}:{number} in <module>"
 
 
 @pytest.mark.parametrize("mode", ["p2p", "p2p-buffer", "p2p-request"])
