@@ -34,7 +34,8 @@
  *       collectives, buffer and pickle forms), in their common form; every other form goes to the
  *       closure.
  *   PickleCount()  `total`: the bytes mpi4py has pickled in the calling thread (a C thread-local,
- *       which MpiCall reads in place), what a pickle form's record counts.
+ *       which MpiCall reads in place), what a pickle form's record counts; `counted(dumps)`, the
+ *       pickle hook that adds to it.
  *   RequestWait, RequestWaitall(call, fallback, request_class, channel_class, ...)
  *       Wait and Test, and Waitall, Testall, Waitany, Testany, Waitsome and Testsome (outcome=O_*),
  *       of the traced Request class (eventspace/mpi/interpose.py).
@@ -96,7 +97,8 @@ PyInit__collector(void)
     if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&TableSlotType) < 0 || PyType_Ready(&CollectType) < 0
         || PyType_Ready(&MpiCallType) < 0
         || PyType_Ready(&MpiMarkType) < 0 || PyType_Ready(&TypedSizeType) < 0 || PyType_Ready(&RequestWaitType) < 0
-        || PyType_Ready(&RequestWaitallType) < 0 || PyType_Ready(&PickleCountType) < 0)
+        || PyType_Ready(&RequestWaitallType) < 0 || PyType_Ready(&PickleCountType) < 0
+        || PyType_Ready(&CountedDumpsType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -44,6 +44,70 @@ static PyGetSetDef pickle_count_getset[] = {
     {NULL},
 };
 
+/* The pickle hook PickleCount.counted(dumps) makes: dumps called with what it is given, the size of
+ * what it returns added to the calling thread's count (as the Python reference's closure does, with
+ * no Python frame and no attribute lookup of its own). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dumps;
+} CountedDumps;
+
+static PyObject *
+counted_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *data = PyObject_Vectorcall(((CountedDumps *)callable)->dumps, args, nargsf, kwnames);
+    if (data == NULL)
+        return NULL;
+    Py_ssize_t n = PyBytes_CheckExact(data) ? PyBytes_GET_SIZE(data) : PyObject_Size(data);
+    if (n < 0) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    pickled_here += (uint64_t)n;
+    return data;
+}
+
+static void
+counted_dealloc(CountedDumps *self)
+{
+    Py_XDECREF(self->dumps);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject CountedDumpsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.CountedDumps",
+    .tp_doc = PyDoc_STR("dumps, counting what it pickles into the calling thread's PickleCount."),
+    .tp_basicsize = sizeof(CountedDumps),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(CountedDumps, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)counted_dealloc,
+};
+
+static PyObject *
+pickle_count_counted(PyObject *self, PyObject *dumps)
+{
+    if (!PyCallable_Check(dumps)) {
+        PyErr_SetString(PyExc_TypeError, "counted(dumps): dumps is what pickles (pickle.dumps)");
+        return NULL;
+    }
+    CountedDumps *counted = PyObject_New(CountedDumps, &CountedDumpsType);
+    if (counted == NULL)
+        return NULL;
+    counted->vectorcall = counted_vectorcall;
+    Py_INCREF(dumps);
+    counted->dumps = dumps;
+    return (PyObject *)counted;
+}
+
+static PyMethodDef pickle_count_methods[] = {
+    {"counted", pickle_count_counted, METH_O,
+     "counted(dumps) -> dumps, adding the size of each pickle it makes to the calling thread's count"},
+    {NULL},
+};
+
 static PyTypeObject PickleCountType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "eventspace._collector.PickleCount",
@@ -52,6 +116,7 @@ static PyTypeObject PickleCountType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
     .tp_getset = pickle_count_getset,
+    .tp_methods = pickle_count_methods,
 };
 
 /* -- MpiCall -------------------------------------------------------------------------------- */

@@ -75,14 +75,23 @@ _SOURCE, _TAG, _COUNT, _CANCELLED = MPI.Status.Get_source, MPI.Status.Get_tag, M
     MPI.Status.Is_cancelled
 class PickleCount(threading.local):
     """Bytes mpi4py has pickled in the calling thread (`total`), summed by the pickle hook
-    (interpose.count_pickled; mpi4py pickles in the thread that makes the call): a pickle-form
-    call's bytes are the growth of its own thread's count while it runs, whatever other threads of
-    an MPI_THREAD_MULTIPLE program pickle meanwhile. The Python reference of the compiled
-    collector's PickleCount (a C thread-local, which the compiled calls read in place), which
-    PICKLED_BYTES is wherever the collector runs compiled."""
+    (`counted`, which interpose.count_pickled installs; mpi4py pickles in the thread that makes the
+    call): a pickle-form call's bytes are the growth of its own thread's count while it runs,
+    whatever other threads of an MPI_THREAD_MULTIPLE program pickle meanwhile. The Python reference
+    of the compiled collector's PickleCount (a C thread-local, which the compiled calls read in
+    place, and a hook in C), which PICKLED_BYTES is wherever the collector runs compiled."""
 
     def __init__(self):
         self.total = 0
+
+    def counted(self, dumps):
+        """`dumps`, adding the size of each pickle it makes to the calling thread's `total`."""
+        def counted_dumps(obj, protocol=None, **kwargs):
+            data = dumps(obj, protocol, **kwargs)
+            self.total += len(data)
+            return data
+
+        return counted_dumps
 
 
 class ThreadStatus(threading.local):

@@ -353,14 +353,7 @@ def count_pickled() -> None:
     """Make mpi4py pickle through a function that adds the bytes it makes to PICKLED_BYTES, the
     calling thread's count (the pickle forms' bytes), with mpi4py's own protocol and out-of-band
     threshold."""
-    dumps, pickled = pickle.dumps, PICKLED_BYTES
-
-    def counted_dumps(obj, protocol=None, **kwargs):
-        data = dumps(obj, protocol, **kwargs)
-        pickled.total += len(data)
-        return data
-
-    MPI.pickle.__init__(counted_dumps, pickle.loads, MPI.pickle.PROTOCOL, MPI.pickle.THRESHOLD)
+    MPI.pickle.__init__(PICKLED_BYTES.counted(pickle.dumps), pickle.loads, MPI.pickle.PROTOCOL, MPI.pickle.THRESHOLD)
 
 
 def compile_waits(compiled) -> None:
