@@ -622,11 +622,14 @@ def matched_receive(info, op, t0, t1) -> None:
 def request_done(info, status, t1, extra=0) -> None:
     """The request record of a request posted as `info` (channel, op, flags, peer, tag, nbytes,
     t_start) whose completion was seen at `t1`: a receive's actual source, tag and bytes from
-    `status` (None when the request was freed before completing)."""
+    `status` (None when the request was freed before completing); a cancelled one's as posted (MPI
+    leaves a cancelled receive's source and tag undefined: MPICH's Status keeps the posted ones,
+    Open MPI's says MPI_ANY_SOURCE and MPI_ANY_TAG)."""
     ch, op, flags, peer, tag, n, t0 = info
-    if status is not None and op in RECEIVES:
+    cancelled = flags & F_CANCELLED and status is not None and _CANCELLED(status)
+    if status is not None and op in RECEIVES and not cancelled:
         peer, tag, n = received(ch.peers, status)
-    if flags & F_CANCELLED and (status is None or not _CANCELLED(status)):
+    if flags & F_CANCELLED and not cancelled:
         flags &= ~F_CANCELLED   # the program asked; MPI did not (or could not say that it did) cancel
     write(ch, op, flags | extra | F_REQUEST, peer, tag, n, t0, t1)
 
