@@ -8,8 +8,10 @@ the launcher sets (no MPI library is loaded: the node servers speak ZeroMQ, not 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +21,45 @@ from .errors import PathsError
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 MPIEXEC_ENV = "EVENTSPACE_MPIEXEC"   # another launcher command, e.g. `srun`
 EXTRA_HINT = "pip install 'eventspace[mpi]' (the mpich wheel ships mpiexec)"
+# The MPIs whose launchers differ in what a run needs (family_of): Hydra (MPICH's, Intel MPI's) and Open MPI's.
+OPEN_MPI, MPICH = "Open MPI", "MPICH"
+# Both set to 1: Open MPI's launcher then starts as root, which it refuses otherwise (root_refusal).
+ROOT_VARIABLES = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+
+
+@functools.lru_cache(maxsize=None)
+def family_of(mpiexec: str) -> str:
+    """Which MPI's launcher `mpiexec` is, as its `--version` says: OPEN_MPI ("mpiexec (Open MPI)
+    5.0.11"), MPICH (Hydra, MPICH's and Intel MPI's: "HYDRA build details"), or "" for another (srun)
+    or one that says nothing within 10 s."""
+    try:
+        said = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=10,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    text = said.stdout + said.stderr
+    if "Open MPI" in text:
+        return OPEN_MPI
+    if "HYDRA" in text or "MPICH" in text or "Intel(R) MPI" in text:
+        return MPICH
+    return ""
+
+
+def launcher_options(family: str) -> list[str]:
+    """What `mpiexec -n N` is given besides, so that a launcher of `family` starts N ranks wherever
+    Hydra would: Open MPI's refuses more ranks than the host has cores (its slots) unless told
+    --oversubscribe; Hydra runs them all. Ranks beyond the cores share them, as under Hydra."""
+    return ["--oversubscribe"] if family == OPEN_MPI else []
+
+
+def root_refusal(family: str, environ=os.environ) -> str | None:
+    """Why a launcher of `family` will not start here, and what to do about it, or None: Open MPI's
+    refuses to run as root unless OMPI_ALLOW_RUN_AS_ROOT and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM are
+    both 1 (a container's user often is root)."""
+    if family != OPEN_MPI or os.geteuid() != 0 or all(environ.get(v) == "1" for v in ROOT_VARIABLES):
+        return None
+    return ("Open MPI's mpiexec refuses to run as root; if you mean to, set "
+            f"{'=1 and '.join(ROOT_VARIABLES)}=1 in the environment (README: \"Open MPI\")")
 
 
 def find_mpiexec() -> list[str]:
@@ -55,9 +96,17 @@ _TIED_TO_ITS_STARTER = (
 
 
 def command(nodes: int, args: list[str], node_command: list[str]) -> list[str]:
-    """`mpiexec -n NODES ARGS NODE_COMMAND`: one rank per node; on Linux, started so that it
-    ends its ranks when the thread that runs this command ends (the launcher dies)."""
-    launcher = [*find_mpiexec(), "-n", str(nodes), *args, *node_command]
+    """`mpiexec -n NODES ARGS NODE_COMMAND`: one rank per node (as many as Hydra would start:
+    `launcher_options`, where the launcher is not one $EVENTSPACE_MPIEXEC names as it is to run);
+    on Linux, started so that it ends its ranks when the thread that runs this command ends (the
+    launcher dies). PathsError where the launcher will refuse to start (root_refusal)."""
+    found = find_mpiexec()
+    family = family_of(shutil.which(found[0]) or found[0])
+    refused = root_refusal(family)
+    if refused is not None:
+        raise PathsError(f"--mpiexec: {refused}")
+    options = [] if os.environ.get(MPIEXEC_ENV) else launcher_options(family)
+    launcher = [*found, "-n", str(nodes), *options, *args, *node_command]
     if not sys.platform.startswith("linux"):
         return launcher
     return [sys.executable, "-S", "-c", _TIED_TO_ITS_STARTER, str(os.getpid()), *launcher]

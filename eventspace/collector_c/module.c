@@ -10,7 +10,7 @@
  *                  its switch, in-flight start, mark and drain bound, which every collector reads there
  *   collect.c      Collect: the collecting stage a linked path calls
  *   mpi_arguments.c, mpi_call.c  MpiCall: an MPI collector closure's hot path, one routine applying
- *                  a row of the call table (eventspace/mpi/collector.py, CallSpec)
+ *                  a row of the call table (eventspace/mpi/collector.py, CallSpec); PickleCount
  *   mpi_wait.c     RequestWait, RequestWaitall: the traced Request class's completions
  * Each part's header says what it holds and what it relies on.
  *
@@ -33,6 +33,9 @@
  *       call table with a compiled form (sends, Recv, Sendrecv, the nonblocking posts and
  *       collectives, buffer and pickle forms), in their common form; every other form goes to the
  *       closure.
+ *   PickleCount()  `total`: the bytes mpi4py has pickled in the calling thread (a C thread-local,
+ *       which MpiCall reads in place), what a pickle form's record counts; `counted(dumps)`, the
+ *       pickle hook that adds to it.
  *   RequestWait, RequestWaitall(call, fallback, request_class, channel_class, ...)
  *       Wait and Test, and Waitall, Testall, Waitany, Testany, Waitsome and Testsome (outcome=O_*),
  *       of the traced Request class (eventspace/mpi/interpose.py).
@@ -73,7 +76,7 @@ PyInit__collector(void)
     struct { PyObject **slot; const char *text; } strings[] = {
         {&s_nbytes, "nbytes"}, {&s_get_count, "Get_count"},
         {&s_get_source, "Get_source"}, {&s_get_tag, "Get_tag"}, {&s_info, "info"},
-        {&s_total, "total"},
+        {&s_status, "status"},
     };
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
         if (*strings[i].slot == NULL && (*strings[i].slot = PyUnicode_InternFromString(strings[i].text)) == NULL)
@@ -94,7 +97,8 @@ PyInit__collector(void)
     if (PyType_Ready(&RingAppenderType) < 0 || PyType_Ready(&TableSlotType) < 0 || PyType_Ready(&CollectType) < 0
         || PyType_Ready(&MpiCallType) < 0
         || PyType_Ready(&MpiMarkType) < 0 || PyType_Ready(&TypedSizeType) < 0 || PyType_Ready(&RequestWaitType) < 0
-        || PyType_Ready(&RequestWaitallType) < 0)
+        || PyType_Ready(&RequestWaitallType) < 0 || PyType_Ready(&PickleCountType) < 0
+        || PyType_Ready(&CountedDumpsType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -106,7 +110,8 @@ PyInit__collector(void)
         || PyModule_AddObjectRef(m, "MpiCall", (PyObject *)&MpiCallType) < 0
         || PyModule_AddObjectRef(m, "TypedSize", (PyObject *)&TypedSizeType) < 0
         || PyModule_AddObjectRef(m, "RequestWait", (PyObject *)&RequestWaitType) < 0
-        || PyModule_AddObjectRef(m, "RequestWaitall", (PyObject *)&RequestWaitallType) < 0) {
+        || PyModule_AddObjectRef(m, "RequestWaitall", (PyObject *)&RequestWaitallType) < 0
+        || PyModule_AddObjectRef(m, "PickleCount", (PyObject *)&PickleCountType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

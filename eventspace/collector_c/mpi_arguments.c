@@ -4,11 +4,120 @@
  *
  * Relies on: record.h (the record's fields), clock.c (now), appender.c (RingAppender, ring_append,
  * raise_mismatch), table.c (the collector's TableSlot: switch, in-flight start, mark, drain bound);
- * from Python, the PickleCount of eventspace/mpi/collector.py (its slot `total`, found by name), the
- * row as eventspace/mpi/collector.py's CallSpec and its extractor say it (compiled_call), and mpi4py's
+ * from Python, the row as eventspace/mpi/collector.py's CallSpec and its extractor say it (compiled_call),
+ * its THREAD_STATUS (a threading.local whose `status` is each thread's MPI.Status), and mpi4py's
  * public C API function PyMPIStatus_Get, handed over as its capsule (eventspace/mpi/mpi4py_access.py;
  * use_mpi_status checks its signature as mpi4py.h does).
  */
+
+/* -- PickleCount ---------------------------------------------------------------------------- */
+
+/* Bytes mpi4py has pickled in this thread: interpose.count_pickled's hook adds each pickle's size to
+ * `total`, and a pickle-form call's bytes are the growth of its own thread's count while it runs,
+ * whatever other threads (an MPI_THREAD_MULTIPLE program's) pickle meanwhile. One count per thread,
+ * a C thread-local that MpiCall reads in place; every PickleCount is a view of the same counts.
+ * eventspace/mpi/collector.py's PickleCount (a threading.local) is its Python reference. */
+static _Thread_local uint64_t pickled_here;
+
+static PyObject *
+pickle_count_get(PyObject *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(pickled_here);
+}
+
+static int
+pickle_count_set(PyObject *self, PyObject *value, void *closure)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a PickleCount's total is kept for every thread: it cannot be deleted");
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(value);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    pickled_here = v;
+    return 0;
+}
+
+static PyGetSetDef pickle_count_getset[] = {
+    {"total", pickle_count_get, pickle_count_set, "bytes mpi4py has pickled in the calling thread", NULL},
+    {NULL},
+};
+
+/* The pickle hook PickleCount.counted(dumps) makes: dumps called with what it is given, the size of
+ * what it returns added to the calling thread's count (as the Python reference's closure does, with
+ * no Python frame and no attribute lookup of its own). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dumps;
+} CountedDumps;
+
+static PyObject *
+counted_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *data = PyObject_Vectorcall(((CountedDumps *)callable)->dumps, args, nargsf, kwnames);
+    if (data == NULL)
+        return NULL;
+    Py_ssize_t n = PyBytes_CheckExact(data) ? PyBytes_GET_SIZE(data) : PyObject_Size(data);
+    if (n < 0) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    pickled_here += (uint64_t)n;
+    return data;
+}
+
+static void
+counted_dealloc(CountedDumps *self)
+{
+    Py_XDECREF(self->dumps);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject CountedDumpsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.CountedDumps",
+    .tp_doc = PyDoc_STR("dumps, counting what it pickles into the calling thread's PickleCount."),
+    .tp_basicsize = sizeof(CountedDumps),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(CountedDumps, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)counted_dealloc,
+};
+
+static PyObject *
+pickle_count_counted(PyObject *self, PyObject *dumps)
+{
+    if (!PyCallable_Check(dumps)) {
+        PyErr_SetString(PyExc_TypeError, "counted(dumps): dumps is what pickles (pickle.dumps)");
+        return NULL;
+    }
+    CountedDumps *counted = PyObject_New(CountedDumps, &CountedDumpsType);
+    if (counted == NULL)
+        return NULL;
+    counted->vectorcall = counted_vectorcall;
+    Py_INCREF(dumps);
+    counted->dumps = dumps;
+    return (PyObject *)counted;
+}
+
+static PyMethodDef pickle_count_methods[] = {
+    {"counted", pickle_count_counted, METH_O,
+     "counted(dumps) -> dumps, adding the size of each pickle it makes to the calling thread's count"},
+    {NULL},
+};
+
+static PyTypeObject PickleCountType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventspace._collector.PickleCount",
+    .tp_doc = PyDoc_STR("PickleCount(): `total`, the bytes mpi4py has pickled in the calling thread."),
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_getset = pickle_count_getset,
+    .tp_methods = pickle_count_methods,
+};
 
 /* -- MpiCall -------------------------------------------------------------------------------- */
 
@@ -88,6 +197,8 @@ typedef struct {
     volatile int64_t *start, *bound;
     TableSlot *slot;
     PyObject *spill, *peers, *status, *rounds;
+    unsigned long owner;          /* the thread that made the collector, whose receives read `status` */
+    PyObject *statuses;           /* THREAD_STATUS: any other thread's Status (thread_status) */
     uint32_t *peer_table;         /* peers, as u32s (peer_of) */
     Py_ssize_t npeers;
     PyObject *get_count, *get_source, *get_tag;   /* MPI.Status's, unbound: what a receive got */
@@ -101,8 +212,6 @@ typedef struct {
     Py_ssize_t cid;
     uint64_t op, flags, error, any_source_flag, any_tag_flag;
     uint64_t recv_op;             /* Sendrecv's receive half (its send half is `op`) */
-    PyObject *dumped;             /* the PickleCount (S_PICKLED: what a call sent is its growth) */
-    Py_ssize_t dumped_at;         /* the offset of its slot `total` */
     PyObject *datatypes;          /* ((Datatype, size), ...): the predefined datatypes a message spec
                                      ([buf, count, datatype]) is sized by in C, or NULL */
     int64_t offset_ns;
@@ -341,32 +450,28 @@ collecting(MpiCall *self)
     return *self->on != 0;
 }
 
-static PyObject *s_info, *s_total;
+static PyObject *s_info, *s_status;
 
-/* Bytes mpi4py has pickled in this process so far (interpose.count_pickled keeps the count in
- * the PickleCount's `total`) in *out: S_PICKLED, a call's bytes are the growth during it
- * (`pickled_since`). -1 with an error set when the count is gone or no int. */
-static int
-pickled_so_far(MpiCall *self, uint64_t *out)
+/* What mpi4py pickled in this thread since `before` (pickled_here before a call), as a record's u32 nbytes. */
+static inline uint64_t
+pickled_since(uint64_t before)
 {
-    PyObject *count = *slot(self->dumped, self->dumped_at);
-    if (count == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "'PickleCount' object has no attribute 'total'");
-        return -1;
-    }
-    *out = PyLong_AsUnsignedLongLongMask(count);
-    return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+    return pickled_here - before < U32 ? pickled_here - before : U32;
 }
 
-/* What mpi4py pickled since `before` (pickled_so_far before a call), as a record's u32 nbytes. */
-static int
-pickled_since(MpiCall *self, uint64_t before, uint64_t *n)
+/* The Status a traced receive reads what came with where the program gives none: `own` (its
+ * collector's) in the thread that made the collector (`owner`), else the calling thread's own
+ * (`statuses`, THREAD_STATUS: a threading.local), never one another thread's receive fills
+ * meanwhile. Borrowed: `statuses` keeps each thread's Status for the thread's life. NULL with an
+ * error set. */
+static PyObject *
+thread_status(PyObject *own, unsigned long owner, PyObject *statuses)
 {
-    uint64_t now_count;
-    if (pickled_so_far(self, &now_count) < 0)
-        return -1;
-    *n = now_count - before < U32 ? now_count - before : U32;
-    return 0;
+    if (PyThread_get_thread_ident() == owner)
+        return own;
+    PyObject *st = PyObject_GetAttr(statuses, s_status);
+    Py_XDECREF(st);
+    return st;
 }
 
 /* A nonblocking post's request wrapped in the request class, its `info` set as the closure sets it:

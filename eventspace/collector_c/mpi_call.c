@@ -66,8 +66,9 @@ traced_as(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, const int hold
     }
     PyObject *status = NULL;
     if (row->status_at >= 0) {
-        if (stack[row->status_at + 1] == Py_None)
-            stack[row->status_at + 1] = self->status;
+        if (stack[row->status_at + 1] == Py_None
+            && (stack[row->status_at + 1] = thread_status(self->status, self->owner, self->statuses)) == NULL)
+            return NULL;
         status = stack[row->status_at + 1];
     }
     uint64_t f = self->flags, want = PEER_NONE, wanted_tag = 0;
@@ -82,9 +83,7 @@ traced_as(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, const int hold
     const int asked = holds == H_ASKED;
     uint64_t mark_op = holds == H_SENT_RECEIVED ? self->recv_op : self->op;
     uint64_t mark_peer = asked ? peer : want, mark_arg = asked ? arg : wanted_tag, mark_n = asked ? n : 0;
-    uint64_t before = 0;
-    if (row->sends == S_PICKLED && pickled_so_far(self, &before) < 0)
-        return NULL;
+    uint64_t before = row->sends == S_PICKLED ? pickled_here : 0;
     int64_t t0 = now(self->offset_ns);
     if (mark_as(self, mark_op, t0, f, mark_peer, mark_arg, mark_n) < 0)
         return NULL;
@@ -93,8 +92,8 @@ traced_as(MpiCall *self, PyObject *const *args, Py_ssize_t nargs, const int hold
         return failed_as(self, mark_op, f, mark_peer, mark_arg, t0);
     int64_t t1 = now(self->offset_ns);
     *self->start = 0;
-    if (row->sends == S_PICKLED && pickled_since(self, before, &n) < 0)
-        goto fail;
+    if (row->sends == S_PICKLED)
+        n = pickled_since(before);
     if (asked) {
         /* a request not wrapped: the call failed, as the closure says */
         if (self->request_class != NULL && (result = posted(self, result, f, peer, arg, n, t0)) == NULL)
@@ -204,7 +203,7 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                             "rounds", "ndarray", "cid", "op", "flags", "error",
                             "any_source", "any_tag", "any_source_flag", "any_tag_flag", "offset_ns",
                             "sends", "rank", "params", "defaults", "request_class", "channel",
-                            "recv_op", "dumped", "datatypes", NULL};
+                            "recv_op", "dumped", "datatypes", "owner", "statuses", NULL};
     PyObject *row_arg;
     int sends = S_NONE;
     PyObject *comm, *call, *fallback, *append, *table_slot, *spill, *peers, *status, *rounds, *ndarray;
@@ -214,13 +213,14 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     uint64_t op, flags, error, any_source_flag, any_tag_flag, recv_op;
     long long any_source, any_tag, offset_ns, rank = 0;
     PyObject *params = Py_None, *defaults = Py_None, *request_class = Py_None, *channel = Py_None;
-    PyObject *dumped = Py_None, *datatypes = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOnOOOLLOOL|iLOOOOOOO:MpiCall", names, &row_arg, &comm, &call,
+    PyObject *dumped = Py_None, *datatypes = Py_None, *statuses = Py_None;
+    unsigned long owner = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOnOOOLLOOL|iLOOOOOOOkO:MpiCall", names, &row_arg, &comm, &call,
                                      &fallback, &append, &table_slot, &spill, &peers, &status, &rounds,
                                      &ndarray, &cid, &op_arg, &flags_arg, &error_arg, &any_source, &any_tag,
                                      &any_source_flag_arg, &any_tag_flag_arg, &offset_ns, &sends, &rank,
                                      &params, &defaults, &request_class, &channel, &recv_op_arg, &dumped,
-                                     &datatypes))
+                                     &datatypes, &owner, &statuses))
         return NULL;
     if (datatypes != Py_None) {
         int ok = PyTuple_CheckExact(datatypes);
@@ -285,13 +285,19 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             }
         }
     }
-    if (sends < S_NONE || sends > S_PICKLED || (sends == S_PICKLED && dumped == Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "sends is 0, 1, 2 or 3 (a pickle form, with `dumped`)");
+    if (sends < S_NONE || sends > S_PICKLED) {
+        PyErr_SetString(PyExc_ValueError, "sends is 0, 1, 2 or 3");
         return NULL;
     }
-    Py_ssize_t dumped_at = -1;
-    if (sends == S_PICKLED && (dumped_at = slot_offset(Py_TYPE(dumped), s_total)) < 0)
+    /* a pickle form's bytes are what this module's thread-local count grew by: the hook must add to it */
+    if (sends == S_PICKLED && !Py_IS_TYPE(dumped, &PickleCountType)) {
+        PyErr_SetString(PyExc_TypeError, "a pickle form's `dumped` is the PickleCount the pickle hook adds to");
         return NULL;
+    }
+    if (statuses == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "MpiCall needs `statuses`, where each thread keeps its Status");
+        return NULL;
+    }
     if (!Py_IS_TYPE(append, &RingAppenderType) || !Py_IS_TYPE(table_slot, &TableSlotType)
         || !PyList_CheckExact(peers) || !PyType_Check(ndarray) || cid < 0
         || (row.rounds && !PyIter_Check(rounds))) {
@@ -362,11 +368,9 @@ mpicall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->any_tag_flag = any_tag_flag;
     self->offset_ns = offset_ns;
     self->recv_op = recv_op;
-    if (sends == S_PICKLED) {
-        Py_INCREF(dumped);
-        self->dumped = dumped;
-        self->dumped_at = dumped_at;
-    }
+    self->owner = owner;
+    Py_INCREF(statuses);
+    self->statuses = statuses;
     if (datatypes != Py_None) {
         Py_INCREF(datatypes);
         self->datatypes = datatypes;
@@ -396,7 +400,7 @@ mpicall_traverse(MpiCall *self, visitproc visit, void *arg)
     Py_VISIT(self->defaults);
     Py_VISIT(self->request_class);
     Py_VISIT(self->channel);
-    Py_VISIT(self->dumped);
+    Py_VISIT(self->statuses);
     Py_VISIT(self->datatypes);
     return 0;
 }
@@ -424,7 +428,7 @@ mpicall_clear(MpiCall *self)
     Py_CLEAR(self->defaults);
     Py_CLEAR(self->request_class);
     Py_CLEAR(self->channel);
-    Py_CLEAR(self->dumped);
+    Py_CLEAR(self->statuses);
     Py_CLEAR(self->datatypes);
     return 0;
 }

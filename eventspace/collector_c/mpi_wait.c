@@ -11,10 +11,10 @@
 /* -- Request.Wait ------------------------------------------------------------------------------
  *
  * RequestWait(call, fallback, request_class, channel_class, op, request_flag, cancelled_flag,
- *             empty_flag, error, receives, status_class, test=False): Wait (or wait; with `test`, Test
- * or test) of the traced Request class (eventspace/mpi/interpose.py); RequestWaitall(the same,
- * outcome=O_*) its class methods on many requests (Waitall, Testall, Waitany, Testany, Waitsome,
- * Testsome and their pickle-form twins):
+ *             empty_flag, error, receives, status_class, test=False, statuses=THREAD_STATUS): Wait
+ * (or wait; with `test`, Test or test) of the traced Request class (eventspace/mpi/interpose.py);
+ * RequestWaitall(the same, outcome=O_*) its class methods on many requests (Waitall, Testall,
+ * Waitany, Testany, Waitsome, Testsome and their pickle-form twins):
  * the hot path of its Python method `fallback` (interpose._one, _many), which stays the reference
  * and takes every other case: a request of a channel that does not run compiled, a cancelled one,
  * keyword arguments, a tuple of requests. A method descriptor: request.Wait(status) calls it with
@@ -23,9 +23,9 @@
  * slots at their offsets, marks the wait in flight, calls mpi4py's `call`, and appends the
  * request's record (a receive's source, tag and count from the Status) and the Wait's own. */
 
-enum { CH_COMPILED, CH_CID, CH_APPEND, CH_SLOT, CH_SPILL, CH_PEERS, CH_STATUS, CH_OFFSET, CH_SLOTS };
+enum { CH_COMPILED, CH_CID, CH_APPEND, CH_SLOT, CH_SPILL, CH_PEERS, CH_STATUS, CH_OFFSET, CH_OWNER, CH_SLOTS };
 static const char *channel_slots[CH_SLOTS] = {"compiled", "cid", "append", "slot", "spill", "peers", "status",
-                                              "offset_ns"};
+                                              "offset_ns", "owner"};
 
 typedef struct {
     PyObject_HEAD
@@ -38,6 +38,7 @@ typedef struct {
     int nreceives, all, test;       /* all: Waitall (a class method); test: Test (done when it says) */
     int outcome;                    /* RequestWaitall: how its call's result says which completed (O_*) */
     PyObject *status_class, *get_source, *get_tag, *get_count;   /* MPI.Status and its methods, unbound */
+    PyObject *statuses;             /* THREAD_STATUS: the Status of a thread other than the channel's owner */
 } RequestWait;
 
 /* One record through the channel's appender, then its spill() once its slot's drain bound is reached. */
@@ -90,7 +91,7 @@ traced_post(RequestWait *self, PyObject *request, PyObject **field, uint64_t pos
     return field[CH_COMPILED] != Py_None && Py_IS_TYPE(field[CH_APPEND], &RingAppenderType)
            && Py_IS_TYPE(field[CH_SLOT], &TableSlotType) && PyList_CheckExact(field[CH_PEERS])
            && PyLong_CheckExact(field[CH_CID]) && PyLong_CheckExact(field[CH_OFFSET])
-           && !(post[1] & self->cancelled_flag);
+           && PyLong_CheckExact(field[CH_OWNER]) && !(post[1] & self->cancelled_flag);
 }
 
 /* Whether a traced request is still to be completed with its channel collecting: 1, 0, or -1 with
@@ -208,7 +209,13 @@ wait_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObje
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     PyObject *request = args[0], *status = nargs > 1 ? args[1] : Py_None;
     /* Sends need no Status (unless cancelled, which Python took): MPI then fills none. */
-    PyObject *st = status != Py_None || !is_receive(self, post[0]) ? status : field[CH_STATUS];
+    PyObject *st = status;
+    if (status == Py_None && is_receive(self, post[0])) {
+        unsigned long owner = PyLong_AsUnsignedLong(field[CH_OWNER]);
+        if ((owner == (unsigned long)-1 && PyErr_Occurred())
+            || (st = thread_status(field[CH_STATUS], owner, self->statuses)) == NULL)
+            return NULL;
+    }
     PyObject *call_args[2] = {request, st};
     int active = pending(request, field);
     if (active <= 0)
@@ -468,16 +475,16 @@ wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"call", "fallback", "request_class", "channel_class", "op", "request_flag",
                             "cancelled_flag", "empty_flag", "error", "receives", "status_class", "test", "outcome",
-                            NULL};
-    PyObject *call, *fallback, *request_class, *channel_class, *receives, *status_class;
+                            "statuses", NULL};
+    PyObject *call, *fallback, *request_class, *channel_class, *receives, *status_class, *statuses = Py_None;
     PyObject *u16_args[5];
     uint64_t u16[5];   /* op, request_flag, cancelled_flag, empty_flag, error: the record's u16 fields */
     static const char *u16_names[5] = {"op", "request_flag", "cancelled_flag", "empty_flag", "error"};
     int all = PyType_IsSubtype(type, &RequestWaitallType);
     int test = 0, outcome = O_ALWAYS;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOO|pi:RequestWait", names, &call, &fallback, &request_class,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOO|piO:RequestWait", names, &call, &fallback, &request_class,
                                      &channel_class, &u16_args[0], &u16_args[1], &u16_args[2], &u16_args[3],
-                                     &u16_args[4], &receives, &status_class, &test, &outcome))
+                                     &u16_args[4], &receives, &status_class, &test, &outcome, &statuses))
         return NULL;
     for (int i = 0; i < 5; i++) {
         if (unsigned_arg(u16_args[i], 0xFFFF, u16_names[i], &u16[i]) < 0)
@@ -489,9 +496,9 @@ wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (!PyType_Check(request_class) || !PyType_Check(channel_class) || !PyTuple_CheckExact(receives)
-        || PyTuple_GET_SIZE(receives) > 8 || !PyType_Check(status_class)) {
-        PyErr_SetString(PyExc_TypeError, "RequestWait needs the request, channel and status classes and a tuple "
-                        "of at most 8 receive ops");
+        || PyTuple_GET_SIZE(receives) > 8 || !PyType_Check(status_class) || statuses == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "RequestWait needs the request, channel and status classes, a tuple "
+                        "of at most 8 receive ops, and `statuses`, where each thread keeps its Status");
         return NULL;
     }
     RequestWait *self = (RequestWait *)type->tp_alloc(type, 0);
@@ -518,8 +525,8 @@ wait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->receives[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(receives, i));
     self->nreceives = (int)PyTuple_GET_SIZE(receives);
     PyObject **slots[] = {&self->call, &self->fallback, (PyObject **)&self->request_type,
-                          (PyObject **)&self->channel_type, &self->status_class};
-    PyObject *values[] = {call, fallback, request_class, channel_class, status_class};
+                          (PyObject **)&self->channel_type, &self->status_class, &self->statuses};
+    PyObject *values[] = {call, fallback, request_class, channel_class, status_class, statuses};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
         Py_INCREF(values[i]);
         *slots[i] = values[i];
@@ -546,6 +553,7 @@ wait_traverse(RequestWait *self, visitproc visit, void *arg)
     Py_VISIT(self->request_type);
     Py_VISIT(self->channel_type);
     Py_VISIT(self->status_class);
+    Py_VISIT(self->statuses);
     Py_VISIT(self->get_count);
     Py_VISIT(self->get_source);
     Py_VISIT(self->get_tag);
@@ -560,6 +568,7 @@ wait_clear(RequestWait *self)
     Py_CLEAR(self->request_type);
     Py_CLEAR(self->channel_type);
     Py_CLEAR(self->status_class);
+    Py_CLEAR(self->statuses);
     Py_CLEAR(self->get_count);
     Py_CLEAR(self->get_source);
     Py_CLEAR(self->get_tag);

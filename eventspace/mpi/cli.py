@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from .launch import EXTRA_HINT, UsageError, add_options, add_program, mpi4py_installed, parse, program_of
 
@@ -22,30 +19,19 @@ def register(subparsers) -> None:
                     "(eventspace space ls NAME, eventspace monitor heartbeat --run NAME, ...).")
     run.add_argument("-n", "-np", dest="ranks", type=int, required=True, help="how many ranks")
     add_options(run)
-    run.add_argument("--mpiexec", help="the mpiexec to use (default: the one next to this Python, which "
-                                       "the mpi extra installs, else the first on PATH)")
+    run.add_argument("--mpiexec", help="the mpiexec to use (default: the one of the MPI library mpi4py runs on, "
+                                       "MPICH's or Open MPI's: beside it, else next to this Python, else the first "
+                                       "on PATH that is that MPI's)")
     add_program(run)
     run.set_defaults(func=_mpirun)
 
 
-def find_mpiexec(given: str | None = None) -> str:
-    """The mpiexec to start ranks with; LookupError naming the extra when there is none."""
-    if given is not None:
-        if shutil.which(given) is None:
-            raise LookupError(f"no mpiexec at {given}; {EXTRA_HINT} installs one next to Python")
-        return shutil.which(given)
-    beside = Path(sys.executable).parent / "mpiexec"
-    if os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("mpiexec")
-    if found is None:
-        raise LookupError(f"no mpiexec next to {sys.executable} or on PATH; {EXTRA_HINT}")
-    return found
-
-
 def command(args) -> tuple[list[str], str]:
     """The mpiexec command line for parsed `eventspace mpirun` arguments, and the name the run asks
-    for. UsageError, or LookupError (naming the extra) when mpiexec or mpi4py is missing."""
+    for: the mpiexec of the MPI library mpi4py runs on (eventspace.mpi.library), with what that
+    MPI's launcher needs to start N ranks as Hydra would (paths.mpiexec.launcher_options: Open MPI's
+    --oversubscribe). UsageError, or LookupError (naming the extra) when mpiexec or mpi4py is missing
+    or the launcher will refuse to start (Open MPI's as root)."""
     if args.ranks < 1:
         raise UsageError(f"-n {args.ranks}: give at least one rank")
     program = program_of(args)
@@ -62,11 +48,21 @@ def command(args) -> tuple[list[str], str]:
     if options.topology is not None:
         from .topology import Topology
         Topology.load(options.topology)             # one clear error before any rank starts
-    mpiexec = find_mpiexec(args.mpiexec)
     if not mpi4py_installed():
         raise LookupError(f"mpi4py is not installed for {sys.executable}; {EXTRA_HINT}")
-    return ([mpiexec, "-n", str(args.ranks), sys.executable, "-m", "eventspace.mpi", *ranks_argv],
-            options.name or options.default_name)
+    from paths.mpiexec import launcher_options, root_refusal
+
+    from .library import find_mpiexec
+
+    try:
+        mpiexec, library = find_mpiexec(args.mpiexec, EXTRA_HINT)
+    except ImportError as exc:   # mpi4py finds no MPI library to load
+        raise LookupError(f"mpi4py cannot load an MPI library ({exc}); {EXTRA_HINT}") from None
+    refused = root_refusal(library.family)
+    if refused is not None:
+        raise LookupError(refused)
+    return ([mpiexec, "-n", str(args.ranks), *launcher_options(library.family), sys.executable, "-m",
+             "eventspace.mpi", *ranks_argv], options.name or options.default_name)
 
 
 def _mpirun(args) -> int:
@@ -74,8 +70,9 @@ def _mpirun(args) -> int:
     if rank 0 could not (MPI's abort, a rank killed, a second Ctrl-C end rank 0 with SIGKILL).
 
     mpiexec is a child that has this process's stdin, stdout and stderr; its exit status is the
-    command's (128 + N if signal N ended it). Ctrl-C reaches mpiexec from the terminal as it reaches
-    this process, which waits on; SIGTERM and SIGHUP sent to this process alone are passed on.
+    command's (128 + N if signal N ended it, or if the job ended with an error after signal N reached
+    this process). Ctrl-C reaches mpiexec from the terminal as it reaches this process, which waits
+    on; SIGTERM and SIGHUP sent to this process alone are passed on.
     """
     cmd, name = command(args)
     directory = _recording_directory(args, name)
@@ -84,12 +81,12 @@ def _mpirun(args) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     started = time.time()
-    signalled = []
+    signalled = []   # (name, number) of each signal that reached this process
     # Handlers in Python, not SIG_IGN: mpiexec starts with the default ones (exec resets them).
-    signal.signal(signal.SIGINT, lambda *_: signalled.append("Ctrl-C"))
+    signal.signal(signal.SIGINT, lambda *_: signalled.append(("Ctrl-C", signal.SIGINT)))
 
     def forward(signum, _):
-        signalled.append(signal.Signals(signum).name)
+        signalled.append((signal.Signals(signum).name, signum))
         job.send_signal(signum)
 
     job = subprocess.Popen(cmd)
@@ -108,10 +105,14 @@ def _mpirun(args) -> int:
     if directory is not None:
         from .record import build_after_job
 
-        how = f"mpiexec ended with status {status}" + (f" after {', '.join(dict.fromkeys(signalled))}"
-                                                       if signalled else "")
+        heard = ", ".join(dict.fromkeys(name for name, _ in signalled))
+        how = f"mpiexec ended with status {status}" + (f" after {heard}" if signalled else "")
         build_after_job(directory, args.archive, how,
                         lambda line: print(f"eventspace mpirun: {line}", file=sys.stderr, flush=True))
+    if status != 0 and signalled:
+        # Ended by the signal it was sent, whoever ended the ranks: under Hydra they abort with 128 + N
+        # themselves, while Open MPI's launcher ends them first and says 1.
+        return 128 + signalled[0][1]
     return status if status >= 0 else 128 - status
 
 

@@ -51,6 +51,7 @@ import ctypes
 import functools
 import inspect
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import count
@@ -59,6 +60,7 @@ from mpi4py import MPI
 from numpy import ndarray
 
 from .. import trace
+from ..compiled import collector_module
 from . import encoding as e
 from . import mpi4py_access
 from .message import buffer_bytes, vector_w_bytes
@@ -73,18 +75,40 @@ F_ANY_SOURCE, F_ANY_TAG, F_EMPTY, F_REQUEST, F_CANCELLED = e.ANY_SOURCE, e.ANY_T
 RECEIVES = e.RECEIVES
 _SOURCE, _TAG, _COUNT, _CANCELLED = MPI.Status.Get_source, MPI.Status.Get_tag, MPI.Status.Get_count, \
     MPI.Status.Is_cancelled
-class PickleCount:
-    """Bytes mpi4py has pickled in this process (`total`), summed by the pickle hook
-    (interpose.count_pickled): a pickle-form call's bytes are its growth while the call runs. The
-    compiled calls read the slot in place."""
-
-    __slots__ = ("total",)
+class PickleCount(threading.local):
+    """Bytes mpi4py has pickled in the calling thread (`total`), summed by the pickle hook
+    (`counted`, which interpose.count_pickled installs; mpi4py pickles in the thread that makes the
+    call): a pickle-form call's bytes are the growth of its own thread's count while it runs,
+    whatever other threads of an MPI_THREAD_MULTIPLE program pickle meanwhile. The Python reference
+    of the compiled collector's PickleCount (a C thread-local, which the compiled calls read in
+    place, and a hook in C), which PICKLED_BYTES is wherever the collector runs compiled."""
 
     def __init__(self):
         self.total = 0
 
+    def counted(self, dumps):
+        """`dumps`, adding the size of each pickle it makes to the calling thread's `total`."""
+        def counted_dumps(obj, protocol=None, **kwargs):
+            data = dumps(obj, protocol, **kwargs)
+            self.total += len(data)
+            return data
 
-PICKLED_BYTES = PickleCount()
+        return counted_dumps
+
+
+class ThreadStatus(threading.local):
+    """The MPI.Status (`status`) in which a traced receive reads what came, where the program gives
+    none, in a thread other than the one that made its collector (which uses the collector's own,
+    MpiCollector.status): one Status shared by threads receiving at once would hold another
+    thread's message by the time it is read."""
+
+    def __init__(self):
+        self.status = MPI.Status()
+
+
+_built = collector_module()
+PICKLED_BYTES = PickleCount() if _built is None else _built.PickleCount()
+THREAD_STATUS = ThreadStatus()
 
 
 class MpiCollector:
@@ -92,19 +116,30 @@ class MpiCollector:
     slot in the node's collector table (`page`, index `at`: eventspace.table.Page, where it reads
     its switch and drain bound and leaves its mark, the record as known when a call begins, and
     its start), its spill, the node's clock, the communicator's rank -> world rank table
-    (`peers`), and a Status to read receives with. With `compiled` (the compiled collector module,
-    eventspace.compiled) and `offset_ns` (the node clock's offset) its hot calls run compiled
-    (`compiled_call`), through `slot`, the compiled view of its table slot (None otherwise)."""
+    (`peers`), and a Status to read receives with in the thread that made it (`owner`; other
+    threads read theirs in THREAD_STATUS: `status_here`). With `compiled` (the compiled collector
+    module, eventspace.compiled) and `offset_ns` (the node clock's offset) its hot calls run compiled
+    (`compiled_call`), through `slot`, the compiled view of its table slot (None otherwise).
 
-    __slots__ = ("cid", "append", "page", "at", "slot", "spill", "clock", "peers", "status", "compiled", "offset_ns")
+    Its calls may come from any thread of an MPI_THREAD_MULTIPLE program: its records are whole
+    and exact (each is one append, which the compiled appender makes holding the GIL; receives
+    read their own thread's Status, pickle forms their own thread's PickleCount), but its slot's
+    in-flight mark says one call at a time: the latest begun, until one of them ends."""
+
+    __slots__ = ("cid", "append", "page", "at", "slot", "spill", "clock", "peers", "status", "owner", "compiled",
+                 "offset_ns")
 
     def __init__(self, cid, append, page, at, spill, clock, peers, compiled=None, offset_ns=0):
         self.cid, self.append, self.page, self.at, self.spill = cid, append, page, at, spill
         self.clock, self.peers = clock, peers
-        self.status = MPI.Status()
+        self.status, self.owner = MPI.Status(), threading.get_ident()
         fast = compiled is not None and type(append) is compiled.RingAppender and type(peers) is list
         self.compiled, self.offset_ns = (compiled if fast else None), offset_ns
         self.slot = compiled.TableSlot(page, at) if fast else None
+
+    def status_here(self):
+        """The Status a receive of the calling thread reads what came with, where the program gives none."""
+        return self.status if threading.get_ident() == self.owner else THREAD_STATUS.status
 
 
 # How the compiled call (eventspace/collector_c/, MpiCall) reads a row's bytes (S_*), and what its record holds (H_*).
@@ -153,7 +188,8 @@ def compiled_call(spec, read, comm, call, ch: MpiCollector, closure, context, ro
                                ndarray, ch.cid, spec.op, spec.flags, ERROR, ANY_SOURCE, ANY_TAG, F_ANY_SOURCE,
                                F_ANY_TAG, ch.offset_ns, sends, context.rank, params, defaults, request_class,
                                ch if request_class is not None else None, spec.second,
-                               PICKLED_BYTES if spec.pickles else None, predefined_datatypes())
+                               PICKLED_BYTES if spec.pickles else None, predefined_datatypes(), ch.owner,
+                               THREAD_STATUS)
 
 
 def _arity(read) -> tuple[int, int]:
@@ -383,11 +419,12 @@ def sending(ch, spec, context):
 
 def receiving(ch, spec, context):
     """Recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None), recv (buf optional too): the source and
-    tag wanted, and the Status to read what came (the collector's own unless the program gives one)."""
-    peers, own, flags = ch.peers, ch.status, spec.flags
+    tag wanted, and the Status to read what came (the calling thread's, `status_here`, unless the
+    program gives one)."""
+    peers, here, flags = ch.peers, ch.status_here, spec.flags
 
     def read(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
-        st = own if status is None else status
+        st = here() if status is None else status
         return (buf, source, tag, st), _wanted(flags, source, tag), _peer(peers, source), tag & U32, 0, st
 
     if spec.flags & e.PICKLED:
@@ -410,10 +447,10 @@ def posting_receive(ch, spec, context):
 def send_receiving(ch, spec, context):
     """Sendrecv(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None),
     sendrecv: marked as waiting in the receive half; the send half (destination, tag, bytes) kept."""
-    peers, own, flags, pickled = ch.peers, ch.status, spec.flags, spec.pickles
+    peers, here, flags, pickled = ch.peers, ch.status_here, spec.flags, spec.pickles
 
     def read(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
-        st = own if status is None else status
+        st = here() if status is None else status
         f = _wanted(flags, source, recvtag)
         peer, want = _peer(peers, dest), _peer(peers, source)
         n = 0 if pickled else buffer_bytes(sendbuf)
@@ -425,10 +462,10 @@ def send_receiving(ch, spec, context):
 
 def replacing(ch, spec, context):
     """Sendrecv_replace(buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None)."""
-    peers, own = ch.peers, ch.status
+    peers, here = ch.peers, ch.status_here
 
     def read(buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
-        st = own if status is None else status
+        st = here() if status is None else status
         f = _wanted(0, source, recvtag)
         peer, want = _peer(peers, dest), _peer(peers, source)
         n = buffer_bytes(buf) if peer != NONE else 0
@@ -439,10 +476,10 @@ def replacing(ch, spec, context):
 
 def probing(ch, spec, context):
     """Probe(source=ANY_SOURCE, tag=ANY_TAG, status=None), Iprobe, Mprobe, Improbe and their pickle forms."""
-    peers, own, flags = ch.peers, ch.status, spec.flags
+    peers, here, flags = ch.peers, ch.status_here, spec.flags
 
     def read(source=ANY_SOURCE, tag=ANY_TAG, status=None):
-        st = own if status is None else status
+        st = here() if status is None else status
         return (source, tag, st), _wanted(flags, source, tag), _peer(peers, source), tag & U32, 0, st
 
     return read
@@ -622,11 +659,14 @@ def matched_receive(info, op, t0, t1) -> None:
 def request_done(info, status, t1, extra=0) -> None:
     """The request record of a request posted as `info` (channel, op, flags, peer, tag, nbytes,
     t_start) whose completion was seen at `t1`: a receive's actual source, tag and bytes from
-    `status` (None when the request was freed before completing)."""
+    `status` (None when the request was freed before completing); a cancelled one's as posted (MPI
+    leaves a cancelled receive's source and tag undefined: MPICH's Status keeps the posted ones,
+    Open MPI's says MPI_ANY_SOURCE and MPI_ANY_TAG)."""
     ch, op, flags, peer, tag, n, t0 = info
-    if status is not None and op in RECEIVES:
+    cancelled = flags & F_CANCELLED and status is not None and _CANCELLED(status)
+    if status is not None and op in RECEIVES and not cancelled:
         peer, tag, n = received(ch.peers, status)
-    if flags & F_CANCELLED and (status is None or not _CANCELLED(status)):
+    if flags & F_CANCELLED and not cancelled:
         flags &= ~F_CANCELLED   # the program asked; MPI did not (or could not say that it did) cancel
     write(ch, op, flags | extra | F_REQUEST, peer, tag, n, t0, t1)
 

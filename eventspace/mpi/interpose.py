@@ -40,6 +40,7 @@ from . import encoding as e
 from . import untraced
 from .collector import (
     PICKLED_BYTES,
+    THREAD_STATUS,
     ERROR,
     F_CANCELLED,
     F_REQUEST,
@@ -124,7 +125,7 @@ def _one(request, call, op, status, test):
     if not _collects(ch) or not request:
         return call(request, status)
     # Sends need no Status unless cancelled: MPI then fills none.
-    st = status if status is not None or not (post_op in RECEIVES or flags & F_CANCELLED) else ch.status
+    st = status if status is not None or not (post_op in RECEIVES or flags & F_CANCELLED) else ch.status_here()
     # marked as waiting for the request; a failure is the completion call's record (1 request given)
     result, t0, t1 = timed(ch, call, (request, st), post_op, flags | F_REQUEST, peer, tag, n, (op, 0, 1, 0))
     done = not test or (result if type(result) is bool else result[0])
@@ -572,16 +573,10 @@ def _window(make, args, op, how, comm, exposed):
 
 
 def count_pickled() -> None:
-    """Make mpi4py pickle through a function that adds the bytes it makes to PICKLED_BYTES (the
-    pickle forms' bytes), with mpi4py's own protocol and out-of-band threshold."""
-    dumps, pickled = pickle.dumps, PICKLED_BYTES
-
-    def counted_dumps(obj, protocol=None, **kwargs):
-        data = dumps(obj, protocol, **kwargs)
-        pickled.total += len(data)
-        return data
-
-    MPI.pickle.__init__(counted_dumps, pickle.loads, MPI.pickle.PROTOCOL, MPI.pickle.THRESHOLD)
+    """Make mpi4py pickle through a function that adds the bytes it makes to PICKLED_BYTES, the
+    calling thread's count (the pickle forms' bytes), with mpi4py's own protocol and out-of-band
+    threshold."""
+    MPI.pickle.__init__(PICKLED_BYTES.counted(pickle.dumps), pickle.loads, MPI.pickle.PROTOCOL, MPI.pickle.THRESHOLD)
 
 
 def compile_waits(compiled) -> None:
@@ -596,10 +591,11 @@ def compile_waits(compiled) -> None:
     flags = (e.REQUEST, e.CANCELLED, e.EMPTY, ERROR, tuple(sorted(RECEIVES)), MPI.Status)
     for name, op in (("Wait", e.WAIT), ("wait", e.WAIT), ("Test", e.TEST), ("test", e.TEST)):
         setattr(Request, name, compiled.RequestWait(getattr(_Request, name), Request.__dict__[name], *common, op,
-                                                    *flags, test=op == e.TEST))
+                                                    *flags, test=op == e.TEST, statuses=THREAD_STATUS))
     for name, op, family, outcome in _COMPLETIONS:
         setattr(Request, name, compiled.RequestWaitall(getattr(_Request, name), Request.__dict__[name].__func__,
-                                                       *common, op, *flags, outcome=_OUTCOMES[family, outcome]))
+                                                       *common, op, *flags, outcome=_OUTCOMES[family, outcome],
+                                                       statuses=THREAD_STATUS))
 
 
 def count_untraced(comm, base, methods: dict, prefix: str = "Comm") -> dict:

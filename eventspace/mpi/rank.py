@@ -68,6 +68,15 @@ class Rank:
     whose Spawn has not returned yet), and raises RunRefused (the same on every rank) when the run
     cannot start as asked; so is `finish` (when the program ends, or calls MPI.Finalize). Between
     them every MPI call on a traced communicator is collected.
+
+    Threads: our own never call MPI. The node's threads (its endpoint, the hosted calls ADOPT,
+    DECLARE, DECLARE_ONCE, RANKS, LINK, JOIN and JOINED, the recorder's, the snapshot writer) call
+    no MPI; every MPI call of ours is made by a thread of the program: the one whose import of mpi4py.MPI (or MPI.Init) starts the run
+    (this constructor), the one that makes a communicator (`adopt`), the one that ends the run
+    (`finish`). So a program at any thread level stays within it (at MPI_THREAD_SINGLE the process
+    has our threads beside the program's, which call no MPI: as MPI_THREAD_FUNNELED says). The one
+    exception is the last resort of eventspace.mpi.launch._Unblock: a rank blocked for good in a
+    call that Ctrl-C cannot reach is aborted (MPI_Abort) from that thread.
     """
 
     def __init__(self, mpi, options: Options):

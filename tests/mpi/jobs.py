@@ -14,6 +14,7 @@ import pytest
 
 from eventspace.scope import EventScope
 from paths import RunFile
+from paths.mpiexec import family_of, launcher_options
 from polling import until
 from runs import still_running, until_live  # noqa: F401 - the MPI tests take them from here
 
@@ -55,8 +56,10 @@ def mpirun(*args, cwd, timeout: float = 120, **kwargs) -> subprocess.CompletedPr
 
 
 def plain(ranks: int, program: str, *args, cwd, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-    """`mpiexec -n RANKS python PROGRAM ARGS`, unmonitored."""
-    return run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(PROGRAMS / program), *map(str, args)],
+    """`mpiexec -n RANKS python PROGRAM ARGS`, unmonitored (with what its MPI's launcher needs to start
+    them as `eventspace mpirun` does: Open MPI's --oversubscribe)."""
+    options = launcher_options(family_of(str(MPIEXEC)))
+    return run([str(MPIEXEC), "-n", str(ranks), *options, sys.executable, str(PROGRAMS / program), *map(str, args)],
                cwd, timeout, **kwargs)
 
 

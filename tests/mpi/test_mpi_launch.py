@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from jobs import MPIEXEC, PROGRAMS, mpirun, ours, plain, requires_mpi, run, start, stop, until_in_calls, until_live
 
+from paths.mpiexec import OPEN_MPI, family_of
 from paths.runfile import run_dir
 
 pytestmark = requires_mpi
@@ -38,7 +39,7 @@ def test_an_exception_on_one_rank_aborts_the_job_naming_it(tmp_path):
     assert named == ["eventspace.mpi: rank 1 raised ZeroDivisionError: rank 1 divides by zero at fails.py:7 in "
                      "<module>; aborting the MPI job"]
     assert "Traceback" in result.stderr and 'fails.py", line 7' in result.stderr
-    assert "MPI_Abort" in result.stderr   # the ordinary MPI abort ended the others
+    assert "mpi_abort" in result.stderr.lower()   # the ordinary MPI abort ended the others (MPICH's and Open MPI's say)
 
 
 def test_a_program_without_mpi_runs_with_one_note(tmp_path):
@@ -49,9 +50,10 @@ def test_a_program_without_mpi_runs_with_one_note(tmp_path):
 
 
 def test_a_module_runs_as_python_m_with_stdin_at_rank_0(tmp_path):
+    # a line, not to the end: Open MPI 5.0's launcher (its PMIx) forwards stdin but never its end
     (tmp_path / "modprog.py").write_text(
         "import sys\nfrom mpi4py import MPI\n"
-        "if MPI.COMM_WORLD.Get_rank() == 0: print(__name__, sys.argv[1:], sys.stdin.read().strip())\n")
+        "if MPI.COMM_WORLD.Get_rank() == 0: print(__name__, sys.argv[1:], sys.stdin.readline().strip())\n")
     result = mpirun("-n", 2, "-m", "modprog", "x", "--y", cwd=tmp_path, input="hello ranks\n")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "__main__ ['x', '--y'] hello ranks\n"
@@ -149,7 +151,8 @@ def test_a_hung_run_ends_on_ctrl_c_or_sigterm_though_its_ranks_are_blocked_in_mp
         stop(job)
     assert job.returncode == (130 if ending == "ctrl-c" else 143), err
     why = "Ctrl-C (SIGINT)" if ending == "ctrl-c" else "SIGTERM"
-    assert f"eventspace.mpi: {why}, while blocked in a call that never returned: aborting the MPI job" in err
+    if family_of(str(MPIEXEC)) != OPEN_MPI:   # Open MPI's launcher ends its ranks itself once it passes the signal on
+        assert f"eventspace.mpi: {why}, while blocked in a call that never returned: aborting the MPI job" in err
     assert not Path(run_file.path).exists()
 
 

@@ -19,11 +19,19 @@ from eventspace.scope import EventScope
 from monitors.heartbeat import Heartbeat
 from paths import RunError, RunFile, launch
 from paths.launch import _await_ranks
+from paths.mpiexec import my_rank
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 PATHMAP = REPO / "pathmaps" / "windtunnel-4node.yaml"
 requires_mpiexec = pytest.mark.skipif(not os.access(MPIEXEC, os.X_OK),
                                       reason="needs the mpi extra's mpiexec (pip install 'eventspace[mpi]')")
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    """The environment process `pid` was started with (where its launcher put its rank)."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item]
+    return {os.fsdecode(k): os.fsdecode(v) for k, v in pairs}
 
 
 def _alive(pids) -> list[int]:
@@ -56,8 +64,7 @@ def test_node_i_runs_as_rank_i_and_the_run_is_as_with_local_processes(tmp_path):
     with launch(PATHMAP, run_dir=tmp_path, mpiexec=[]) as run:
         pids = run.pids
         assert sorted(pids) == ["A", "B", "C", "D"]
-        ranks = {node: int(open(f"/proc/{pid}/environ", "rb").read().split(b"PMI_RANK=")[1].split(b"\0")[0])
-                 for node, pid in pids.items()}
+        ranks = {node: my_rank(environment_of(pid)) for node, pid in pids.items()}
         assert ranks == {"A": 0, "B": 1, "C": 2, "D": 3}
         # Monitors find it by its run file as any run.
         with EventScope(RunFile.find(run.name, tmp_path), "all", mode="latest") as scope:
