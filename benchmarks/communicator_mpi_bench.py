@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from timing import Figure, print_result, report, result_of  # noqa: E402
+from timing import Figure, mpiexec, print_result, report, result_of  # noqa: E402
 
 HERE = Path(__file__).resolve()
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
+MPIEXEC: list[str] = []   # the launcher and its options (timing.mpiexec), set by main
 
 
 def kernel(count: int) -> None:
@@ -57,7 +57,7 @@ def job(ranks: int, monitored: bool, count: int, name: str) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="communicator-bench-") as tmp:
         program = ([sys.executable, "-m", "eventspace.mpi", "--name", name,
                     "--max-communicators", str(count + 1)] if monitored else [sys.executable])
-        cmd = [str(MPIEXEC), "-n", str(ranks), *program, str(HERE), "--kernel", "--count", str(count)]
+        cmd = [*MPIEXEC, "-n", str(ranks), *program, str(HERE), "--kernel", "--count", str(count)]
         env = os.environ | {"EVENTSPACE_RUN_DIR": str(Path(tmp) / "runs")}   # the run's name is its own
         proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, env=env)
@@ -82,9 +82,7 @@ def main() -> int:
     if args.kernel:
         kernel(args.count)
         return 0
-    if not os.access(MPIEXEC, os.X_OK):
-        print(f"no mpiexec next to {sys.executable}; pip install 'eventspace[mpi]'", file=sys.stderr)
-        return 2
+    MPIEXEC[:] = mpiexec("pip install 'eventspace[mpi]'")
     tenth = max(1, args.count // 10)
     parts = {f"communicators 1-{tenth}": slice(0, tenth),
              f"communicators {args.count - tenth + 1}-{args.count}": slice(args.count - tenth, args.count),

@@ -54,10 +54,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from timing import Figure, difference, print_result, report, result_of  # noqa: E402
+from timing import Figure, difference, mpiexec, print_result, report, result_of  # noqa: E402
 
 HERE = Path(__file__).resolve()
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
+MPIEXEC: list[str] = []   # the launcher and its options (timing.mpiexec), set by main
 LATENCY_SIZES = (0, 8, 64, 1024, 8192, 65536, 262144, 1 << 20)
 BANDWIDTH_SIZES = (8192, 65536, 1 << 20)
 WINDOW = 64
@@ -254,7 +254,7 @@ def job(ranks: int, monitored: bool, args, name: str, with_getevent: bool = Fals
         if with_getevent:
             kernel_args += ["--wait", str(wait)]
         program = ([sys.executable, "-m", "eventspace.mpi", "--name", name] if monitored else [sys.executable])
-        cmd = [str(MPIEXEC), "-n", str(ranks), *program, str(HERE), *kernel_args]
+        cmd = [*MPIEXEC, "-n", str(ranks), *program, str(HERE), *kernel_args]
         env = os.environ | {"EVENTSPACE_RUN_DIR": str(Path(tmp) / "runs")}   # the run's name is its own
         proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, env=env)
@@ -300,9 +300,7 @@ def main() -> int:
     if args.kernel:
         kernel(args)
         return 0
-    if not os.access(MPIEXEC, os.X_OK):
-        print(f"no mpiexec next to {sys.executable}; pip install 'eventspace[mpi]'", file=sys.stderr)
-        return 2
+    MPIEXEC[:] = mpiexec("pip install 'eventspace[mpi]'")
     figures: list[Figure] = []
     targets = {}
     wall_only = lambda name: (not name.endswith("(CPU)") or "PROC_NULL" in name or "Python" in name  # noqa: E731

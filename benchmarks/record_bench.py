@@ -29,8 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 DEMO = HERE.parent / "mpi4py_demo"
-BIN = Path(sys.executable).parent
-MPIEXEC = BIN / "mpiexec"
+MPIEXEC: list[str] = []   # the launcher and its options (timing.mpiexec), set by main
 REPO = HERE.parent.parent
 CONFIGS = ("plain", "mpiprof", "monitored", "archive", "record")
 
@@ -53,9 +52,9 @@ def command(config: str, program: Path, tmp: Path, ranks: int = 2) -> list[str]:
     """The command line of one run of `program` under `config`."""
     script = [str(HERE), "--timed", str(program)]
     if config == "plain":
-        return [str(MPIEXEC), "-n", str(ranks), sys.executable, *script]
+        return [*MPIEXEC, "-n", str(ranks), sys.executable, *script]
     if config == "mpiprof":
-        return [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "mpiprof", "-o",
+        return [*MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpiprof", "-o",
                 str(tmp / "profile.{rank}.pstats"), *script]
     ours = {"monitored": [], "archive": ["--archive", str(tmp / "run.sqlite")], "record": ["--record", "last:30s"]}
     return [sys.executable, "-m", "eventspace.cli", "mpirun", "-n", str(ranks), "--name", f"bench-{config}",
@@ -111,7 +110,7 @@ def hello(rounds: int) -> tuple[float, float]:
         env = os.environ | {"EVENTSPACE_RUN_DIR": str(Path(tmp) / "runs")}
         for i in range(rounds):
             for which in (("plain", "ours") if i % 2 == 0 else ("ours", "plain")):
-                cmd = ([str(MPIEXEC), "-n", "4", sys.executable, program] if which == "plain" else
+                cmd = ([*MPIEXEC, "-n", "4", sys.executable, program] if which == "plain" else
                        [sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "4", program])
                 started = time.perf_counter()
                 subprocess.run(cmd, cwd=tmp, capture_output=True, env=env, check=True, timeout=120)
@@ -169,10 +168,9 @@ def main() -> int:
     if args.timed:
         timed(args.timed)
         return 0
-    if not os.access(MPIEXEC, os.X_OK):
-        print(f"no mpiexec next to {sys.executable}; pip install 'eventspace[mpi,bench]'", file=sys.stderr)
-        return 2
-    from timing import RESULTS, load, machine
+    from timing import RESULTS, load, machine, mpiexec
+
+    MPIEXEC[:] = mpiexec("pip install 'eventspace[mpi,bench]'")
 
     began = load()[0]
     bibw = alternate(DEMO / "osu_bibw.py", args.pairs)

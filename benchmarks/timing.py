@@ -187,3 +187,21 @@ def report(title: str, figures: list[Figure], targets: dict[str, Target], out: s
                                indent=2))
     print(f"results written to {path}")
     return rows
+
+
+def mpiexec(install: str = "pip install 'eventspace[mpi]'") -> list[str]:
+    """The mpiexec of the MPI mpi4py runs on (MPICH's or Open MPI's: eventspace.mpi.library), with what
+    that launcher needs to start any number of ranks on this host (Open MPI: --oversubscribe), as
+    `eventspace mpirun` starts them; SystemExit saying what to do where there is none, or where Open
+    MPI's refuses to run as root."""
+    from eventspace.mpi.library import find_mpiexec
+    from paths.mpiexec import launcher_options, root_refusal
+
+    try:
+        found, library = find_mpiexec(None, install)
+    except LookupError as exc:
+        raise SystemExit(str(exc)) from None
+    refusal = root_refusal(library.family)
+    if refusal is not None:
+        raise SystemExit(refusal)
+    return [found, *launcher_options(library.family)]
