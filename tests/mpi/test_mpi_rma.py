@@ -13,8 +13,10 @@ from eventspace import compiled, trace
 from eventspace.archive import Archive
 from eventspace.catalogue import Catalogue
 from eventspace.mpi import encoding as e
+from eventspace.mpi.library import mpi_library
 from eventspace.view import View, ViewError
 from jobs import mpirun, requires_mpi, run, start, stop, until_in_calls, until_live, unwatch, watch
+from paths.mpiexec import OPEN_MPI
 from polling import until
 from test_mpi_waits import at_line, beats, waiting_in
 
@@ -165,9 +167,14 @@ def test_a_window_freed_while_its_lock_is_held_passes_mpis_error_on_and_its_reco
     result = mpirun("-n", 3, "--archive", archive, "rma.py", "freed", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     said = dict(line.split(": ", 1) for line in result.stdout.splitlines())
-    assert set(said) == {"Free", "Put"}, result.stdout   # MPI's own errors reached the program
     records, _ = windows_of(archive)
     r1 = [row[1:] for row in records["comm1"] if row[0] == "r1"]
+    if mpi_library().family == OPEN_MPI:   # the Free under a lock is not tried there (see rma.py)
+        assert set(said) == {"Put"}, result.stdout
+        assert r1 == [("rounds", e.WIN_ALLOCATE, 0, NONE, 0, 64), ("rounds", e.WIN_FREE, 0, NONE, 1, 0),
+                      ("p2p", e.PUT, ERROR, 0, 0, 0)]
+        return
+    assert set(said) == {"Free", "Put"}, result.stdout   # MPI's own errors reached the program
     assert r1 == [("rounds", e.WIN_ALLOCATE, 0, NONE, 0, 64), ("p2p", e.WIN_LOCK, 0, 0, 0, 0),
                   ("p2p", e.PUT, 0, 0, 0, 16), ("rounds", e.WIN_FREE, ERROR, NONE, 1, 0),
                   ("p2p", e.WIN_UNLOCK, 0, 0, 0, 0), ("rounds", e.WIN_FREE, 0, NONE, 2, 0),

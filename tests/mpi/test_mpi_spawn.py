@@ -198,10 +198,11 @@ def test_the_archive_of_a_run_whose_spawned_child_crashed_has_the_children(tmp_p
         result.stderr
     rows, trees, _ = records(archive)
     assert {"r2", "r3"} <= {thread for members in trees.values() for thread in members}
-    # Child 0 (r2) answered parent 0 before child 1's abort: its send is in the archive, as r0's receive is.
+    # Child 0 (r2) answered parent 0 before child 1's abort: its send is in the archive. (r0's receive
+    # may not be: Open MPI's abort kills r0 at once, before its last records reach its file.)
     answer = len(pickle.dumps({"child": 0}, 5))
     sends = [(r["thread"], r["op"], r["element"], r["nbytes"]) for r in rows if r["arg"] == 6]
-    assert ("r2", e.SEND, 0, answer) in sends and ("r0", e.RECV, 2, answer) in sends
+    assert ("r2", e.SEND, 0, answer) in sends
 
 
 def test_a_spawned_program_that_cannot_join_runs_unmonitored_and_says_so_once(tmp_path):
