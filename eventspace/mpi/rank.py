@@ -684,10 +684,13 @@ class Rank:
         if self.finished:
             return
         self.finished = True
+        # What the processes this rank spawned wrote and left untraced, which their first rank sends
+        # (below) to the first of their parents, who counts it as its own.
+        spawned = [link.recv(source=0) if link.Get_rank() == 0 else (0, {}) for link in self.children]
         for link in self.children:   # the processes this rank spawned have closed their recordings (below)
             link.Barrier()
-        written = self.private.gather(sum(ring.last() for ring in self.rings), root=0)
-        not_traced = self.private.gather(untraced.totals(), root=0)
+        written = self.private.gather(sum(ring.last() for ring in self.rings) + sum(w for w, _ in spawned), root=0)
+        not_traced = self.private.gather(untraced.summed([untraced.totals(), *(c for _, c in spawned)]), root=0)
         if self.recorder is not None:
             from . import record
 
@@ -726,6 +729,8 @@ class Rank:
             finally:
                 self.registration.remove()
         if self.parent is not None:   # its recording is closed; then wait for the run's archive (its parents' end)
+            if self.world_rank == 0:
+                self.parent.send((sum(written), untraced.summed(not_traced)), dest=0)
             self.parent.Barrier()
             self.parent.Barrier()
             self.parent.Disconnect()
