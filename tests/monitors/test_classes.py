@@ -95,6 +95,7 @@ def test_histograms_of_durations_merge_in_the_node_servers(uneven):
     assert len(events) > sum(h.count for h in got) / 3   # the raw stream saw the same traffic
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_the_classes_command_prints_the_classes_live_and_as_json(uneven):
     proc = start_monitor(["monitor", "classes"], uneven, "--duration", "3")
     text = read_until(proc, f"class 2 ({BUSY})")

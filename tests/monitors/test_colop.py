@@ -63,6 +63,7 @@ def ring_with_trees(name):
         Selector(trees=("count", "step")),))).validate()
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_an_open_round_says_whom_it_waits_for(tmp_path):
     rounds, hold = 5, 6.0
     with launch(ring_with_trees("open"), run_dir=tmp_path, env=ENV) as run:
@@ -93,6 +94,7 @@ def test_the_worst_round_is_not_diluted_by_the_thread_that_is_last_most_often(tm
     assert op.lateness_us < op.worst_lateness_us / 5
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_the_colop_command_shows_the_open_round_and_ends_with_the_run(tmp_path):
     with launch(ring_with_trees("open-cli"), run_dir=tmp_path, env=ENV) as run:
         monitor = start_monitor(["monitor", "colop", "--tree", "count"], run)

@@ -2,6 +2,8 @@
 
 import dataclasses
 
+import pytest
+
 from eventspace.roster import STALE_AFTER, monitor_name
 from eventspace.scope import EventScope
 from monitors.dashboard import Dashboard
@@ -27,6 +29,7 @@ def names(state) -> set[str]:
     return {a.entry.name for a in state.scopes}
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_the_dashboard_shows_every_tree_and_every_scope_of_every_monitor(tmp_path):
     with launch(ring("board"), run_dir=tmp_path, env=ENV) as run:
         run.start("programs:ring_forever", {"stop_after": 120, "pause": 0.01})

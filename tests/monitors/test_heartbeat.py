@@ -13,6 +13,7 @@ from runs import ENV, PROGRAMS, REPO, THREE_NODES, TWO_NODES, not_answering, pat
 INTERVAL = 0.25
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_a_stalled_thread_is_flagged_within_three_intervals_and_no_healthy_one_ever(tmp_path):
     pm = Pathmap.load(REPO / "pathmaps" / "windtunnel-4node.yaml")
     with launch(pm, run_dir=tmp_path) as run:
@@ -164,6 +165,7 @@ def test_a_straggler_computing_is_told_from_a_stalled_one_and_says_where(tmp_pat
     assert abs(int(beat["T2"].where.split(":")[1].split()[0]) - line) <= 1, (beat["T2"].where, line)
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_eventspace_stack_names_a_node_whose_gil_a_c_call_holds_and_prints_the_rest(tmp_path):
     import json
     import subprocess

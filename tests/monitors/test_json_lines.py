@@ -59,6 +59,7 @@ def test_a_monitor_prints_json_lines_and_a_last_one_that_says_how_it_ended(ring,
     assert last["ended"] is False and last["run"] == run.name and last["why"] is None
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_the_other_commands_print_json_only(ring):
     run, tmp_path = ring
     runs = json_lines(eventspace("runs", "--json", cwd=tmp_path))

@@ -95,6 +95,7 @@ def test_a_live_monitor_reads_its_report_and_its_json_lines_are_that_report(ring
     assert frames and all(alike(frame, said) for frame in frames), (frames[0], said)
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_a_replay_reads_frame_after_frame_and_its_json_lines_are_those_frames(ring):
     run, tmp_path = ring
     out = tmp_path / "ring.sqlite"

@@ -122,6 +122,7 @@ def test_ctrl_c_inside_the_run_stops_every_node(tmp_path):
     assert all(gone(pid) for pid in pids.values())
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_attach_finds_a_live_run_and_refuses_a_stale_one(tmp_path):
     pm = pathmap_for(ring_app(4), TWO_NODES)
     with launch(pm, run_dir=tmp_path, env=ENV) as run:

@@ -13,8 +13,8 @@ SHIPPED = ["example-toy.yaml", "toy-2node.yaml", "cluster-4node.yaml", "windtunn
 GENERATED = SHIPPED[1:]
 
 
-@pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_pathmap_validates(name, pathmaps_dir):
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if "64node" in n else n for n in SHIPPED])
+def test_shipped_pathmap_validates(name, pathmaps_dir):   # the 64-node one takes 12 s: with the slow tests
     pm = Pathmap.load(pathmaps_dir / name)
     assert pm.check() == ()
 

@@ -247,6 +247,7 @@ def run(tmp_path_factory):
         yield run
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_the_scope_join_calls_under_a_fuzzer(run):
     rng = random.Random(SEED)
     ctx = zmq.Context()

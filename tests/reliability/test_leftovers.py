@@ -11,6 +11,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from polling import until
 from runs import REPO, TWO_NODES, gone, pathmap_for, ring_app
 
@@ -74,6 +76,7 @@ def test_a_node_ends_within_seconds_of_sigterm_or_of_its_launcher_dying_whatever
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow   # 7-12 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_eventspace_run_ended_by_sigterm_stops_its_nodes_and_removes_its_files_as_ctrl_c_does(tmp_path):
     pathmap = tmp_path / "hung.yaml"
     pathmap_for(ring_app(4), TWO_NODES, name="hung").dump(pathmap)
