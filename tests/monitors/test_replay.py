@@ -56,6 +56,7 @@ def frames(path, *extra, capsys):
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
+@pytest.mark.slow   # 6-7 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_every_interval_of_the_recording_becomes_one_dashboard_state(recorded, capsys):
     shown = frames(recorded, "--interval", "0.5", capsys=capsys)
     with Archive.open(recorded) as archive:

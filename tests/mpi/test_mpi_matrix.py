@@ -60,6 +60,7 @@ def test_without_the_plot_extra_the_matrix_says_so_and_prints_the_table(tmp_path
     assert not (tmp_path / "m.png").exists()
 
 
+@pytest.mark.slow   # 6-7 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_the_live_matrix_counts_what_the_program_sends_after_it_attached(tmp_path):
     go, done = tmp_path / "go", tmp_path / "done"
     job = start(tmp_path, 3, "traffic", "traffic.py", go, done)

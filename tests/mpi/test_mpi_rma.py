@@ -122,6 +122,7 @@ def one_sided_matrix(archive, tmp_path) -> None:
     assert f"{sum(map(sum, nbytes)):,}" in table.stdout
 
 
+@pytest.mark.slow   # 6-7 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_a_live_matrix_attached_before_a_window_was_made_counts_its_one_sided_bytes(tmp_path):
     go, done = tmp_path / "go", tmp_path / "done"
     job = start(tmp_path, 3, "rma-live", "rma.py", "live", go, done)

@@ -32,7 +32,7 @@ def test_paper_scale_layout(pathmaps_dir):
     assert pm.instrument.keep == 200
 
 
-@pytest.mark.parametrize("name", GENERATED)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if "64node" in n else n for n in GENERATED])
 def test_header_command_regenerates_the_file(name, pathmaps_dir, tmp_path, monkeypatch, capsys):
     text = (pathmaps_dir / name).read_text()
     first, _, body = text.partition("\n")

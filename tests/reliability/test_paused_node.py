@@ -142,6 +142,7 @@ def test_a_killed_server_is_gone_at_once_not_after_the_grace(spawn_server):
     assert took < 15, f"a dead server took {took:.1f} s to be reported"
 
 
+@pytest.mark.slow   # 6-7 s: one of the longest beside the others (make test-fast's 3 minutes)
 def test_a_pull_tells_a_paused_node_from_a_dead_one(spawn_server):
     """A fan-out over a paused server and a killed one: both missing; the killed one gone, the paused one not."""
     paused, killed, healthy = spawn_server(), spawn_server(), spawn_server()
