@@ -28,7 +28,18 @@ repetitions, and reports the median batch, on rank 0's clock:
   cost of a nonblocking collective, per call).
 - one-sided, on a window of every rank (Win.Allocate): Put to MPI.PROC_NULL in a Lock_all epoch
   (collector cost, as Send's), an empty Fence epoch, and the latency of an epoch in which rank 0
-  Puts 8 B, 64 KiB or 1 MiB (or Accumulates 8 B) into rank 1's window and every rank closes it with a Fence.
+  Puts 8 B, 64 KiB or 1 MiB (or Accumulates 8 B) into rank 1's window and every rank closes it with a
+  Fence; and the Put epochs again on a window of the program's own memory (Win.Create), into which
+  MPI itself moves the bytes (Win.Allocate's is shared memory on one host, and a Put there a copy:
+  an epoch of 64 KiB lasts hardly longer than one of 8 B, and what the collectors add to it is what
+  they add to the 8 B one).
+
+Where a job has more ranks than the machine has cores, each rank is bound to a core, round robin
+(`mpiexec -bind-to core`, as the OSU benchmarks run; `--no-bind`: never): which ranks share a core is
+otherwise the scheduler's choice, made anew in each job and now and then for part of one, and a
+collective's time depends on it (Iallreduce 8 B on 4 ranks on 2 cores: 16-18 µs with ranks 0 and 2 on
+one core, 25-40 µs for a while in some jobs), which one A B B A does not average out. With one core
+each there is no such choice, and the ranks run where mpiexec's own defaults put them.
 
 `--pairs N` runs A B B A N times (2N jobs per arm): a job's large-message latency depends on where
 its buffers land, a few percent from job to job, which one A B B A does not average out.
@@ -36,7 +47,7 @@ its buffers land, a few percent from job to job, which one A B B A does not aver
 Targets: collector cost per MPI call (A/B) <= 1 µs, a Put's <= 0.5 µs; 0-byte latency monitored <=
 1.25x plain; latency at >= 64 KiB <= 1.02x; 8-byte allreduce on 4 ranks <= 1.15x; Iallreduce <= 1.25x
 plain at 8 B, <= 1.05x at 64 KiB, its collector cost <= 0.5 µs a call; Put + Fence and Accumulate +
-Fence at 8 B <= 1.25x, Put + Fence at 64 KiB <= 1.05x. Results go to
+Fence at 8 B <= 1.25x, Put + Fence at 64 KiB and 1 MiB <= 1.05x, on either window. Results go to
 benchmarks/results/mpi_bench.json.
 """
 
@@ -57,7 +68,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from timing import Figure, difference, mpiexec, print_result, report, result_of  # noqa: E402
 
 HERE = Path(__file__).resolve()
-MPIEXEC: list[str] = []   # the launcher and its options (timing.mpiexec), set by main
+# The launcher and its options (timing.mpiexec), by whether it binds each rank to a core; set by main.
+MPIEXEC: dict[bool, list[str]] = {}
+CORES = len(os.sched_getaffinity(0))
 LATENCY_SIZES = (0, 8, 64, 1024, 8192, 65536, 262144, 1 << 20)
 BANDWIDTH_SIZES = (8192, 65536, 1 << 20)
 WINDOW = 64
@@ -220,16 +233,25 @@ def kernel(args) -> None:
             win.Fence()
 
     best(f"Fence, {size} ranks", fence, 3000)
-    for nbytes in RMA_SIZES:
-        buf = aligned(nbytes)
+    # The same epochs on a window of memory the program made itself (Win.Create, as mpi4py's cpi-rma
+    # demo makes one), into which MPI moves the bytes itself: on one host, Win.Allocate's window is
+    # shared memory, and MPICH's Put a copy into it (64 KiB in 0.2 µs here, an epoch ~ its Fence).
+    own = aligned(max(RMA_SIZES))
+    created = MPI.Win.Create(own, 1, comm=comm)
+    created.Fence()
+    for kind, window in (("", win), (" (Win.Create)", created)):
+        for nbytes in RMA_SIZES:
+            buf = aligned(nbytes)
 
-        def put_fence(n, buf=buf):   # rank 0 puts into rank 1's window; every rank closes the epoch
-            for _ in range(n):
-                if rank == 0:
-                    win.Put(buf, 1)
-                win.Fence()
+            def put_fence(n, buf=buf, window=window):   # rank 0 puts into rank 1's window; every rank closes the epoch
+                for _ in range(n):
+                    if rank == 0:
+                        window.Put(buf, 1)
+                    window.Fence()
 
-        best(f"Put + Fence {size_text(nbytes)}, {size} ranks", put_fence, 3000 if nbytes <= 8192 else 400)
+            best(f"Put + Fence {size_text(nbytes)}{kind}, {size} ranks", put_fence, 3000 if nbytes <= 8192 else 400)
+    created.Fence(MPI.MODE_NOSUCCEED)
+    created.Free()
 
     def accumulate_fence(n):
         for _ in range(n):
@@ -254,7 +276,8 @@ def job(ranks: int, monitored: bool, args, name: str, with_getevent: bool = Fals
         if with_getevent:
             kernel_args += ["--wait", str(wait)]
         program = ([sys.executable, "-m", "eventspace.mpi", "--name", name] if monitored else [sys.executable])
-        cmd = [*MPIEXEC, "-n", str(ranks), *program, str(HERE), *kernel_args]
+        bound = ranks > CORES and not args.no_bind
+        cmd = [*MPIEXEC[bound], "-n", str(ranks), *program, str(HERE), *kernel_args]
         env = os.environ | {"EVENTSPACE_RUN_DIR": str(Path(tmp) / "runs")}   # the run's name is its own
         proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, env=env)
@@ -293,6 +316,9 @@ def main() -> int:
     parser.add_argument("--wait", help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per kernel, best kept (default 5)")
     parser.add_argument("--quick", action="store_true", help="a fifth of the iterations")
+    parser.add_argument("--no-bind", action="store_true",
+                        help="leave the ranks' placement on cores to the scheduler also where there are more ranks "
+                             "than cores (default: bind them, round robin)")
     parser.add_argument("--pairs", type=int, default=1,
                         help="A B B A this many times (each job's own memory layout moves large-message "
                              "latency by a few percent: more jobs per arm, a steadier median; default 1)")
@@ -300,7 +326,8 @@ def main() -> int:
     if args.kernel:
         kernel(args)
         return 0
-    MPIEXEC[:] = mpiexec("pip install 'eventspace[mpi]'")
+    for bound in (False, True):
+        MPIEXEC[bound] = mpiexec("pip install 'eventspace[mpi]'", bind=bound)
     figures: list[Figure] = []
     targets = {}
     wall_only = lambda name: (not name.endswith("(CPU)") or "PROC_NULL" in name or "Python" in name  # noqa: E731
@@ -339,7 +366,9 @@ def main() -> int:
                 targets[b.name] = ("<= 1.05x plain", lambda f, r: r is not None and r <= 1.05)
     report(f"MPI collectors: plain vs monitored (A B B A{' x ' + str(args.pairs) if args.pairs > 1 else ''}) vs monitored + getevent "
            "at full rate", figures, targets,
-           "mpi_bench.json", extra={"reps": args.reps, "quick": args.quick, "pairs": args.pairs, "window": WINDOW})
+           "mpi_bench.json", extra={"reps": args.reps, "quick": args.quick, "pairs": args.pairs, "window": WINDOW,
+                  "bound": "more ranks than cores" if not args.no_bind else "never",
+                  "launcher": MPIEXEC[False]})
     return 0
 
 

@@ -189,13 +189,15 @@ def report(title: str, figures: list[Figure], targets: dict[str, Target], out: s
     return rows
 
 
-def mpiexec(install: str = "pip install 'eventspace[mpi]'") -> list[str]:
+def mpiexec(install: str = "pip install 'eventspace[mpi]'", bind: bool = False) -> list[str]:
     """The mpiexec of the MPI mpi4py runs on (MPICH's or Open MPI's: eventspace.mpi.library), with what
     that launcher needs to start any number of ranks on this host (Open MPI: --oversubscribe), as
     `eventspace mpirun` starts them; SystemExit saying what to do where there is none, or where Open
-    MPI's refuses to run as root."""
+    MPI's refuses to run as root. With `bind`, each rank is bound to a core, round robin (OSU-style:
+    otherwise, with more ranks than cores, which ranks share a core is the scheduler's choice, job by
+    job, and it moves a collective's time by a third; see mpi_bench)."""
     from eventspace.mpi.library import find_mpiexec
-    from paths.mpiexec import launcher_options, root_refusal
+    from paths.mpiexec import OPEN_MPI, launcher_options, root_refusal
 
     try:
         found, library = find_mpiexec(None, install)
@@ -204,4 +206,6 @@ def mpiexec(install: str = "pip install 'eventspace[mpi]'") -> list[str]:
     refusal = root_refusal(library.family)
     if refusal is not None:
         raise SystemExit(refusal)
-    return [found, *launcher_options(library.family)]
+    binding = [] if not bind else ["--bind-to", "core:overload-allowed"] if library.family == OPEN_MPI \
+        else ["-bind-to", "core"]
+    return [found, *launcher_options(library.family), *binding]
