@@ -122,6 +122,7 @@ def test_eventspace_scope_stops_pulling_a_run_that_ended(tmp_path):
     assert code == 0 and figures["ended"] == "every node is gone" and 0 < figures["pulls"] < 100000
 
 
+@pytest.mark.slow   # 7-9 s: make test-fast stays within its 3 minutes
 def test_monitors_read_what_a_run_made_last_before_its_nodes_stop(tmp_path):
     """The launcher waits for the final read of every monitor attached: colop counts every round the
     program made, and the dashboard shows the step it ended at, though both pull only every 5 s."""

@@ -115,6 +115,7 @@ def _thread(beat, name: str) -> dict:
     return next(t for t in beat["threads"] if t["thread"] == name)
 
 
+@pytest.mark.slow   # 7-9 s: make test-fast stays within its 3 minutes
 def test_eventspace_stack_merges_identical_stacks_and_says_what_each_rank_is_in(tmp_path):
     import json
     import subprocess

@@ -64,6 +64,7 @@ def test_the_example_runs_through_the_command_from_its_directory(tmp_path):
     assert f"'squares': {squares_of(2, 5)}" in shown.stdout and "4 threads on 2 nodes" in shown.stdout
 
 
+@pytest.mark.slow   # 7-9 s: make test-fast stays within its 3 minutes
 def test_from_another_directory_with_path_and_the_one_line_when_the_module_is_not_found(tmp_path):
     pathmap = str(EXAMPLE / "squares.yaml")
     found = eventspace("run", "squares:main", "--pathmap", pathmap, "--path", str(EXAMPLE), "--arg", "rounds=2",

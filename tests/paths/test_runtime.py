@@ -35,6 +35,7 @@ def test_a_program_runs_on_every_thread_and_the_nodes_are_gone_after(tmp_path):
     assert not (tmp_path / f"{pm.name}.json").exists()
 
 
+@pytest.mark.slow   # 7-9 s: make test-fast stays within its 3 minutes
 def test_moving_threads_and_elements_is_a_pathmap_edit_only(tmp_path):
     results = {}
     for rule in ("block", "round-robin"):
