@@ -122,3 +122,40 @@ def _check_family(mpiexec: str, library: MpiLibrary) -> None:
         raise LookupError(f"--mpiexec {mpiexec} is {theirs}'s, but mpi4py runs on {library.version}"
                           f"{f' ({library.path})' if library.path else ''}: each rank would start alone; give "
                           f"{library.family}'s mpiexec")
+
+
+# The files the MPI libraries make in /dev/shm for their ranks' shared memory on a host: MPICH's
+# (MPL_shm: mpich_shm_<id>_<n>) and Open MPI's (its sm transport: sm_segment.<host>.<uid>.<job>.<rank>).
+SHARED_MEMORY_FILES = ("mpich_shm_", "sm_segment.")
+
+
+def release_shared_memory(maps: str = "/proc/self/maps") -> list[str]:
+    """Unlink the MPI library's shared-memory files that this process maps (SHARED_MEMORY_FILES in
+    /dev/shm; a program's own, such as multiprocessing's, are left alone), and return their paths.
+
+    The MPIs remove them when the ranks finalize; at an abort MPICH leaves them, and Open MPI now
+    and then: one or more 2-3 MB files of memory-backed /dev/shm an aborted run, which added up to
+    gigabytes on a machine that runs many. (A rank killed outright runs no code: its files stay.) The mappings stay until the processes
+    end, so the ranks still running are not disturbed; nothing attaches to these files after MPI's
+    start. Called by a rank that ends the run without the others (eventspace.mpi.rank.abandon), just
+    before MPI's abort. Nothing where the platform has no /proc."""
+    try:
+        with open(maps) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:   # address perms offset device inode path (" (deleted)" once unlinked)
+        fields = line.split(maxsplit=5)
+        path = fields[5] if len(fields) == 6 else ""
+        if (path.startswith("/dev/shm/") and path.rsplit("/", 1)[1].startswith(SHARED_MEMORY_FILES)
+                and not path.endswith(" (deleted)") and path not in found):
+            found.append(path)
+    released = []
+    for path in found:
+        try:
+            os.unlink(path)
+        except OSError:   # gone already (another rank of the host released it), or not ours to remove
+            continue
+        released.append(path)
+    return released

@@ -20,7 +20,7 @@ from paths.errors import PathsError
 
 from ..hosted import RECORD_FLUSH
 from ..space import NodeSpace
-from . import interpose, mpi4py_access, untraced
+from . import interpose, library, mpi4py_access, untraced
 from .collector import (MpiCollector, WindowContext, collective_methods, p2p_methods, peer_table, window_made,
                         window_methods)
 from .options import Options, spawned_command
@@ -643,7 +643,8 @@ class Rank:
         """The run ends on this rank without the others (an exception, Ctrl-C, SIGTERM, MPI_Abort),
         before MPI's abort (not collective; the node goes with the process): this rank's recording
         is closed (`ended`: how), the other ranks are asked to write theirs out, a flight recorder's
-        windows are dumped into an archive, and rank 0 removes the run's files."""
+        windows are dumped into an archive, rank 0 removes the run's files, and the MPI library's
+        shared-memory files this rank maps are removed (library.release_shared_memory)."""
         if self.finished:
             return
         self.finished = True
@@ -661,6 +662,8 @@ class Rank:
                         f"{self.recording_dir} {self.options.archive}` builds its archive)")
         if self.registration is not None:
             self.registration.remove()
+        # MPI's abort follows, which leaves the library's shared-memory files of this host behind
+        library.release_shared_memory()
 
     def _dump(self, why: str, others: dict) -> None:
         """Dump every rank's window (the flight recorder's) into a new archive here; say where."""
