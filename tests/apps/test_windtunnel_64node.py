@@ -18,6 +18,7 @@ STALL = ("T700", 25, 10.0)             # thread, step, seconds: late enough for 
 LAYOUT = REPO / "pathmaps" / "windtunnel-64node.yaml"
 
 
+@pytest.mark.slow   # 6-7 s: make test-fast stays within its 3 minutes
 def test_the_scale_layout_is_64_nodes_1024_threads_and_over_16000_trace_elements():
     pm = Pathmap.load(LAYOUT)
     assert (len(pm.nodes), len(pm.clusters), len(pm.threads)) == (64, 8, 1024)

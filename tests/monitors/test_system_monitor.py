@@ -114,6 +114,7 @@ def test_the_dashboard_draws_a_bar_row_per_node(catalogue, samples):
     assert "sampling is off" in text(render(DashboardState("board", 3.0)), width=200)
 
 
+@pytest.mark.slow   # 6-7 s: make test-fast stays within its 3 minutes
 def test_system_mon_follows_every_nodes_newest_sample(tmp_path):
     pm = pathmap_for(ring_app(6), THREE_NODES, rule="block", name="sysmon")
     pm = dataclasses.replace(pm, instrument=Instrument(collectors=(Selector(at=("source",)),))).validate()

@@ -182,6 +182,7 @@ def test_every_wrapped_call_and_constructor_is_collected(tmp_path):
                              ("r1", e.ISEND, e.REQUEST | e.FREED), ("r1", e.IRECV, e.REQUEST | e.CANCELLED)]
 
 
+@pytest.mark.slow   # 6-7 s: make test-fast stays within its 3 minutes
 def test_compiled_collectors_write_what_the_pure_ones_write(tmp_path):
     """Buffer sends, Recv, buffer collectives, posts and the completions of their requests run
     compiled where the extension is built (eventspace/collector_c/: MpiCall, RequestWait,

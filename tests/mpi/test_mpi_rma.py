@@ -147,6 +147,7 @@ def test_a_live_matrix_attached_before_a_window_was_made_counts_its_one_sided_by
         stop(job)
 
 
+@pytest.mark.slow   # 6-7 s: make test-fast stays within its 3 minutes
 def test_a_fence_one_rank_never_enters_is_a_deadlock_naming_that_rank(tmp_path):
     job = start(tmp_path, 3, "dead-fence", "rma.py", "fence")
     try:

@@ -45,6 +45,7 @@ def test_the_readmes_program_and_application_map_are_the_example_files():
     assert "--path examples/ownprogram" in section
 
 
+@pytest.mark.slow   # 6-7 s: make test-fast stays within its 3 minutes
 def test_the_example_runs_through_the_command_from_its_directory(tmp_path):
     done = eventspace("run", "squares:main", "--pathmap", "squares.yaml", "--arg", "rounds=3", "--arg", "items=10",
                       "--json", cwd=EXAMPLE)
