@@ -34,7 +34,8 @@ def at_line(program: str, call: str, nth: int = 1) -> str:
     return f" at {program}:{number} in <module>"
 
 
-@pytest.mark.parametrize("mode", ["p2p", "p2p-buffer", "p2p-request"])
+@pytest.mark.parametrize("mode", ["p2p", pytest.param("p2p-buffer", marks=pytest.mark.slow),   # 5 s each:
+                                  pytest.param("p2p-request", marks=pytest.mark.slow)])   # test-fast in 3 min
 def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(tmp_path, mode):
     name = f"dead-{mode}"   # a run name of its own: the other case's run file may outlive its kill
     job = start(tmp_path, 2, name, "waits.py", mode)
@@ -54,6 +55,7 @@ def test_two_ranks_receiving_from_each_other_are_a_deadlock_within_three_beats(t
     assert waiting_in(seen[-1]) == {"r0": f"{call} from r1 tag 0 on comm 0", "r1": f"{call} from r0 tag 0 on comm 0"}
 
 
+@pytest.mark.slow   # 6 s: make test-fast stays within its 3 minutes
 def test_a_collective_waiting_on_a_rank_that_waits_on_it_is_a_deadlock(tmp_path):
     job = start(tmp_path, 3, "dead-coll", "waits.py", "collective")
     try:
@@ -69,6 +71,7 @@ def test_a_collective_waiting_on_a_rank_that_waits_on_it_is_a_deadlock(tmp_path)
                                     "r2": "Recv from r0 tag 5 on comm 0"}
 
 
+@pytest.mark.slow   # 6 s: make test-fast stays within its 3 minutes
 def test_a_late_rank_is_named_and_is_no_deadlock(tmp_path):
     release = tmp_path / "release"
     job = start(tmp_path, 3, "late", "waits.py", "late", release)
