@@ -243,7 +243,8 @@ def kernel(args) -> None:
         for nbytes in RMA_SIZES:
             buf = aligned(nbytes)
 
-            def put_fence(n, buf=buf, window=window):   # rank 0 puts into rank 1's window; every rank closes the epoch
+            def put_fence(n, buf=buf, window=window):
+                """Rank 0 puts into rank 1's window; every rank closes the epoch."""
                 for _ in range(n):
                     if rank == 0:
                         window.Put(buf, 1)

@@ -195,7 +195,7 @@ def mpiexec(install: str = "pip install 'eventspace[mpi]'", bind: bool = False) 
     `eventspace mpirun` starts them; SystemExit saying what to do where there is none, or where Open
     MPI's refuses to run as root. With `bind`, each rank is bound to a core, round robin (OSU-style:
     otherwise, with more ranks than cores, which ranks share a core is the scheduler's choice, job by
-    job, and it moves a collective's time by a third; see mpi_bench)."""
+    job, and it moves a collective's time by up to half; see mpi_bench)."""
     from eventspace.mpi.library import find_mpiexec
     from paths.mpiexec import OPEN_MPI, launcher_options, root_refusal
 
@@ -206,6 +206,7 @@ def mpiexec(install: str = "pip install 'eventspace[mpi]'", bind: bool = False) 
     refusal = root_refusal(library.family)
     if refusal is not None:
         raise SystemExit(refusal)
-    binding = [] if not bind else ["--bind-to", "core:overload-allowed"] if library.family == OPEN_MPI \
-        else ["-bind-to", "core"]
+    binding = []
+    if bind:
+        binding = ["--bind-to", "core:overload-allowed"] if library.family == OPEN_MPI else ["-bind-to", "core"]
     return [found, *launcher_options(library.family), *binding]

@@ -129,30 +129,29 @@ def _check_family(mpiexec: str, library: MpiLibrary) -> None:
 SHARED_MEMORY_FILES = ("mpich_shm_", "sm_segment.")
 
 
-def release_shared_memory(maps: str = "/proc/self/maps") -> list[str]:
+def release_shared_memory() -> list[str]:
     """Unlink the MPI library's shared-memory files that this process maps (SHARED_MEMORY_FILES in
     /dev/shm; a program's own, such as multiprocessing's, are left alone), and return their paths.
 
     The MPIs remove them when the ranks finalize; at an abort MPICH leaves them, and Open MPI now
     and then: one or more 2-3 MB files of memory-backed /dev/shm an aborted run, which added up to
-    gigabytes on a machine that runs many. (A rank killed outright runs no code: its files stay.) The mappings stay until the processes
-    end, so the ranks still running are not disturbed; nothing attaches to these files after MPI's
-    start. Called by a rank that ends the run without the others (eventspace.mpi.rank.abandon), just
-    before MPI's abort. Nothing where the platform has no /proc."""
+    gigabytes on a machine that runs many (a rank killed outright runs no code: its files stay).
+    The mappings stay until the processes end, so the ranks still running are not disturbed;
+    nothing attaches to these files after MPI's start. Called by a rank that ends the run without
+    the others (eventspace.mpi.rank.abandon), just before MPI's abort. Nothing where the platform
+    has no /proc."""
     try:
-        with open(maps) as f:
+        with open("/proc/self/maps") as f:
             lines = f.read().splitlines()
     except OSError:
         return []
-    found = []
-    for line in lines:   # address perms offset device inode path (" (deleted)" once unlinked)
-        fields = line.split(maxsplit=5)
-        path = fields[5] if len(fields) == 6 else ""
-        if (path.startswith("/dev/shm/") and path.rsplit("/", 1)[1].startswith(SHARED_MEMORY_FILES)
-                and not path.endswith(" (deleted)") and path not in found):
-            found.append(path)
+    # address perms offset device inode path; an unlinked file's path ends " (deleted)"
+    paths = (line.split(maxsplit=5)[5] for line in lines if len(line.split(maxsplit=5)) == 6)
     released = []
-    for path in found:
+    for path in dict.fromkeys(paths):
+        if (not path.startswith("/dev/shm/") or path.endswith(" (deleted)")
+                or not path.rsplit("/", 1)[1].startswith(SHARED_MEMORY_FILES)):
+            continue
         try:
             os.unlink(path)
         except OSError:   # gone already (another rank of the host released it), or not ours to remove
