@@ -26,6 +26,15 @@ NEVER = 1 << 62                # the drain bound of a ring nobody records: no ap
 SPILL_WAKES = 8 * BLOCK_RECORDS * trace.SIZE   # spilled bytes (9.4 MB) that wake the recorder before its interval
 
 
+def drain_bound(unread: int, keep: int) -> int:
+    """The index whose append calls a ring's spill, `unread` its first record not read yet: half way
+    round its `keep`. Between a thread's append at the bound and its spill, other threads of the
+    process may append (the spill waits for the GIL, or for the recorder's lock); the other half of
+    the ring takes their records, where a bound at the ring's last free slot let the first of them
+    overwrite a record not read yet."""
+    return unread + (keep - 1) // 2
+
+
 def _nothing() -> None:
     pass
 
@@ -173,9 +182,10 @@ class Recorder:
     Each watched trace element is a ring keeping its newest `keep` records. The recorder reads
     each ring every INTERVAL seconds (the TupleServer's batch read, in this process), from where
     it last stopped. A collector that can, calls the ring's spill (`watch`'s second value) on its
-    own thread when an append reaches the ring's bound, before its next append could overwrite a
-    record not read yet: the ring is read into the recorder's buffer there and then, so nothing is
-    lost however fast the node runs (an MPI rank's collectors do). A ring that wraps before it is
+    own thread when an append reaches the ring's bound (half way round, `drain_bound`), long before
+    an append could overwrite a record not read yet: the ring is read into the recorder's buffer
+    there and then, so nothing is lost however fast the node runs (an MPI rank's collectors do),
+    nor however many of its threads append at once. A ring that wraps before it is
     read loses the records it overwrote; they are counted as discarded (`counts`).
 
     The first block of a recording is a note (`header`: what it is of), and `note` adds more
@@ -218,7 +228,7 @@ class Recorder:
             cursor = element.last()
             ring = [element, cursor, cursor, bounds, at]
             if bounds is not None:
-                bounds[at] = cursor + element.keep - 1
+                bounds[at] = drain_bound(cursor, element.keep)
             self._rings.append(ring)
         return lambda: self._spill(ring)
 
@@ -243,7 +253,7 @@ class Recorder:
             self._buffered += len(data)
         ring[1] = start + len(data) // trace.SIZE
         if bounds is not None:
-            bounds[at] = ring[1] + element.keep - 1
+            bounds[at] = drain_bound(ring[1], element.keep)
 
     def _take(self) -> bytes:
         with self._mutex:

@@ -126,6 +126,30 @@ def test_a_recorder_loses_nothing_its_collectors_spill_however_late_it_reads(tmp
     server.close()
 
 
+def test_a_recorder_loses_nothing_when_other_threads_append_before_a_collectors_spill_runs(tmp_path):
+    """CI saw one record of an MPI rank lost (`--keep 16`, four threads calling MPI at once): the
+    drain bound was the ring's last free slot, so when a thread's append reached it and another
+    thread's append came before the first one's spill ran (it waits for the GIL or the recorder's
+    lock), that append overwrote a record not read yet. Three threads here each append once before
+    any of their spills runs, as the GIL may order them."""
+    server, element = _ring(keep=16)
+    recorder = Recorder(RecordingFile(tmp_path / "A.rec"), {"node": "A"}, interval=3600)
+    append = element.appender(single_writer=False)
+    bounds = Page().bounds
+    spill = recorder.watch(element, bounds, 0)
+    n = 0
+    while n < 3000:
+        due = [append(e.SEND, 0, 1, 1, n + k, 1, T0 + n + k, T0 + n + k + 1) >= bounds[0] for k in range(3)]
+        n += 3
+        for _ in filter(None, due):
+            spill()
+    counts = recorder.close("the test ended")
+    assert (counts.made, counts.written, counts.discarded) == (3000, 3000, 0)
+    with recording.opened(tmp_path / "A.rec") as data:
+        assert recording.as_records(data)["arg"].tolist() == list(range(3000))
+    server.close()
+
+
 def test_a_ring_that_wraps_before_it_is_read_counts_what_it_lost_as_discarded(tmp_path):
     server, element = _ring(keep=16)
     recorder = Recorder(RecordingFile(tmp_path / "A.rec"), {"node": "A"}, interval=3600)
