@@ -123,7 +123,10 @@ def _one(request, call, op, status, test):
         return call(request, status)
     ch, post_op, flags, peer, tag, n, _ = info
     if not _collects(ch) or not request:
-        return call(request, status)
+        result = call(request, status)
+        if not test or (result if type(result) is bool else result[0]):
+            request.info = None   # completed unrecorded: a persistent request's post is gone with it
+        return result
     # Sends need no Status unless cancelled: MPI then fills none.
     st = status if status is not None or not (post_op in RECEIVES or flags & F_CANCELLED) else ch.status_here()
     # marked as waiting for the request; a failure is the completion call's record (1 request given)
@@ -149,14 +152,19 @@ def _freed(request) -> None:
         request_done(info, None, info[0].clock(), e.FREED)
 
 
-def _pending(requests) -> list:
-    """(index, info) of the traced active requests among `requests`."""
-    out = []
+def _pending(requests) -> tuple[list, list]:
+    """(index, info) of the traced active requests among `requests`, and the indices of those that
+    hold a post their completion will not record (their collector is off)."""
+    out, unrecorded = [], []
     for i, request in enumerate(requests):
-        info = _traced(request)
-        if info is not None:
+        info = getattr(request, "info", None)
+        if info is None:
+            continue
+        if _collects(info[0]) and request:
             out.append((i, info))
-    return out
+        else:
+            unrecorded.append(i)
+    return out, unrecorded
 
 
 # How the calls on many requests say which completed: `outcome(result)` is whether all did
@@ -208,10 +216,29 @@ _OUTCOMES = {(_ALL, _always): 0, (_ALL, _itself): 1, (_ALL, _first): 2, (_ANY, _
              (_ANY, _found): 5, (_SOME, _itself): 6, (_SOME, _first): 7}
 
 
+def _completed(family, said, n: int):
+    """The indices of the requests a completion call on `n` completed, from what it said (`outcome`)."""
+    if family == _ALL:
+        return range(n) if said else ()
+    if family == _ANY:
+        return (said,) if said is not None and said != MPI.UNDEFINED else ()
+    return said or ()
+
+
+def _forget(requests, indices, family, said) -> None:
+    """The requests at `indices` that the call completed unrecorded drop their post: a persistent one,
+    inactive now, must not write a record for it at a later completion call."""
+    for i in set(indices).intersection(_completed(family, said, len(requests))):
+        requests[i].info = None
+
+
 def _many(call, op, requests, status_arg, family, outcome):
-    pending = _pending(requests)
+    pending, unrecorded = _pending(requests)
     if not pending:
-        return call(requests, status_arg)
+        result = call(requests, status_arg)
+        if unrecorded:
+            _forget(requests, unrecorded, family, outcome(result))
+        return result
     if family == _ANY:
         used = MPI.Status() if status_arg is None else status_arg
     elif status_arg is None and any(info[1] in RECEIVES for _, info in pending):
@@ -233,6 +260,8 @@ def _many(call, op, requests, status_arg, family, outcome):
     for i, info, status in done:
         request_done(info, status, t1)
         requests[i].info = None   # a persistent request stays, inactive until started again
+    if unrecorded:
+        _forget(requests, unrecorded, family, said)
     completion_call(ch, op, len(requests), len(done), t0, t1)
     return result
 

@@ -13,6 +13,7 @@ import pytest
 
 from eventspace import compiled
 from eventspace.catalogue import Catalogue
+from eventspace.mpi import encoding as e
 from eventspace.scope import EventScope
 from eventspace.table import PAGE
 from eventspace.view import View, ViewError
@@ -48,25 +49,16 @@ def test_a_communicator_declared_while_the_run_goes_on_switches_off_and_on(tmp_p
 
         def phase(k: int) -> list[int]:
             """Run phase k; the collectors of the records it wrote on the declared communicator."""
-            (tmp_path / f"go{k}").touch()
-            until(lambda: (tmp_path / f"done{k}").exists() or job.poll() is not None, 120, f"phase {k} done")
-            assert job.poll() is None, job.communicate()
-            return sorted(int(c) for c in scope.pull().records["collector"])
-
-        def switch(how: str) -> None:
-            done = run([sys.executable, "-m", "eventspace.cli", "space", "switch", how, "--run", name, "--view", view],
-                       tmp_path, timeout=60)
-            assert done.returncode == 0, done.stderr
-            assert f"switched {how} 4 collectors on 2 nodes" in done.stdout, done.stdout
+            return sorted(int(c) for c in run_phase(tmp_path, job, scope, k)["collector"])
 
         with EventScope(run_file, view, mode="stream") as scope:
             ids = sorted(entry.id for entry in scope.entries)
             assert len(ids) == 4 and ids[0] >= PAGE, ids
             scope.pull()
             on = phase(0)
-            switch("off")
+            switch(tmp_path, name, view, "off")
             off = phase(1)
-            switch("on")
+            switch(tmp_path, name, view, "on")
             again = phase(2)
         (tmp_path / "end").touch()
         # Barriers on both ranks' collective collectors, Sends on rank 0's and Recvs on rank 1's point-to-point ones
@@ -75,6 +67,63 @@ def test_a_communicator_declared_while_the_run_goes_on_switches_off_and_on(tmp_p
         assert job.returncode == 0, err
     finally:
         stop(job)
+
+
+def run_phase(tmp_path, job, scope, k: int):
+    """Start phase k of the job's program (the file goK), wait for its end (doneK), and pull what it wrote."""
+    (tmp_path / f"go{k}").touch()
+    until(lambda: (tmp_path / f"done{k}").exists() or job.poll() is not None, 120, f"phase {k} done")
+    assert job.poll() is None, job.communicate()
+    return scope.pull().records
+
+
+def switch(tmp_path, name: str, view: str, how: str) -> None:
+    """`eventspace space switch HOW --run NAME --view VIEW`: the 4 collectors of a communicator on 2 ranks."""
+    done = run([sys.executable, "-m", "eventspace.cli", "space", "switch", how, "--run", name, "--view", view],
+               tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"switched {how} 4 collectors on 2 nodes" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("implementation", ["compiled", "pure"])
+def test_a_persistent_request_completed_while_its_collector_was_off_writes_nothing_later(tmp_path, implementation):
+    """A persistent request started while its collector was on and completed while it was off kept
+    its post: a Wait on it once inactive, after the collector was switched on again, wrote a request
+    record for a message already recorded as gone. Now each rank's records after switching on are
+    those of its next Start and Wait alone: the post, the request's record and the Wait's."""
+    name = f"persistent-{implementation}"
+    job = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "2", "--name", name,
+                            str(PROGRAMS / "switched_persistent.py"), str(tmp_path)], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env=environment(implementation))
+    try:
+        run_file = until_live(name, job, 90)
+        view = "element:comm1 | tree:comm1"
+        until(lambda: View.parse(view).select(Catalogue(run_file.pathmap())), 60,
+              "comm1 in the run's pathmap snapshot", ignoring=ViewError)
+        with EventScope(run_file, view, mode="stream") as scope:
+            catalogue = Catalogue(run_file.pathmap())
+            scope.pull()
+
+            def phase(k: int) -> list[tuple]:
+                """Run phase k: (rank, op name, a request's record?) of each record it wrote on comm1, sorted."""
+                return sorted((int(catalogue[int(r["collector"])].thread[1:]), e.NAMES[int(r["op"])],
+                               bool(int(r["flags"]) & e.REQUEST)) for r in run_phase(tmp_path, job, scope, k))
+
+            started = phase(0)
+            switch(tmp_path, name, view, "off")
+            completed_off = phase(1)
+            switch(tmp_path, name, view, "on")
+            after = phase(2)
+        (tmp_path / "end").touch()
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 0, err
+    finally:
+        stop(job)
+    assert started == [(0, "MPI_Send_init", False), (1, "MPI_Recv_init", False)], started
+    assert completed_off == []
+    assert after == sorted([(0, "MPI_Send_init", False), (0, "MPI_Send_init", True), (0, "MPI_Wait", False),
+                            (1, "MPI_Recv_init", False), (1, "MPI_Recv_init", True), (1, "MPI_Wait", False)]), after
 
 
 @pytest.mark.parametrize("implementation", ["compiled", "pure"])
