@@ -197,7 +197,7 @@ def mpiexec(install: str = "pip install 'eventspace[mpi]'", bind: bool = False) 
     otherwise, with more ranks than cores, which ranks share a core is the scheduler's choice, job by
     job, and it moves a collective's time by up to half; see mpi_bench)."""
     from eventspace.mpi.library import find_mpiexec
-    from paths.mpiexec import OPEN_MPI, launcher_options, root_refusal
+    from paths.mpiexec import OPEN_MPI, launcher_options, reclaim_sessions, root_refusal
 
     try:
         found, library = find_mpiexec(None, install)
@@ -206,6 +206,7 @@ def mpiexec(install: str = "pip install 'eventspace[mpi]'", bind: bool = False) 
     refusal = root_refusal(library.family)
     if refusal is not None:
         raise SystemExit(refusal)
+    reclaim_sessions()   # sessions killed Open MPI launchers left, which stop a launcher given their pid
     binding = []
     if bind:
         binding = ["--bind-to", "core:overload-allowed"] if library.family == OPEN_MPI else ["-bind-to", "core"]

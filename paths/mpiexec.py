@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,53 @@ def root_refusal(family: str, environ=os.environ) -> str | None:
             f"{'=1 and '.join(ROOT_VARIABLES)}=1 in the environment (README: \"Open MPI\")")
 
 
+# Open MPI's launcher keeps its session in a directory named after its pid (ompi.<pid>) under the
+# temporary directory it chose (the first of $TMPDIR, $TEMP, $TMP that is set, else /tmp), and removes
+# it when it ends; its process names (comm), as the wheel's and a built Open MPI's are called.
+SESSION = re.compile(r"ompi\.(\d+)")
+LAUNCHER_NAMES = frozenset({"prterun", "mpiexec", "mpirun", "prte", "orterun"})
+
+
+def reclaim_sessions() -> list[str]:
+    """Remove the session directories that Open MPI launchers of this user left when they were killed
+    (SIGKILL: a job's whole process group killed, say), and return them. A later launcher that gets
+    the same pid finds its own pid in the left one's rendezvous files (pmix.<host>.tool.<pid>), takes
+    them for a live server's and stops before it starts any rank ("The PMIx server's listener thread
+    failed to start", exit 213). One whose pid runs no Open MPI launcher now has ended. Linux only
+    (where /proc says what runs); nothing elsewhere, or where the directory cannot be read."""
+    if not sys.platform.startswith("linux"):
+        return []
+    base = next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp")
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return []
+    for entry in entries:
+        found = SESSION.fullmatch(entry.name)
+        try:
+            if found is None or not entry.is_dir(follow_symlinks=False) or \
+                    entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+        except OSError:
+            continue
+        if not _launcher_runs(int(found.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+def _launcher_runs(pid: int) -> bool:
+    """Whether process `pid` runs, as an Open MPI launcher (True where that cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() in LAUNCHER_NAMES
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
 def find_mpiexec() -> list[str]:
     """The launcher command: $EVENTSPACE_MPIEXEC (split on spaces), else the mpiexec beside this
     Python (the `mpi` extra's), else the one on PATH; PathsError naming the extra if none."""
@@ -99,13 +147,15 @@ def command(nodes: int, args: list[str], node_command: list[str]) -> list[str]:
     """`mpiexec -n NODES ARGS NODE_COMMAND`: one rank per node (as many as Hydra would start:
     `launcher_options`, where the launcher is not one $EVENTSPACE_MPIEXEC names as it is to run);
     on Linux, started so that it ends its ranks when the thread that runs this command ends (the
-    launcher dies). PathsError where the launcher will refuse to start (root_refusal)."""
+    launcher dies). PathsError where the launcher will refuse to start (root_refusal). Open MPI's
+    sessions that launchers killed earlier left are removed first (reclaim_sessions)."""
     found = find_mpiexec()
     family = family_of(shutil.which(found[0]) or found[0])
     refused = root_refusal(family)
     if refused is not None:
         raise PathsError(f"--mpiexec: {refused}")
     options = [] if os.environ.get(MPIEXEC_ENV) else launcher_options(family)
+    reclaim_sessions()
     launcher = [*found, "-n", str(nodes), *options, *args, *node_command]
     if not sys.platform.startswith("linux"):
         return launcher

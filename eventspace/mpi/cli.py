@@ -89,6 +89,9 @@ def _mpirun(args) -> int:
         signalled.append((signal.Signals(signum).name, signum))
         job.send_signal(signum)
 
+    from paths.mpiexec import reclaim_sessions
+
+    reclaim_sessions()   # what Open MPI launchers killed earlier left would stop this one from starting
     job = subprocess.Popen(cmd)
     for forwarded in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(forwarded, forward)

@@ -14,7 +14,7 @@ import pytest
 
 from eventspace.scope import EventScope
 from paths import RunFile
-from paths.mpiexec import family_of, launcher_options
+from paths.mpiexec import family_of, launcher_options, reclaim_sessions
 from polling import until
 from runs import still_running, until_live  # noqa: F401 - the MPI tests take them from here
 
@@ -59,6 +59,7 @@ def plain(ranks: int, program: str, *args, cwd, timeout: float = 120, **kwargs) 
     """`mpiexec -n RANKS python PROGRAM ARGS`, unmonitored (with what its MPI's launcher needs to start
     them as `eventspace mpirun` does: Open MPI's --oversubscribe)."""
     options = launcher_options(family_of(str(MPIEXEC)))
+    reclaim_sessions()   # as eventspace mpirun does before it starts its launcher
     return run([str(MPIEXEC), "-n", str(ranks), *options, sys.executable, str(PROGRAMS / program), *map(str, args)],
                cwd, timeout, **kwargs)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -96,3 +97,36 @@ def test_open_mpi_as_root_without_its_two_variables_is_one_line_naming_them(tmp_
     assert result.stderr.splitlines() == [
         "eventspace mpirun: Open MPI's mpiexec refuses to run as root; if you mean to, set "
         "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in the environment (README: \"Open MPI\")"]
+
+
+NEXT_PID = Path("/proc/sys/kernel/ns_last_pid")
+
+
+def test_open_mpis_launcher_starts_where_a_killed_one_left_its_session_under_the_same_pid(tmp_path):
+    """make test-openmpi failed a test or two a run with "The PMIx server's listener thread failed to
+    start" (exit 213), before any rank started: a launcher killed by SIGKILL (a test ending a job's whole
+    group) leaves its session directory, ompi.<its pid>, and a later launcher given the same pid reads
+    its own pid in the old rendezvous files, takes them for a live server's and stops. Here the next few
+    hundred pids all have such a directory, and `eventspace mpirun` starts its job all the same."""
+    if library()["family"] != OPEN_MPI:
+        pytest.skip("Open MPI's sessions only")
+    if not os.access(NEXT_PID, os.W_OK):
+        pytest.skip("choosing the next pids takes root")
+    base = Path(next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp"))
+    host = socket.gethostname()
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    first = (int(NEXT_PID.read_text()) + 5000) % (pid_max - 1000) + 300
+    pids = [p for p in range(first, first + 400)
+            if not Path(f"/proc/{p}").exists() and not (base / f"ompi.{p}").exists()]
+    (tmp_path / "hello.py").write_text("from mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\n")
+    try:
+        for pid in pids:   # as a killed launcher leaves it: its rendezvous files name it
+            (base / f"ompi.{pid}").mkdir()
+            (base / f"ompi.{pid}" / f"pmix.{host}.tool.{pid}").write_text(
+                f"prterun-{host}-{pid}@0.0;tcp4://127.0.0.1:1\n5.0\n{pid}\n0:0\nthen\n")
+        NEXT_PID.write_text(str(first - 1))
+        result = mpirun("-n", 2, tmp_path / "hello.py", cwd=tmp_path)
+    finally:
+        for pid in pids:
+            shutil.rmtree(base / f"ompi.{pid}", ignore_errors=True)
+    assert result.returncode == 0, result.stderr

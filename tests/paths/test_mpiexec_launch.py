@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from eventspace.scope import EventScope
 from monitors.heartbeat import Heartbeat
 from paths import RunError, RunFile, launch
 from paths.launch import _await_ranks
-from paths.mpiexec import my_rank
+from paths.mpiexec import my_rank, reclaim_sessions
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 PATHMAP = REPO / "pathmaps" / "windtunnel-4node.yaml"
@@ -186,3 +187,38 @@ def test_two_ranks_lines_run_together_by_the_launcher_are_both_read(tmp_path):
         ranks.kill()
         ranks.communicate()
     assert endpoints == {"A": "tcp://127.0.0.1:5001", "D": "tcp://127.0.0.1:5004"} and pids == {"A": 11, "D": 14}
+
+
+def test_reclaim_sessions_removes_what_killed_open_mpi_launchers_left_and_nothing_else(tmp_path, monkeypatch):
+    """Open MPI's launcher keeps its session in ompi.<its pid> under the temporary directory and removes it
+    at its end, unless it was killed. Reclaimed: the directory of a pid that no longer runs, and of one that
+    runs something else now. Kept: a running launcher's, another user's, and what is not a session's."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc")
+    sessions = tmp_path / "tmp"
+    sessions.mkdir()
+    monkeypatch.setenv("TMPDIR", str(sessions))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    shutil.copy(shutil.which("sleep"), tmp_path / "prterun")   # a process named as Open MPI's launcher is
+    launcher = subprocess.Popen([str(tmp_path / "prterun"), "60"])
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        for pid in (ended.pid, launcher.pid, other.pid):
+            (sessions / f"ompi.{pid}" / "1").mkdir(parents=True)
+            (sessions / f"ompi.{pid}" / f"pmix.host.tool.{pid}").write_text(f"uri\nversion\n{pid}\n")
+        (sessions / "ompi.host.0").mkdir()            # Open MPI's, but no launcher's session
+        (sessions / "ompi.1").write_text("a file")      # not a directory
+        kept = [f"ompi.{launcher.pid}", "ompi.host.0", "ompi.1"]
+        if os.geteuid() == 0:   # another user's (a pid that never ran)
+            theirs = sessions / f"ompi.{ended.pid + 1_000_000}"
+            theirs.mkdir()
+            os.chown(theirs, 4321, 4321)
+            kept.append(theirs.name)
+        removed = reclaim_sessions()
+        assert sorted(removed) == sorted(str(sessions / f"ompi.{p}") for p in (ended.pid, other.pid))
+        assert sorted(p.name for p in sessions.iterdir()) == sorted(kept)
+    finally:
+        for process in (launcher, other):
+            process.kill()
+            process.wait()
