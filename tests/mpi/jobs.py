@@ -69,11 +69,12 @@ def ours(lines: str) -> list[str]:
     return [line for line in lines.splitlines() if line.startswith("eventspace.mpi:")]
 
 
-def start(tmp_path, ranks: int, name: str, program: str, *args, options=()) -> subprocess.Popen:
+def start(tmp_path, ranks: int, name: str, program: str, *args, options=(), env=None) -> subprocess.Popen:
     """`eventspace mpirun -n RANKS --name NAME OPTIONS PROGRAM ARGS`, left running (end it with `stop`)."""
     return subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", str(ranks), "--name", name,
                              *map(str, options), str(PROGRAMS / program), *map(str, args)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=env)
 
 
 def until_in_calls(name: str, ranks: int, timeout: float = 90.0, for_at_least: float = 0.0) -> None:

@@ -17,7 +17,7 @@ from eventspace.mpi import encoding as e
 from eventspace.scope import EventScope
 from eventspace.table import PAGE
 from eventspace.view import View, ViewError
-from jobs import PROGRAMS, requires_mpi, run, stop, until_live
+from jobs import requires_mpi, run, start, stop, until_live
 from polling import until
 
 pytestmark = requires_mpi
@@ -35,17 +35,12 @@ def test_a_communicator_declared_while_the_run_goes_on_switches_off_and_on(tmp_p
     table on a page the table grew by (its collectors' ids are past the first page), and `eventspace
     space switch` turns its collectors off (its calls are not recorded) and on again (they are)."""
     name = f"switched-{implementation}"
-    job = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "2", "--name", name,
-                            str(PROGRAMS / "switched.py"), str(tmp_path), str(DECLARED), "3"], cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                           env=environment(implementation))
+    job = start(tmp_path, 2, name, "switched.py", tmp_path, DECLARED, 3, env=environment(implementation))
     try:
         run_file = until_live(name, job, 90)
         until(lambda: (tmp_path / "declared").exists() or job.poll() is not None, 120, "the communicators declared")
         view = f"element:comm{DECLARED} | tree:comm{DECLARED}"
-        # The snapshot monitors read the run's pathmap from is written off the declare's path: soon after.
-        until(lambda: View.parse(view).select(Catalogue(run_file.pathmap())), 60,
-              f"comm{DECLARED} in the run's pathmap snapshot", ignoring=ViewError)
+        until_in_snapshot(run_file, view)
 
         def phase(k: int) -> list[int]:
             """Run phase k; the collectors of the records it wrote on the declared communicator."""
@@ -55,11 +50,7 @@ def test_a_communicator_declared_while_the_run_goes_on_switches_off_and_on(tmp_p
             ids = sorted(entry.id for entry in scope.entries)
             assert len(ids) == 4 and ids[0] >= PAGE, ids
             scope.pull()
-            on = phase(0)
-            switch(tmp_path, name, view, "off")
-            off = phase(1)
-            switch(tmp_path, name, view, "on")
-            again = phase(2)
+            on, off, again = on_off_on(tmp_path, name, view, phase)
         (tmp_path / "end").touch()
         # Barriers on both ranks' collective collectors, Sends on rank 0's and Recvs on rank 1's point-to-point ones
         assert on == again == sorted(ids * 5) and off == [], f"{on} {off} {again} {ids}"
@@ -69,12 +60,28 @@ def test_a_communicator_declared_while_the_run_goes_on_switches_off_and_on(tmp_p
         stop(job)
 
 
+def until_in_snapshot(run_file, view: str) -> None:
+    """Until `view` selects collectors of the run's pathmap snapshot, which monitors read: it is written
+    off the path of the declare that adds a communicator, soon after."""
+    until(lambda: View.parse(view).select(Catalogue(run_file.pathmap())), 60, f"{view} in the run's pathmap snapshot",
+          ignoring=ViewError)
+
+
 def run_phase(tmp_path, job, scope, k: int):
     """Start phase k of the job's program (the file goK), wait for its end (doneK), and pull what it wrote."""
     (tmp_path / f"go{k}").touch()
     until(lambda: (tmp_path / f"done{k}").exists() or job.poll() is not None, 120, f"phase {k} done")
     assert job.poll() is None, job.communicate()
     return scope.pull().records
+
+
+def on_off_on(tmp_path, name: str, view: str, phase) -> tuple:
+    """phase(0) with the collectors of `view` on, phase(1) with them switched off, phase(2) on again."""
+    first = phase(0)
+    switch(tmp_path, name, view, "off")
+    second = phase(1)
+    switch(tmp_path, name, view, "on")
+    return first, second, phase(2)
 
 
 def switch(tmp_path, name: str, view: str, how: str) -> None:
@@ -92,15 +99,11 @@ def test_a_persistent_request_completed_while_its_collector_was_off_writes_nothi
     record for a message already recorded as gone. Now each rank's records after switching on are
     those of its next Start and Wait alone: the post, the request's record and the Wait's."""
     name = f"persistent-{implementation}"
-    job = subprocess.Popen([sys.executable, "-m", "eventspace.cli", "mpirun", "-n", "2", "--name", name,
-                            str(PROGRAMS / "switched_persistent.py"), str(tmp_path)], cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                           env=environment(implementation))
+    job = start(tmp_path, 2, name, "switched_persistent.py", tmp_path, env=environment(implementation))
     try:
         run_file = until_live(name, job, 90)
         view = "element:comm1 | tree:comm1"
-        until(lambda: View.parse(view).select(Catalogue(run_file.pathmap())), 60,
-              "comm1 in the run's pathmap snapshot", ignoring=ViewError)
+        until_in_snapshot(run_file, view)
         with EventScope(run_file, view, mode="stream") as scope:
             catalogue = Catalogue(run_file.pathmap())
             scope.pull()
@@ -110,11 +113,7 @@ def test_a_persistent_request_completed_while_its_collector_was_off_writes_nothi
                 return sorted((int(catalogue[int(r["collector"])].thread[1:]), e.NAMES[int(r["op"])],
                                bool(int(r["flags"]) & e.REQUEST)) for r in run_phase(tmp_path, job, scope, k))
 
-            started = phase(0)
-            switch(tmp_path, name, view, "off")
-            completed_off = phase(1)
-            switch(tmp_path, name, view, "on")
-            after = phase(2)
+            started, completed_off, after = on_off_on(tmp_path, name, view, phase)
         (tmp_path / "end").touch()
         out, err = job.communicate(timeout=60)
         assert job.returncode == 0, err
