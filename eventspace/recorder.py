@@ -185,8 +185,8 @@ class Recorder:
     own thread when an append reaches the ring's bound (half way round, `drain_bound`), long before
     an append could overwrite a record not read yet: the ring is read into the recorder's buffer
     there and then, so nothing is lost however fast the node runs (an MPI rank's collectors do),
-    nor however many of its threads append at once. A ring that wraps before it is
-    read loses the records it overwrote; they are counted as discarded (`counts`).
+    nor when several of its threads append at once. A ring that wraps before it is read loses the
+    records it overwrote; they are counted as discarded (`counts`).
 
     The first block of a recording is a note (`header`: what it is of), and `note` adds more
     (an MPI rank notes each communicator it adopts); `close` writes a last note with the counts
