@@ -88,7 +88,13 @@ def test_a_reply_past_the_reply_limit_is_refused_before_it_is_read():
             e.move((bytes(20 * KIB),))
             with pytest.raises(LimitExceeded, match=r"Limits\.max_reply"):
                 e.read_range(0, 3)
-            assert e.read_range(1, 3)[0] == 1 and e.latest(2)[0] == 1
+            # Within the limits, reads are served. The server counts a reply as unread until ZeroMQ lets go
+            # of it, which pyzmq reports from a thread of its own: on a loaded machine that can come after
+            # the client has read it (a clean `make test` saw `latest(2)` refused for 84,472 bytes unread;
+            # with three busy processes on the two cores, 166 of 8,163 such sequences were), so a refusal
+            # then is transient.
+            assert until(lambda: e.read_range(1, 3)[0] == 1 and e.latest(2)[0] == 1, 10,
+                         "reads within the limits", ignoring=LimitExceeded)
     finally:
         server.close()
 
