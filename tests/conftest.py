@@ -8,6 +8,7 @@ import re
 import select
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -85,6 +86,46 @@ def session_run_dir(tmp_path_factory):
         del os.environ["EVENTSPACE_RUN_DIR"]
     else:
         os.environ["EVENTSPACE_RUN_DIR"] = before
+
+
+SHARED_MEMORY = Path("/dev/shm")
+MPI_SHARED_MEMORY = ("mpich_shm_", "sm_segment.")   # MPICH's and Open MPI's (eventspace.mpi.library)
+
+
+def _mpi_shared_memory() -> set[str]:
+    try:
+        return {p.name for p in SHARED_MEMORY.iterdir() if p.name.startswith(MPI_SHARED_MEMORY)}
+    except OSError:
+        return set()
+
+
+def _mapped_shared_memory() -> set[str]:
+    """The names of the /dev/shm files some process maps now."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        with contextlib.suppress(OSError):
+            mapped.update(line.rsplit("/", 1)[1] for line in maps.read_text().splitlines() if " /dev/shm/" in line)
+    return mapped
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_mpi_shared_memory_left():
+    """The MPI libraries' shared-memory files that this session's jobs leave in /dev/shm, removed at its
+    end: a rank killed outright (SIGKILL, as some tests do to their jobs) cannot remove its own, and they
+    added up to gigabytes of memory on a machine that runs the tests often. Only files no process maps
+    any more and that are some seconds old: a job just starting maps its files as it makes them."""
+    before = _mpi_shared_memory()
+    yield
+    left = _mpi_shared_memory() - before
+    if not left:
+        return
+    mapped = _mapped_shared_memory()
+    for name in left - mapped:
+        path = SHARED_MEMORY / name
+        with contextlib.suppress(OSError):
+            status = path.stat()
+            if max(status.st_mtime, status.st_ctime) < time.time() - 5:
+                path.unlink()
 
 
 @pytest.fixture(scope="session")
