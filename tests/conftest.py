@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import pastset
+from eventspace.mpi.library import SHARED_MEMORY_FILES, mapped_shared_memory
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,22 +90,21 @@ def session_run_dir(tmp_path_factory):
 
 
 SHARED_MEMORY = Path("/dev/shm")
-MPI_SHARED_MEMORY = ("mpich_shm_", "sm_segment.")   # MPICH's and Open MPI's (eventspace.mpi.library)
 
 
 def _mpi_shared_memory() -> set[str]:
     try:
-        return {p.name for p in SHARED_MEMORY.iterdir() if p.name.startswith(MPI_SHARED_MEMORY)}
+        return {p.name for p in SHARED_MEMORY.iterdir() if p.name.startswith(SHARED_MEMORY_FILES)}
     except OSError:
         return set()
 
 
 def _mapped_shared_memory() -> set[str]:
-    """The names of the /dev/shm files some process maps now."""
+    """The names of the MPI library's /dev/shm files some process maps now."""
     mapped = set()
     for maps in Path("/proc").glob("[0-9]*/maps"):
         with contextlib.suppress(OSError):
-            mapped.update(line.rsplit("/", 1)[1] for line in maps.read_text().splitlines() if " /dev/shm/" in line)
+            mapped.update(path.rsplit("/", 1)[1] for path in mapped_shared_memory(maps.read_text()))
     return mapped
 
 

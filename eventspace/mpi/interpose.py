@@ -216,20 +216,22 @@ _OUTCOMES = {(_ALL, _always): 0, (_ALL, _itself): 1, (_ALL, _first): 2, (_ANY, _
              (_ANY, _found): 5, (_SOME, _itself): 6, (_SOME, _first): 7}
 
 
-def _completed(family, said, n: int):
-    """The indices of the requests a completion call on `n` completed, from what it said (`outcome`)."""
+def _completed(family, said, n: int, used=None) -> list:
+    """(index, its Status or None) of each request a completion call on `n` requests completed, from
+    what it said (`outcome`) and the Status or statuses it filled (`used`)."""
     if family == _ALL:
-        return range(n) if said else ()
+        return [(i, used[i] if used is not None else None) for i in range(n)] if said else []
     if family == _ANY:
-        return (said,) if said is not None and said != MPI.UNDEFINED else ()
-    return said or ()
+        return [(said, used)] if said is not None and said != MPI.UNDEFINED else []
+    return [(index, used[k] if used is not None else None) for k, index in enumerate(said or ())]
 
 
-def _forget(requests, indices, family, said) -> None:
-    """The requests at `indices` that the call completed unrecorded drop their post: a persistent one,
-    inactive now, must not write a record for it at a later completion call."""
-    for i in set(indices).intersection(_completed(family, said, len(requests))):
-        requests[i].info = None
+def _forget(requests, unrecorded, completed) -> None:
+    """The `unrecorded` requests (their collector off) among those the call `completed` drop their
+    post: a persistent one, inactive now, must not write a record for it at a later completion call."""
+    for i, _ in completed:
+        if i in unrecorded:
+            requests[i].info = None
 
 
 def _many(call, op, requests, status_arg, family, outcome):
@@ -237,7 +239,7 @@ def _many(call, op, requests, status_arg, family, outcome):
     if not pending:
         result = call(requests, status_arg)
         if unrecorded:
-            _forget(requests, unrecorded, family, outcome(result))
+            _forget(requests, unrecorded, _completed(family, outcome(result), len(requests)))
         return result
     if family == _ANY:
         used = MPI.Status() if status_arg is None else status_arg
@@ -249,19 +251,13 @@ def _many(call, op, requests, status_arg, family, outcome):
     result, t0, t1 = timed(ch, call, (requests, used), post_op, flags | F_REQUEST, peer, tag, n,
                            (op, 0, len(requests), 0))
     infos = dict(pending)
-    said = outcome(result)
-    if family == _ALL:
-        done = [(i, info, used[i] if used is not None else None) for i, info in pending] if said else []
-    elif family == _ANY:
-        done = [(said, infos[said], used)] if said in infos else []
-    else:
-        done = [(index, infos[index], used[k] if used is not None else None)
-                for k, index in enumerate(said or ()) if index in infos]
+    completed = _completed(family, outcome(result), len(requests), used)
+    done = [(i, infos[i], status) for i, status in completed if i in infos]
     for i, info, status in done:
         request_done(info, status, t1)
         requests[i].info = None   # a persistent request stays, inactive until started again
     if unrecorded:
-        _forget(requests, unrecorded, family, said)
+        _forget(requests, unrecorded, completed)
     completion_call(ch, op, len(requests), len(done), t0, t1)
     return result
 

@@ -129,6 +129,15 @@ def _check_family(mpiexec: str, library: MpiLibrary) -> None:
 SHARED_MEMORY_FILES = ("mpich_shm_", "sm_segment.")
 
 
+def mapped_shared_memory(maps: str) -> list[str]:
+    """The paths of the MPI library's shared-memory files (SHARED_MEMORY_FILES in /dev/shm, not
+    unlinked yet) that a process's memory map (`maps`: the text of /proc/PID/maps) names, once each."""
+    # address perms offset device inode path; an unlinked file's path ends " (deleted)"
+    paths = (fields[5] for fields in (line.split(maxsplit=5) for line in maps.splitlines()) if len(fields) == 6)
+    return [path for path in dict.fromkeys(paths) if path.startswith("/dev/shm/") and not path.endswith(" (deleted)")
+            and path.rsplit("/", 1)[1].startswith(SHARED_MEMORY_FILES)]
+
+
 def release_shared_memory() -> list[str]:
     """Unlink the MPI library's shared-memory files that this process maps (SHARED_MEMORY_FILES in
     /dev/shm; a program's own, such as multiprocessing's, are left alone), and return their paths.
@@ -142,16 +151,11 @@ def release_shared_memory() -> list[str]:
     has no /proc."""
     try:
         with open("/proc/self/maps") as f:
-            lines = f.read().splitlines()
+            maps = f.read()
     except OSError:
         return []
-    # address perms offset device inode path; an unlinked file's path ends " (deleted)"
-    paths = (line.split(maxsplit=5)[5] for line in lines if len(line.split(maxsplit=5)) == 6)
     released = []
-    for path in dict.fromkeys(paths):
-        if (not path.startswith("/dev/shm/") or path.endswith(" (deleted)")
-                or not path.rsplit("/", 1)[1].startswith(SHARED_MEMORY_FILES)):
-            continue
+    for path in mapped_shared_memory(maps):
         try:
             os.unlink(path)
         except OSError:   # gone already (another rank of the host released it), or not ours to remove
