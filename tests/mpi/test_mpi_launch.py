@@ -34,12 +34,14 @@ def test_exit_status_propagates(tmp_path):
 
 def test_an_exception_on_one_rank_aborts_the_job_naming_it(tmp_path):
     result = mpirun("-n", 3, "fails.py", cwd=tmp_path, timeout=60)
-    assert result.returncode != 0
+    # The ordinary MPI abort ended the others: the job's status is MPI_Abort's error code (1), under MPICH
+    # and Open MPI. (Not the MPI library's own "MPI_Abort" line: the aborting rank writes it as the launcher
+    # tears the job down, and on a loaded machine the launcher had stopped forwarding, one run in fifteen.)
+    assert result.returncode == 1, result.stderr
     named = [line for line in ours(result.stderr) if "raised" in line]
     assert named == ["eventspace.mpi: rank 1 raised ZeroDivisionError: rank 1 divides by zero at fails.py:7 in "
                      "<module>; aborting the MPI job"]
     assert "Traceback" in result.stderr and 'fails.py", line 7' in result.stderr
-    assert "mpi_abort" in result.stderr.lower()   # the ordinary MPI abort ended the others (MPICH's and Open MPI's say)
 
 
 def test_a_program_without_mpi_runs_with_one_note(tmp_path):
